@@ -1,0 +1,442 @@
+"""QTensor, quantize / dequantize, element rounding and FP4/FP6 packing (pure JAX).
+
+This module is the numerical oracle: every native kernel must reproduce it bit for bit. The
+rules are written out in docs/numerics.md.
+
+Invariant::
+
+    q = quantize(x, spec, axis=a)
+    dequantize(q) ≈ x          # error bounded by the element format's half-ulp at the group scale
+    q.scale broadcasts along axis a in groups of the spec's block (MX 32, NVFP4 16, tile tc)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mxprec import formats
+from mxprec.formats import ElementFormat
+from mxprec.scaling import (
+    DelayedScaling,
+    DelayedScalingState,
+    MXScaling,
+    NVFP4Scaling,
+    RowScaling,
+    ScalingSpec,
+    TensorScaling,
+    TileScaling,
+    exp2_int,
+    floor_log2,
+    mx_exponent,
+)
+
+__all__ = [
+    "QTensor",
+    "quantize",
+    "dequantize",
+    "nbytes",
+    "bits_per_value",
+    "round_to_grid",
+    "encode",
+    "decode",
+    "pack",
+    "unpack",
+    "SUPPORTED_INPUT_DTYPES",
+]
+
+SUPPORTED_INPUT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class QTensor:
+    """A quantized tensor: element data, its scales, and the static facts needed to read them.
+
+    data:  FP8 formats: ``float8_e4m3fn`` / ``float8_e5m2`` of ``shape``.
+           FP4: uint8, two codes per byte along ``axis`` (``shape[axis] // 2``).
+           FP6: uint8, four codes in three bytes along ``axis`` (``shape[axis] * 3 // 4``).
+    scale: tensor/delayed: float32 ``()``; row: float32 with ``shape[axis] = 1``;
+           tile: float32 with ``shape[axis] /= tc`` (and ``shape[row_axis] /= tr``);
+           MX: ``float8_e8m0fnu`` with ``shape[axis] /= block``;
+           NVFP4: ``float8_e4m3fn`` block scales with ``shape[axis] /= 16``.
+    amax:  float32 ``()``, amax of the source tensor (feeds delayed scaling).
+    tensor_scale: NVFP4's float32 ``()`` second-level scale, else None.
+
+    Invariant: ``dequantize(q) ≈ x``; scales broadcast along ``axis`` in blocks.
+    """
+
+    data: jax.Array
+    scale: jax.Array
+    amax: jax.Array
+    tensor_scale: Optional[jax.Array]
+    spec: Any = dataclasses.field(metadata=dict(static=True))
+    axis: int = dataclasses.field(metadata=dict(static=True))
+    shape: tuple = dataclasses.field(metadata=dict(static=True))
+    dtype: Any = dataclasses.field(metadata=dict(static=True))
+
+    @property
+    def fmt(self) -> ElementFormat:
+        return self.spec.fmt
+
+    def codes(self) -> jax.Array:
+        """Element codes, one uint8 per element, shape ``self.shape`` (the unpacked view)."""
+        if self.fmt.is_fp8:
+            return jax.lax.bitcast_convert_type(self.data, jnp.uint8)
+        return unpack(self.data, self.fmt, self.axis)
+
+    def values(self) -> jax.Array:
+        """Element values as float32 (exact), shape ``self.shape``, before scaling."""
+        if self.fmt.is_fp8:
+            return self.data.astype(jnp.float32)
+        return decode(self.codes(), self.fmt)
+
+    def dequantize(self, dtype=jnp.float32) -> jax.Array:
+        return dequantize(self, dtype)
+
+
+# ----------------------------------------------------------------------------- element rounding
+
+
+def round_to_grid(v: jax.Array, fmt: ElementFormat, uniform: Optional[jax.Array] = None) -> jax.Array:
+    """Saturate FP32 ``v`` to ±max_finite and round onto ``fmt``'s grid (FP32 result, exact).
+
+    Round-to-nearest-even by default; with ``uniform`` (FP32 draws in [0, 1), shape of v),
+    stochastic rounding: up with probability equal to the distance from the lower grid point.
+    NaN stays NaN.
+    """
+    mx = jnp.float32(fmt.max_finite)
+    a = jnp.minimum(jnp.abs(v), mx)
+    exp, _ = floor_log2(jnp.maximum(a, jnp.float32(fmt.min_normal)))
+    quantum = exp2_int(exp - fmt.mbits)
+    r = a / quantum
+    r = jnp.round(r) if uniform is None else jnp.floor(r + uniform)
+    out = jnp.minimum(r * quantum, mx)
+    return jnp.where(jnp.signbit(v), -out, out)
+
+
+def encode(g: jax.Array, fmt: ElementFormat) -> jax.Array:
+    """Codes (uint8, one per element) of FP32 values ``g`` that lie exactly on ``fmt``'s grid."""
+    if fmt.is_fp8:
+        return jax.lax.bitcast_convert_type(g.astype(fmt.dtype), jnp.uint8)
+    a = jnp.abs(g)
+    exp, frac = floor_log2(jnp.maximum(a, jnp.float32(fmt.min_normal)))
+    normal = a >= jnp.float32(fmt.min_normal)
+    exp_field = jnp.where(normal, exp + fmt.bias, 0)
+    mant = jnp.where(
+        normal,
+        frac >> (23 - fmt.mbits),
+        (a / jnp.float32(fmt.min_subnormal)).astype(jnp.int32),
+    )
+    sign = jnp.signbit(g).astype(jnp.int32) << (fmt.bits - 1)
+    return (sign | (exp_field << fmt.mbits) | mant).astype(jnp.uint8)
+
+
+def _decode_table(fmt: ElementFormat) -> np.ndarray:
+    codes = np.arange(2**fmt.bits, dtype=np.uint8)
+    return codes.view(fmt.dtype).astype(np.float32)
+
+
+def decode(codes: jax.Array, fmt: ElementFormat) -> jax.Array:
+    """FP32 values of uint8 ``codes`` (any shape)."""
+    if fmt.is_fp8:
+        return jax.lax.bitcast_convert_type(codes, fmt.dtype).astype(jnp.float32)
+    return jnp.asarray(_decode_table(fmt))[codes.astype(jnp.int32)]
+
+
+# ----------------------------------------------------------------------------- packing
+
+
+def pack(codes: jax.Array, fmt: ElementFormat, axis: int) -> jax.Array:
+    """FP4: 2 codes/byte (element 2i low nibble); FP6: 4 codes in 3 bytes (LSB first). FP8: bitcast."""
+    if fmt.is_fp8:
+        return jax.lax.bitcast_convert_type(codes, fmt.dtype)
+    c = jnp.moveaxis(codes.astype(jnp.uint32), axis, -1)
+    n = c.shape[-1]
+    if fmt.bits == 4:
+        c = c.reshape(*c.shape[:-1], n // 2, 2)
+        out = (c[..., 0] | (c[..., 1] << 4)).astype(jnp.uint8)
+    else:
+        c = c.reshape(*c.shape[:-1], n // 4, 4)
+        w = c[..., 0] | (c[..., 1] << 6) | (c[..., 2] << 12) | (c[..., 3] << 18)
+        out = jnp.stack([w & 0xFF, (w >> 8) & 0xFF, (w >> 16) & 0xFF], axis=-1)
+        out = out.reshape(*c.shape[:-2], n * 3 // 4).astype(jnp.uint8)
+    return jnp.moveaxis(out, -1, axis)
+
+
+def unpack(data: jax.Array, fmt: ElementFormat, axis: int) -> jax.Array:
+    """Inverse of :func:`pack`: uint8 codes, one per element."""
+    if fmt.is_fp8:
+        return jax.lax.bitcast_convert_type(data, jnp.uint8)
+    d = jnp.moveaxis(data.astype(jnp.uint32), axis, -1)
+    m = d.shape[-1]
+    if fmt.bits == 4:
+        out = jnp.stack([d & 0xF, d >> 4], axis=-1).reshape(*d.shape[:-1], m * 2)
+    else:
+        d = d.reshape(*d.shape[:-1], m // 3, 3)
+        w = d[..., 0] | (d[..., 1] << 8) | (d[..., 2] << 16)
+        out = jnp.stack([(w >> (6 * i)) & 0x3F for i in range(4)], axis=-1)
+        out = out.reshape(*d.shape[:-2], m // 3 * 4)
+    return jnp.moveaxis(out.astype(jnp.uint8), -1, axis)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _normalize_axis(x_shape: tuple, axis: int) -> int:
+    ndim = len(x_shape)
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis!r} is out of range for a tensor of shape {x_shape} (rank {ndim})")
+    return int(axis) % ndim
+
+
+def _row_axis(ndim: int, axis: int) -> int:
+    for r in range(ndim - 1, -1, -1):
+        if r != axis:
+            return r
+    raise ValueError("TileScaling with tile rows > 1 needs a tensor of rank >= 2")
+
+
+def _validate(x, spec, axis: int) -> int:
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        raise TypeError(f"quantize expects an array, got {type(x).__name__}")
+    dtype = jnp.dtype(x.dtype)
+    if dtype not in SUPPORTED_INPUT_DTYPES:
+        kind = "integer" if jnp.issubdtype(dtype, jnp.integer) else "unsupported"
+        raise TypeError(
+            f"quantize: {kind} input dtype {dtype} for shape {tuple(x.shape)}; "
+            f"supported: float32, bfloat16, float16"
+        )
+    if not isinstance(spec, (TensorScaling, DelayedScaling, RowScaling, TileScaling, MXScaling, NVFP4Scaling)):
+        raise TypeError(f"quantize: spec must be a scaling spec, got {spec!r}")
+    shape = tuple(x.shape)
+    if len(shape) == 0:
+        raise ValueError("quantize: scalar input has no axis to quantize along; reshape it to (1,)")
+    axis = _normalize_axis(shape, axis)
+    n = shape[axis]
+    block = {
+        "mx": getattr(spec, "block", None),
+        "nvfp4": getattr(spec, "block", None),
+        "tile": spec.tile[1] if isinstance(spec, TileScaling) else None,
+    }.get(spec.kind)
+    if block is not None and n % block:
+        raise ValueError(
+            f"quantize: shape {shape} axis {axis} has size {n}, not a multiple of the "
+            f"{spec.kind} block {block} ({spec.describe()}); pad the tensor first"
+        )
+    if isinstance(spec, TileScaling) and spec.tile[0] > 1:
+        r = _row_axis(len(shape), axis)
+        if shape[r] % spec.tile[0]:
+            raise ValueError(
+                f"quantize: shape {shape} row axis {r} has size {shape[r]}, not a multiple of "
+                f"the tile rows {spec.tile[0]} ({spec.describe()})"
+            )
+    return axis
+
+
+# ----------------------------------------------------------------------------- quantize
+
+
+def _amax(x32: jax.Array, axes) -> jax.Array:
+    # max(|x|) propagates NaN (jnp.max does): a NaN group must stay recognisable.
+    return jnp.max(jnp.abs(x32), axis=axes)
+
+
+def _per_group_fp32_scale(amax: jax.Array, fmt: ElementFormat, power_of_two: bool = False) -> jax.Array:
+    if power_of_two:
+        safe = jnp.where(jnp.isfinite(amax) & (amax > 0), amax, jnp.float32(1))
+        s = exp2_int(mx_exponent(safe, fmt, "rceil", lo=-126, hi=127))
+        s = jnp.where(jnp.isfinite(amax), s, amax)  # NaN/Inf propagate like the plain rule
+    else:
+        s = amax / jnp.float32(fmt.max_finite)
+    return jnp.where(amax == 0, jnp.float32(1), s)
+
+
+def _scaled_round(x32, s, fmt, uniform):
+    return round_to_grid(x32 / s, fmt, uniform)
+
+
+def _blocked(xt: jax.Array, block: int) -> jax.Array:
+    return xt.reshape(*xt.shape[:-1], xt.shape[-1] // block, block)
+
+
+def _mx_divide(x: jax.Array, e: jax.Array) -> jax.Array:
+    """x / 2**e exactly for int e in [-127, 127], in two halves so no FP32 subnormal scale forms."""
+    e1 = e // 2
+    return (x * exp2_int(-e1)) * exp2_int(-(e - e1))
+
+
+def _mx_multiply(v: jax.Array, e: jax.Array) -> jax.Array:
+    e1 = e // 2
+    return (v * exp2_int(e1)) * exp2_int(e - e1)
+
+
+def quantize(
+    x: jax.Array,
+    spec: ScalingSpec,
+    *,
+    axis: int = -1,
+    key: Optional[jax.Array] = None,
+    state: Optional[DelayedScalingState] = None,
+) -> QTensor:
+    """Quantizes ``x`` (any rank; float32/bfloat16/float16) along ``axis`` according to ``spec``.
+
+    Args:
+      x: the wide source tensor.
+      spec: a scaling spec (TensorScaling, DelayedScaling, RowScaling, TileScaling, MXScaling,
+        NVFP4Scaling).
+      axis: the quantization (contraction) axis: blocks / tiles run along it.
+      key: PRNG key; when given, elements use stochastic rounding instead of RNE.
+      state: DelayedScalingState (required for DelayedScaling; ignored otherwise).
+
+    Returns:
+      QTensor; see its docstring for data / scale shapes.
+    """
+    axis = _validate(x, spec, axis)
+    if isinstance(spec, DelayedScaling) and state is None:
+        raise ValueError(
+            "quantize: DelayedScaling needs state=DelayedScalingState (DelayedScalingState.init(spec))"
+        )
+    fmt = spec.fmt
+    shape = tuple(x.shape)
+    x32 = x.astype(jnp.float32)
+    uniform = None if key is None else jax.random.uniform(key, shape, jnp.float32)
+    amax_t = _amax(x32, None)
+    tensor_scale = None
+
+    if isinstance(spec, (TensorScaling, DelayedScaling)):
+        if isinstance(spec, TensorScaling):
+            scale = _per_group_fp32_scale(amax_t, fmt)
+        else:
+            scale = jnp.asarray(state.scale, jnp.float32).reshape(())
+        g = _scaled_round(x32, scale, fmt, uniform)
+        codes = encode(g, fmt)
+
+    elif isinstance(spec, RowScaling):
+        amax_r = jnp.max(jnp.abs(x32), axis=axis, keepdims=True)
+        scale = _per_group_fp32_scale(amax_r, fmt)
+        codes = encode(_scaled_round(x32, scale, fmt, uniform), fmt)
+
+    elif isinstance(spec, TileScaling):
+        tr, tc = spec.tile
+        ndim = len(shape)
+        if tr > 1:
+            r = _row_axis(ndim, axis)
+            perm = [d for d in range(ndim) if d not in (r, axis)] + [r, axis]
+        else:
+            perm = [d for d in range(ndim) if d != axis] + [axis]
+        inv = np.argsort(perm)
+        xt = jnp.transpose(x32, perm)
+        R, K = (xt.shape[-2], xt.shape[-1]) if ndim >= 2 else (1, xt.shape[-1])
+        lead = xt.shape[:-2] if ndim >= 2 else ()
+        x5 = xt.reshape(*lead, R // tr, tr, K // tc, tc)
+        amax_g = jnp.max(jnp.abs(x5), axis=(-3, -1), keepdims=True)
+        s5 = _per_group_fp32_scale(amax_g, fmt, spec.power_of_two)
+        u5 = None if uniform is None else jnp.transpose(uniform, perm).reshape(x5.shape)
+        g = _scaled_round(x5, s5, fmt, u5).reshape(xt.shape)
+        codes = jnp.transpose(encode(g, fmt), inv)
+        st = s5.reshape(*lead, R // tr, K // tc) if ndim >= 2 else s5.reshape(K // tc)
+        scale = jnp.transpose(st, inv)
+
+    elif isinstance(spec, MXScaling):
+        xt = _blocked(jnp.moveaxis(x32, axis, -1), spec.block)
+        amax_b = jnp.max(jnp.abs(xt), axis=-1, keepdims=True)
+        bad = ~jnp.isfinite(amax_b)
+        zero = amax_b == 0
+        safe = jnp.where(bad | zero, jnp.float32(1), amax_b)
+        e = mx_exponent(safe, fmt, spec.scale_rule)
+        ut = None if uniform is None else _blocked(jnp.moveaxis(uniform, axis, -1), spec.block)
+        g = round_to_grid(_mx_divide(xt, e), fmt, ut)
+        g = jnp.where(bad | zero, jnp.float32(0), g)
+        codes = jnp.moveaxis(encode(g, fmt).reshape(*xt.shape[:-2], -1), -1, axis)
+        byte = jnp.where(bad, 255, jnp.where(zero, 0, e + 127)).astype(jnp.uint8)[..., 0]
+        scale = jax.lax.bitcast_convert_type(jnp.moveaxis(byte, -1, axis), jnp.float8_e8m0fnu)
+
+    elif isinstance(spec, NVFP4Scaling):
+        tensor_scale = jnp.where(amax_t == 0, jnp.float32(1), amax_t / jnp.float32(6 * 448))
+        xt = _blocked(jnp.moveaxis(x32, axis, -1), spec.block)
+        amax_b = jnp.max(jnp.abs(xt), axis=-1, keepdims=True)
+        sb = round_to_grid(
+            jnp.minimum(amax_b / jnp.float32(6) / tensor_scale, jnp.float32(448)), formats.E4M3
+        )
+        eff = sb * tensor_scale
+        ut = None if uniform is None else _blocked(jnp.moveaxis(uniform, axis, -1), spec.block)
+        g = round_to_grid(xt / eff, fmt, ut)
+        g = jnp.where(eff == 0, jnp.float32(0), g)
+        codes = jnp.moveaxis(encode(g, fmt).reshape(*xt.shape[:-2], -1), -1, axis)
+        scale = jnp.moveaxis(sb[..., 0].astype(jnp.float8_e4m3fn), -1, axis)
+    else:  # pragma: no cover - _validate rejects this
+        raise TypeError(spec)
+
+    return QTensor(
+        data=pack(codes, fmt, axis),
+        scale=scale,
+        amax=amax_t,
+        tensor_scale=tensor_scale,
+        spec=spec,
+        axis=axis,
+        shape=shape,
+        dtype=jnp.dtype(x.dtype),
+    )
+
+
+# ----------------------------------------------------------------------------- dequantize
+
+
+def scale_as_f32(q: QTensor) -> jax.Array:
+    """The per-group dequantization multiplier as float32 (MX: 2**e, NaN for byte 0xFF).
+
+    MX scales of 2**-127 are FP32 subnormal; use :func:`dequantize`, which applies them exactly.
+    """
+    spec = q.spec
+    if isinstance(spec, MXScaling):
+        byte = jax.lax.bitcast_convert_type(q.scale, jnp.uint8).astype(jnp.int32)
+        return jnp.where(byte == 255, jnp.float32(jnp.nan), _mx_multiply(jnp.float32(1), byte - 127))
+    if isinstance(spec, NVFP4Scaling):
+        return q.scale.astype(jnp.float32) * q.tensor_scale
+    return q.scale
+
+
+def dequantize(q: QTensor, dtype=jnp.float32) -> jax.Array:
+    """Returns ``values * scale`` in ``dtype``, shape ``q.shape`` (scales broadcast per group)."""
+    v = q.values()
+    spec = q.spec
+    if isinstance(spec, (TensorScaling, DelayedScaling, RowScaling)):
+        out = v * q.scale
+    elif isinstance(spec, TileScaling):
+        tr, tc = spec.tile
+        s = jnp.repeat(q.scale, tc, axis=q.axis)
+        if tr > 1:
+            s = jnp.repeat(s, tr, axis=_row_axis(len(q.shape), q.axis))
+        out = v * s
+    elif isinstance(spec, MXScaling):
+        byte = jax.lax.bitcast_convert_type(q.scale, jnp.uint8).astype(jnp.int32)
+        e = jnp.repeat(byte - 127, spec.block, axis=q.axis)
+        out = jnp.where(e == 128, jnp.float32(jnp.nan), _mx_multiply(v, e))
+    elif isinstance(spec, NVFP4Scaling):
+        s = jnp.repeat(q.scale.astype(jnp.float32) * q.tensor_scale, spec.block, axis=q.axis)
+        out = v * s
+    else:  # pragma: no cover
+        raise TypeError(spec)
+    return out.astype(dtype)
+
+
+# ----------------------------------------------------------------------------- bytes
+
+
+def nbytes(q: QTensor) -> int:
+    """Storage bytes of ``q``: packed data + scales (+ the FP32 tensor scale)."""
+    total = q.data.size * q.data.dtype.itemsize + q.scale.size * q.scale.dtype.itemsize
+    if q.tensor_scale is not None:
+        total += 4
+    return int(total)
+
+
+def bits_per_value(q: QTensor) -> float:
+    """Effective storage bits per logical element (MXFP8 8.25, MXFP6 6.25, MXFP4 4.25)."""
+    return 8.0 * nbytes(q) / math.prod(q.shape)

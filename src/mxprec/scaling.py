@@ -1,0 +1,271 @@
+"""Scaling specs, exact scale rules, amax reductions and the delayed-scaling state update.
+
+A *scaling spec* says how a tensor is grouped and how each group's scale is chosen. Every spec
+quantizes along one axis (the GEMM's contraction axis). The scale is always the dequantization
+multiplier: ``x ≈ float32(element) * scale``. Exact formulas: docs/numerics.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, Union
+
+import jax
+import jax.numpy as jnp
+
+from mxprec import formats
+from mxprec.formats import ElementFormat
+
+__all__ = [
+    "TensorScaling",
+    "DelayedScaling",
+    "RowScaling",
+    "TileScaling",
+    "MXScaling",
+    "NVFP4Scaling",
+    "ScalingSpec",
+    "DelayedScalingState",
+    "update_delayed_state",
+    "floor_log2",
+    "mx_exponent",
+]
+
+_FP8_ONLY = ("e4m3", "e5m2")
+
+
+def _check_fp8(spec_name: str, fmt: ElementFormat) -> ElementFormat:
+    fmt = formats.element_format(fmt)
+    if fmt.name not in _FP8_ONLY:
+        raise ValueError(
+            f"{spec_name} supports FP8 element formats (E4M3, E5M2) only, got {fmt!r}; "
+            "use MXScaling or NVFP4Scaling for FP6/FP4"
+        )
+    return fmt
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorScaling:
+    """Current per-tensor scaling: ``s = amax / max_finite`` (FP32), 1 when amax == 0."""
+
+    fmt: ElementFormat = formats.E4M3
+
+    def __post_init__(self):
+        object.__setattr__(self, "fmt", _check_fp8("TensorScaling", self.fmt))
+
+    @property
+    def kind(self) -> str:
+        return "tensor"
+
+    def describe(self) -> str:
+        return f"{self.fmt.name} per-tensor (current amax)"
+
+
+@dataclasses.dataclass(frozen=True)
+class DelayedScaling:
+    """Per-tensor scaling from the amax history *before* this step (Transformer Engine semantics).
+
+    The scale used at step t is ``state.scale``; afterwards :func:`update_delayed_state` pushes
+    the current amax into the history and recomputes the scale from ``max(history)``
+    (``amax_compute="max"``) or the newest entry (``"most_recent"``), times ``2**margin``.
+    """
+
+    fmt: ElementFormat = formats.E4M3
+    history_len: int = 1024
+    amax_compute: Literal["max", "most_recent"] = "max"
+    margin: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "fmt", _check_fp8("DelayedScaling", self.fmt))
+        if self.history_len < 1:
+            raise ValueError(f"DelayedScaling.history_len must be >= 1, got {self.history_len}")
+        if self.amax_compute not in ("max", "most_recent"):
+            raise ValueError(
+                f"DelayedScaling.amax_compute must be 'max' or 'most_recent', got {self.amax_compute!r}"
+            )
+
+    @property
+    def kind(self) -> str:
+        return "delayed"
+
+    def describe(self) -> str:
+        return (
+            f"{self.fmt.name} per-tensor delayed (history {self.history_len}, "
+            f"{self.amax_compute}, margin {self.margin})"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RowScaling:
+    """One FP32 scale per row: amax over the quantization axis only."""
+
+    fmt: ElementFormat = formats.E4M3
+
+    def __post_init__(self):
+        object.__setattr__(self, "fmt", _check_fp8("RowScaling", self.fmt))
+
+    @property
+    def kind(self) -> str:
+        return "row"
+
+    def describe(self) -> str:
+        return f"{self.fmt.name} per-row"
+
+
+@dataclasses.dataclass(frozen=True)
+class TileScaling:
+    """DeepSeek-V3 tiles: ``tile=(tr, tc)``, tc along the quantization axis, tr along the row axis.
+
+    The row axis is the last axis that is not the quantization axis. (1, 128) is the activation /
+    gradient tiling, (128, 128) the weight blocking. FP32 scales, optionally powers of two.
+    """
+
+    fmt: ElementFormat = formats.E4M3
+    tile: tuple[int, int] = (1, 128)
+    power_of_two: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "fmt", _check_fp8("TileScaling", self.fmt))
+        tile = tuple(int(t) for t in self.tile)
+        if len(tile) != 2 or min(tile) < 1:
+            raise ValueError(f"TileScaling.tile must be two positive ints, got {self.tile!r}")
+        object.__setattr__(self, "tile", tile)
+
+    @property
+    def kind(self) -> str:
+        return "tile"
+
+    @property
+    def block(self) -> int:
+        return self.tile[1]
+
+    def describe(self) -> str:
+        p2 = ", pow2" if self.power_of_two else ""
+        return f"{self.fmt.name} {self.tile[0]}x{self.tile[1]} tiles{p2}"
+
+
+@dataclasses.dataclass(frozen=True)
+class MXScaling:
+    """OCP MX: one E8M0 scale per ``block`` elements along the axis.
+
+    ``scale_rule="rceil"`` (NVIDIA, default): smallest 2**e with amax / 2**e <= max_finite.
+    ``scale_rule="floor"`` (OCP v1.0): 2**(floor(log2 amax) - emax_elem); may saturate.
+    """
+
+    fmt: ElementFormat = formats.E4M3
+    block: int = 32
+    scale_rule: Literal["rceil", "floor"] = "rceil"
+
+    def __post_init__(self):
+        object.__setattr__(self, "fmt", formats.element_format(self.fmt))
+        if self.scale_rule not in ("rceil", "floor"):
+            raise ValueError(f"MXScaling.scale_rule must be 'rceil' or 'floor', got {self.scale_rule!r}")
+        if self.block < 1 or (self.fmt.bits == 4 and self.block % 2) or (self.fmt.bits == 6 and self.block % 4):
+            raise ValueError(f"MXScaling.block={self.block} is invalid for {self.fmt!r}")
+
+    @property
+    def kind(self) -> str:
+        return "mx"
+
+    def describe(self) -> str:
+        return f"MX {self.fmt.name} /{self.block} E8M0 {self.scale_rule}"
+
+
+@dataclasses.dataclass(frozen=True)
+class NVFP4Scaling:
+    """NVFP4: E2M1 elements, an E4M3 scale per 16, an FP32 tensor scale amax / (6 * 448)."""
+
+    block: int = 16
+
+    @property
+    def fmt(self) -> ElementFormat:
+        return formats.E2M1
+
+    @property
+    def kind(self) -> str:
+        return "nvfp4"
+
+    def describe(self) -> str:
+        return f"NVFP4 e2m1 /{self.block} E4M3 + FP32 tensor scale"
+
+
+ScalingSpec = Union[TensorScaling, DelayedScaling, RowScaling, TileScaling, MXScaling, NVFP4Scaling]
+
+
+# ----------------------------------------------------------------------------- exact scale rules
+
+
+def floor_log2(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Exact ``(floor(log2 a), a / 2**floor(log2 a))`` for finite positive FP32 ``a``.
+
+    Reads the FP32 exponent and significand bits; FP32 subnormals get their true exponent.
+    Returns int32 exponent and the significand's 23 fraction bits (int32) for exact comparisons.
+    """
+    bits = jax.lax.bitcast_convert_type(a.astype(jnp.float32), jnp.int32)
+    biased = (bits >> 23) & 0xFF
+    frac = bits & 0x7FFFFF
+    # Subnormal: value = frac * 2**-149; normalise the leading one into bit 23.
+    lz = jax.lax.clz(frac) - 8  # leading zeros within the 23-bit field + 1 for the hidden bit
+    sub_exp = -126 - lz
+    sub_frac = (frac << lz) & 0x7FFFFF
+    is_sub = biased == 0
+    exp = jnp.where(is_sub, sub_exp, biased - 127)
+    frac = jnp.where(is_sub, sub_frac, frac)
+    return exp.astype(jnp.int32), frac.astype(jnp.int32)
+
+
+def mx_exponent(amax: jax.Array, fmt: ElementFormat, rule: str, lo: int = -127, hi: int = 127) -> jax.Array:
+    """The exponent e of the power-of-two scale 2**e for a group with positive finite ``amax``.
+
+    floor: e = floor(log2 amax) - emax.  rceil: + 1 when amax's significand exceeds
+    max_finite's, i.e. the smallest e with amax / 2**e <= max_finite. Clamped to [lo, hi].
+    """
+    exp, frac = floor_log2(amax)
+    e = exp - fmt.emax
+    if rule == "rceil":
+        max_frac = int(round((fmt.max_mantissa - 1.0) * 2**23))
+        e = e + (frac > max_frac).astype(jnp.int32)
+    elif rule != "floor":
+        raise ValueError(f"unknown scale rule {rule!r}")
+    return jnp.clip(e, lo, hi)
+
+
+def exp2_int(e: jax.Array) -> jax.Array:
+    """2.0**e as FP32 for int32 e in [-126, 127], built from bits (exact, no transcendental)."""
+    return jax.lax.bitcast_convert_type(((e + 127) << 23).astype(jnp.int32), jnp.float32)
+
+
+# ----------------------------------------------------------------------------- delayed scaling
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DelayedScalingState:
+    """Explicit delayed-scaling state.
+
+    amax_history: float32 (history_len,), index 0 = most recent.
+    scale: float32 (), the dequantization multiplier used by the *next* quantization.
+    """
+
+    amax_history: jax.Array
+    scale: jax.Array
+
+    @classmethod
+    def init(cls, spec: DelayedScaling) -> "DelayedScalingState":
+        return cls(
+            amax_history=jnp.zeros((spec.history_len,), jnp.float32),
+            scale=jnp.ones((), jnp.float32),
+        )
+
+
+def update_delayed_state(state: DelayedScalingState, amax: jax.Array, spec: DelayedScaling) -> DelayedScalingState:
+    """Pushes ``amax`` (the amax of the tensor just quantized) and recomputes the scale.
+
+    history = roll(history, 1); history[0] = amax; ref = max(history) or history[0];
+    scale = (ref / max_finite) * 2**margin, kept unchanged when ref is 0 or not finite.
+    """
+    amax = jnp.asarray(amax, jnp.float32).reshape(())
+    history = jnp.roll(state.amax_history, 1).at[0].set(amax)
+    ref = jnp.max(history) if spec.amax_compute == "max" else history[0]
+    new_scale = (ref / jnp.float32(spec.fmt.max_finite)) * jnp.float32(2.0**spec.margin)
+    ok = jnp.isfinite(ref) & (ref > 0)
+    return DelayedScalingState(amax_history=history, scale=jnp.where(ok, new_scale, state.scale))

@@ -1,0 +1,7 @@
+"""Independent numpy + ml_dtypes reference of the mxprec numerics contract (docs/numerics.md).
+
+Imports nothing from mxprec and nothing from jax.
+"""
+
+from .quantizers import *  # noqa: F401,F403
+from .quantizers import __all__  # noqa: F401
