@@ -14,3 +14,8 @@ from mxprec.scaling import (
 )
 
 __version__ = "0.1.0"
+
+from mxprec import recipes  # noqa: E402
+from mxprec.dot_general import DotGeneralState, dot_general  # noqa: E402
+from mxprec.recipes import Recipe  # noqa: E402
+from mxprec.kernels import scaled_gemm  # noqa: E402

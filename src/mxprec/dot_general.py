@@ -1,0 +1,284 @@
+"""``mxprec.dot_general``: a drop-in for ``lax.dot_general`` that runs a recipe's three GEMMs.
+
+Any ``dimension_numbers`` are canonicalized to one batched GEMM ``(B, M, K) · (B, K, N)``
+(batch dims, then free dims, then contracting dims in the order ``dimension_numbers`` gives
+them; the transposes are identities for the usual ``x @ W`` layouts). A ``jax.custom_vjp`` then
+runs
+
+* Fprop ``Y  = Q(X) · Q(W)``     (X along K, W along K),
+* Dgrad ``dX = Q(dY) · Q(W)ᵀ``   (dY along N, W along N),
+* Wgrad ``dW = Q(X)ᵀ · Q(dY)``   (X along M, dY along M),
+
+each operand quantized from its *wide* source along that GEMM's contraction axis, all through
+:func:`mxprec.kernels.scaled_gemm` with FP32 accumulation.
+
+Delayed scaling: pass ``state=DotGeneralState`` (see :meth:`DotGeneralState.init`). The forward
+uses the scales in ``state``; the backward returns the *updated* state as the cotangent of
+``state`` (the Flax ``_overwrite_with_gradient`` convention). State leaves travel in Flax's
+``fp32_max_grad`` dtype, so when one layer is used several times in a step (scan over layers,
+gradient accumulation) the per-use updates combine by ``max``, not by sum.
+
+Remat: the output is tagged ``checkpoint_name(y, "mxprec_gemm")``; see
+:func:`mxprec.training.remat_policy`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from flax.linen.fp8_ops import fp32_max_grad
+from jax import lax
+from jax.ad_checkpoint import checkpoint_name
+
+from mxprec import kernels
+from mxprec.quantize import QTensor, quantize
+from mxprec.recipes import Recipe, get as get_recipe
+from mxprec.scaling import DelayedScaling, DelayedScalingState, TensorScaling, update_delayed_state
+
+__all__ = ["dot_general", "DotGeneralState", "canonicalize", "CHECKPOINT_NAME"]
+
+CHECKPOINT_NAME = "mxprec_gemm"
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DotGeneralState:
+    """Delayed-scaling state of X (``lhs``), W (``rhs``) and dY (``grad``); None where unused."""
+
+    lhs: Optional[DelayedScalingState] = None
+    rhs: Optional[DelayedScalingState] = None
+    grad: Optional[DelayedScalingState] = None
+
+    @classmethod
+    def init(cls, recipe: Recipe) -> Optional["DotGeneralState"]:
+        """Fresh state for ``recipe`` (zeros history, scale 1), or None for stateless recipes."""
+        if not recipe.is_delayed:
+            return None
+        parts = {}
+        for t in ("lhs", "rhs", "grad"):
+            spec = recipe.delayed_spec(t)
+            parts[t] = DelayedScalingState.init(spec) if spec is not None else None
+        return cls(**parts)
+
+
+class Canonical(NamedTuple):
+    lhs_perm: tuple
+    rhs_perm: tuple
+    B: int
+    M: int
+    K: int
+    N: int
+    out_shape: tuple
+
+
+def canonicalize(lhs_shape, rhs_shape, dimension_numbers) -> Canonical:
+    """Validates ``dimension_numbers`` and returns the permutations to (B, M, K) / (B, K, N)."""
+    try:
+        (lc, rc), (lb, rb) = dimension_numbers
+        lc, rc, lb, rb = (tuple(int(d) for d in ds) for ds in (lc, rc, lb, rb))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"dot_general: malformed dimension_numbers {dimension_numbers!r}") from e
+    ln, rn = len(lhs_shape), len(rhs_shape)
+    desc = f"lhs {tuple(lhs_shape)}, rhs {tuple(rhs_shape)}, dimension_numbers {dimension_numbers}"
+    for dims, n, what in ((lc + lb, ln, "lhs"), (rc + rb, rn, "rhs")):
+        if any(not 0 <= d < n for d in dims) or len(set(dims)) != len(dims):
+            raise ValueError(f"dot_general: {what} dims out of range or repeated: {desc}")
+    if len(lc) != len(rc) or len(lb) != len(rb):
+        raise ValueError(f"dot_general: contracting/batch dims differ in count: {desc}")
+    for a, b in zip(lc, rc):
+        if lhs_shape[a] != rhs_shape[b]:
+            raise ValueError(
+                f"dot_general: contracting sizes differ (lhs dim {a} = {lhs_shape[a]}, "
+                f"rhs dim {b} = {rhs_shape[b]}): {desc}"
+            )
+    for a, b in zip(lb, rb):
+        if lhs_shape[a] != rhs_shape[b]:
+            raise ValueError(f"dot_general: batch sizes differ (lhs dim {a}, rhs dim {b}): {desc}")
+    lf = tuple(d for d in range(ln) if d not in lc and d not in lb)
+    rf = tuple(d for d in range(rn) if d not in rc and d not in rb)
+    size = lambda shape, dims: math.prod(shape[d] for d in dims)  # noqa: E731
+    out_shape = tuple(lhs_shape[d] for d in lb + lf) + tuple(rhs_shape[d] for d in rf)
+    return Canonical(
+        lhs_perm=lb + lf + lc,
+        rhs_perm=rb + rc + rf,
+        B=size(lhs_shape, lb),
+        M=size(lhs_shape, lf),
+        K=size(lhs_shape, lc),
+        N=size(rhs_shape, rf),
+        out_shape=out_shape,
+    )
+
+
+# ----------------------------------------------------------------------------- the custom_vjp
+
+
+class _Meta(NamedTuple):
+    recipe: Recipe
+    out_dtype: Any
+    backend: str
+    x_dtype: Any
+    w_dtype: Any
+
+
+def _to_f32(tree):
+    return jax.tree.map(lambda v: lax.convert_element_type(v, jnp.float32), tree)
+
+
+def _to_max_grad(tree):
+    return jax.tree.map(lambda v: lax.convert_element_type(v, fp32_max_grad), tree)
+
+
+def _q(t, spec, axis, recipe: Recipe, state: Optional[DelayedScalingState] = None, key=None):
+    """Quantize ``t`` along ``axis`` per ``spec``; an unquantized role is cast to compute_dtype."""
+    if spec is None:
+        return t if recipe.compute_dtype is None else t.astype(recipe.compute_dtype)
+    if isinstance(spec, DelayedScaling):
+        return quantize(t, spec, axis=axis, state=state)
+    return quantize(t, spec, axis=axis, key=key)
+
+
+def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None):
+    """Per-tensor scaled copies are layout-free: reuse the other GEMM's copy instead of requantizing."""
+    if (
+        isinstance(q_prev, QTensor)
+        and spec == q_prev.spec
+        and isinstance(spec, (TensorScaling, DelayedScaling))
+        and key is None
+    ):
+        return dataclasses.replace(q_prev, axis=axis)
+    return _q(src, spec, axis, recipe, state, key)
+
+
+def _grad_keys(recipe: Recipe, g):
+    """Stochastic-rounding keys for dY, derived from dY's bits (deterministic, varies per step)."""
+    if not recipe.stochastic_grad_rounding:
+        return None, None
+    h = jnp.sum(lax.bitcast_convert_type(g.astype(jnp.float32), jnp.uint32), dtype=jnp.uint32)
+    base = jax.random.key(h)
+    return jax.random.fold_in(base, 1), jax.random.fold_in(base, 2)
+
+
+def _fwd(meta: _Meta, x, w, state):
+    r = meta.recipe
+    st = _to_f32(state)
+    qx = _q(x, r.fprop_lhs, 2, r, st.lhs if st else None)
+    qw = _q(w, r.fprop_rhs, 1, r, st.rhs if st else None)
+    y = kernels.scaled_gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=meta.out_dtype, backend=meta.backend)
+    if r.residuals == "quantized":
+        rx = _reuse_or_quantize(x, qx, r.wgrad_lhs, 1, r, st.lhs if st else None)
+        rw = _reuse_or_quantize(w, qw, r.dgrad_rhs, 2, r, st.rhs if st else None)
+    else:
+        rx, rw = x, w
+    amax = None
+    if state is not None:
+        amax = (jnp.max(jnp.abs(x)).astype(jnp.float32), jnp.max(jnp.abs(w)).astype(jnp.float32))
+    return y, (rx, rw, amax, st)
+
+
+def _bwd(meta: _Meta, res, g):
+    r = meta.recipe
+    rx, rw, amax, st = res
+    k_dgrad, k_wgrad = _grad_keys(r, g)
+    st_g = st.grad if st else None
+    qg_d = _q(g, r.dgrad_grad, 2, r, st_g, k_dgrad)
+    qw_d = rw if r.residuals == "quantized" else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None)
+    dx = kernels.scaled_gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=meta.backend)
+    qx_w = rx if r.residuals == "quantized" else _q(rx, r.wgrad_lhs, 1, r, st.lhs if st else None)
+    qg_w = _reuse_or_quantize(g, qg_d, r.wgrad_grad, 1, r, st_g, k_wgrad)
+    dw = kernels.scaled_gemm(qx_w, qg_w, lhs_contract=1, rhs_contract=1, out_dtype=meta.w_dtype, backend=meta.backend)
+    ct_state = None
+    if st is not None:
+        amax_g = jnp.max(jnp.abs(g)).astype(jnp.float32)
+        new = {}
+        for name, a in (("lhs", amax[0]), ("rhs", amax[1]), ("grad", amax_g)):
+            sub = getattr(st, name)
+            new[name] = None if sub is None else update_delayed_state(sub, a, r.delayed_spec(name))
+        ct_state = _to_max_grad(DotGeneralState(**new))
+    return dx, dw, ct_state
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _gemm(meta: _Meta, x, w, state):
+    return _fwd(meta, x, w, state)[0]
+
+
+_gemm.defvjp(_fwd, _bwd)
+
+
+# ----------------------------------------------------------------------------- public op
+
+
+def _check_blocks(recipe: Recipe, c: Canonical, desc: str) -> None:
+    """Fprop contraction/tile divisibility, checked before anything runs."""
+    for role, size, rows in (("fprop_lhs", c.K, c.M), ("fprop_rhs", c.K, c.N)):
+        spec = recipe.spec(role)
+        block = getattr(spec, "block", None) if spec is not None and spec.kind in ("mx", "nvfp4", "tile") else None
+        if block and size % block:
+            raise ValueError(
+                f"dot_general: recipe {recipe.name!r} {role} ({spec.describe()}) needs the contraction "
+                f"size K={size} to be a multiple of {block}: {desc}"
+            )
+        tr = spec.tile[0] if spec is not None and spec.kind == "tile" else 1
+        if tr > 1 and rows % tr:
+            raise ValueError(
+                f"dot_general: recipe {recipe.name!r} {role} ({spec.describe()}) needs the non-contracted "
+                f"size {rows} to be a multiple of {tr}: {desc}"
+            )
+
+
+def dot_general(
+    lhs: jax.Array,
+    rhs: jax.Array,
+    dimension_numbers,
+    precision=None,
+    preferred_element_type=None,
+    *,
+    recipe: Recipe | str,
+    state: Optional[DotGeneralState] = None,
+) -> jax.Array:
+    """Drop-in ``lax.dot_general`` whose GEMMs follow ``recipe`` (see module docstring).
+
+    Args:
+      lhs, rhs: float32 / bfloat16 / float16 arrays (X and W).
+      dimension_numbers: as for ``lax.dot_general``.
+      precision: accepted for signature compatibility; the recipe decides the numerics.
+      preferred_element_type: output dtype (else the recipe's output dtype, else lhs.dtype).
+      recipe: a Recipe or a preset name.
+      state: DotGeneralState for delayed-scaling recipes (required for them).
+
+    Returns:
+      ``lax.dot_general``'s output shape: batch dims, lhs free dims, rhs free dims.
+    """
+    recipe = get_recipe(recipe)
+    for name, t in (("lhs", lhs), ("rhs", rhs)):
+        if not jnp.issubdtype(jnp.result_type(t), jnp.floating):
+            raise TypeError(f"dot_general: {name} must be floating, got {jnp.result_type(t)} {jnp.shape(t)}")
+    c = canonicalize(lhs.shape, rhs.shape, dimension_numbers)
+    out_dtype = preferred_element_type or recipe.output_dtype or lhs.dtype
+
+    if not recipe.quantized:
+        # Nothing to quantize: XLA's own dot (and JAX's own transpose rules) are the exact answer.
+        cd = recipe.compute_dtype
+        l, r_ = (lhs, rhs) if cd is None else (lhs.astype(cd), rhs.astype(cd))
+        y = lax.dot_general(l, r_, dimension_numbers, precision=precision, preferred_element_type=jnp.float32)
+        return checkpoint_name(y.astype(out_dtype), CHECKPOINT_NAME)
+
+    desc = f"lhs {lhs.dtype}{tuple(lhs.shape)}, rhs {rhs.dtype}{tuple(rhs.shape)}, dimension_numbers {dimension_numbers}"
+    _check_blocks(recipe, c, desc)
+    if recipe.is_delayed and state is None:
+        raise ValueError(
+            f"dot_general: recipe {recipe.name!r} uses delayed scaling and needs "
+            "state=DotGeneralState.init(recipe) (Flax modules from recipe.dot_general_cls() manage it)"
+        )
+    backend = kernels.resolve_backend(recipe.backend)
+    x = jnp.transpose(lhs, c.lhs_perm).reshape(c.B, c.M, c.K)
+    w = jnp.transpose(rhs, c.rhs_perm).reshape(c.B, c.K, c.N)
+    meta = _Meta(recipe, jnp.dtype(out_dtype), backend, jnp.dtype(lhs.dtype), jnp.dtype(rhs.dtype))
+    st = _to_max_grad(state) if state is not None else None
+    y = _gemm(meta, x, w, st)
+    return checkpoint_name(y.reshape(c.out_shape), CHECKPOINT_NAME)

@@ -1,0 +1,58 @@
+"""Flax NNX: a stateless ``dot_general`` callable and a module carrying delayed-scaling state.
+
+Stateless recipes: ``nnx.Linear(..., dot_general=recipe.dot_general())``.
+Delayed scaling: ``nnx.Linear(..., dot_general=DelayedDotGeneral(recipe))``; its state lives in
+``OverwriteWithGradient`` variables, which the training step overwrites with their gradient.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from flax import nnx
+
+from mxprec.dot_general import DotGeneralState, dot_general
+from mxprec.recipes import Recipe
+from mxprec.scaling import DelayedScalingState
+
+
+def stateless_dot_general(recipe: Recipe):
+    """``functools.partial(mxprec.dot_general, recipe=recipe)``; rejects delayed recipes."""
+    if recipe.is_delayed:
+        raise ValueError(
+            f"recipe {recipe.name!r} uses delayed scaling and needs state: use "
+            "mxprec.flax.DelayedDotGeneral(recipe) (NNX) or recipe.dot_general_cls() (linen)"
+        )
+    return functools.partial(dot_general, recipe=recipe)
+
+
+class OverwriteWithGradient(nnx.Variable):
+    """State whose 'gradient' is its new value (delayed-scaling amax history and scale)."""
+
+
+class DelayedDotGeneral(nnx.Module):
+    """An NNX module with ``lax.dot_general``'s call signature and delayed-scaling state."""
+
+    def __init__(self, recipe: Recipe):
+        self.recipe = recipe
+        init = DotGeneralState.init(recipe)
+        if init is None:
+            raise ValueError(f"recipe {recipe.name!r} has no delayed scaling; use recipe.dot_general()")
+        for t in ("lhs", "rhs", "grad"):
+            sub = getattr(init, t)
+            setattr(self, f"{t}_amax_history", OverwriteWithGradient(sub.amax_history) if sub else None)
+            setattr(self, f"{t}_scale", OverwriteWithGradient(sub.scale) if sub else None)
+
+    def state(self) -> DotGeneralState:
+        parts = {}
+        for t in ("lhs", "rhs", "grad"):
+            h = getattr(self, f"{t}_amax_history")
+            parts[t] = None if h is None else DelayedScalingState(
+                amax_history=h[...], scale=getattr(self, f"{t}_scale")[...])
+        return DotGeneralState(**parts)
+
+    def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+        return dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type,
+                           recipe=self.recipe, state=self.state())
+
+

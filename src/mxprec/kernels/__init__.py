@@ -1,0 +1,55 @@
+"""Kernel ops and backend choice. One module per op: ``scaled_gemm`` (and its FFI lowering in ``ffi``).
+
+Backend choice is an argument, never an environment variable:
+
+* ``"xla"`` — the exact pure-XLA formulation (see scaled_gemm's docstring).
+* ``"ffi"`` — the ``mxprec_scaled_gemm`` custom call; raises if no native library serves this
+  platform.
+* ``"auto"`` — ``"ffi"`` when a native library is loaded for the current platform, otherwise the
+  exact XLA path (never a silent downgrade of precision: both compute the same quantized GEMM).
+"""
+
+from __future__ import annotations
+
+import jax
+
+from mxprec.kernels.scaled_gemm import reference_scaled_gemm, scaled_gemm
+
+__all__ = ["scaled_gemm", "reference_scaled_gemm", "resolve_backend", "backend_report", "ffi_available"]
+
+
+def ffi_available(platform: str | None = None) -> bool:
+    """Whether mxprec's native custom calls are registered for ``platform`` (default: current)."""
+    try:
+        from mxprec.kernels import ffi
+    except ImportError:
+        return False
+    return ffi.available(platform or jax.default_backend())
+
+
+def resolve_backend(backend: str) -> str:
+    """Maps ``"auto"`` to ``"ffi"`` or ``"xla"``; validates the others."""
+    if backend == "auto":
+        return "ffi" if ffi_available() else "xla"
+    if backend == "ffi":
+        from mxprec.kernels import ffi
+
+        ffi.require(jax.default_backend())
+        return "ffi"
+    if backend == "xla":
+        return "xla"
+    raise ValueError(f"backend must be 'auto', 'xla' or 'ffi', got {backend!r}")
+
+
+def backend_report(recipe) -> str:
+    """Which backend the recipe's GEMMs run on here, and why."""
+    platform = jax.default_backend()
+    if not recipe.quantized:
+        return f"backend: xla dot_general (no quantized operand) on {platform}"
+    if recipe.backend == "xla":
+        return f"backend: xla (requested) on {platform}"
+    if ffi_available(platform):
+        return f"backend: ffi (mxprec_scaled_gemm custom call) on {platform}"
+    if recipe.backend == "ffi":
+        return f"backend: ffi requested but no mxprec native library for {platform} (will raise)"
+    return f"backend: xla exact reference on {platform} (auto: no mxprec native library for {platform})"

@@ -1,0 +1,137 @@
+"""The one GEMM op every recipe runs: a batched GEMM of two (optionally) quantized operands.
+
+Operands are 3-D: ``lhs`` is ``(B, M, K)`` (``lhs_contract=2``) or ``(B, K, M)``
+(``lhs_contract=1``); ``rhs`` is ``(B, K, N)`` (``rhs_contract=1``) or ``(B, N, K)``
+(``rhs_contract=2``). Each is a :class:`~mxprec.QTensor` quantized along its contraction axis, or
+a plain array (an unquantized operand, already in its compute dtype). The result is
+``(B, M, N)`` in ``out_dtype``, accumulated in FP32.
+
+Mathematically equivalent to::
+
+    a = dequantize(lhs, float32); b = dequantize(rhs, float32)
+    out = lax.dot_general(a, b, (((lhs_contract,), (rhs_contract,)), ((0,), (0,))),
+                          precision=HIGHEST, preferred_element_type=float32).astype(out_dtype)
+
+which :func:`reference_scaled_gemm` implements; it is the oracle for every backend. Backends:
+
+* ``"xla"``: exact XLA formulations. Per-tensor / per-row FP8 operands (scales constant along K)
+  run XLA's native FP8 dot (cuBLASLt on GPU) with the scales applied to the FP32 result; block-
+  and tile-scaled operands are dequantized (FP32 on CPU; BF16 on GPU, exact for every element
+  format unless a scaled value falls below 2**-126) and run a wide dot with FP32 accumulation.
+* ``"ffi"``: the ``mxprec_scaled_gemm`` custom call (native kernels; mxprec.kernels.ffi).
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from mxprec.quantize import QTensor, dequantize, scale_as_f32
+from mxprec.scaling import DelayedScaling, RowScaling, TensorScaling
+
+__all__ = ["scaled_gemm", "reference_scaled_gemm", "Operand"]
+
+Operand = Union[QTensor, jax.Array]
+_CONSTANT_ALONG_K = (TensorScaling, DelayedScaling, RowScaling)
+
+
+def _dims(lhs_contract: int, rhs_contract: int):
+    return (((lhs_contract,), (rhs_contract,)), ((0,), (0,)))
+
+
+def _check(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int) -> None:
+    for name, op, c in (("lhs", lhs, lhs_contract), ("rhs", rhs, rhs_contract)):
+        if c not in (1, 2):
+            raise ValueError(f"scaled_gemm: {name}_contract must be 1 or 2, got {c}")
+        shape = op.shape
+        if len(shape) != 3:
+            raise ValueError(f"scaled_gemm: {name} must be 3-D (B, rows, cols), got shape {shape}")
+        if isinstance(op, QTensor) and op.axis != c:
+            raise ValueError(
+                f"scaled_gemm: {name} is quantized along axis {op.axis} but contracts axis {c}"
+            )
+    if lhs.shape[0] != rhs.shape[0] or lhs.shape[lhs_contract] != rhs.shape[rhs_contract]:
+        raise ValueError(
+            f"scaled_gemm: lhs {lhs.shape} (contract {lhs_contract}) and rhs {rhs.shape} "
+            f"(contract {rhs_contract}) disagree on B or K"
+        )
+
+
+def _wide(op: Operand, dtype) -> jax.Array:
+    return dequantize(op, dtype) if isinstance(op, QTensor) else op.astype(dtype)
+
+
+def reference_scaled_gemm(lhs: Operand, rhs: Operand, *, lhs_contract: int, rhs_contract: int, out_dtype) -> jax.Array:
+    """The oracle: dequantize both operands to FP32, FP32 dot at HIGHEST precision."""
+    _check(lhs, rhs, lhs_contract, rhs_contract)
+    out = lax.dot_general(
+        _wide(lhs, jnp.float32),
+        _wide(rhs, jnp.float32),
+        _dims(lhs_contract, rhs_contract),
+        precision=lax.Precision.HIGHEST,
+        preferred_element_type=jnp.float32,
+    )
+    return out.astype(out_dtype)
+
+
+def _row_scale_for_output(q: QTensor, contract: int, is_lhs: bool) -> jax.Array:
+    """Per-tensor / per-row scale of an operand, shaped to broadcast over the (B, M, N) output."""
+    s = scale_as_f32(q)
+    if s.ndim == 0:
+        return s
+    # Row scales have shape[contract] == 1; move the kept (free) axis into the output position.
+    s = jnp.squeeze(s, axis=contract)  # (B, free)
+    return s[:, :, None] if is_lhs else s[:, None, :]
+
+
+def _xla_scaled_gemm(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype) -> jax.Array:
+    dims = _dims(lhs_contract, rhs_contract)
+    both_q = isinstance(lhs, QTensor) and isinstance(rhs, QTensor)
+    if both_q and isinstance(lhs.spec, _CONSTANT_ALONG_K) and isinstance(rhs.spec, _CONSTANT_ALONG_K):
+        # Scales are constant along K: factor them out of the sum, run the native FP8 dot.
+        acc = lax.dot_general(lhs.data, rhs.data, dims, preferred_element_type=jnp.float32)
+        acc = acc * _row_scale_for_output(lhs, lhs_contract, True)
+        acc = acc * _row_scale_for_output(rhs, rhs_contract, False)
+        return acc.astype(out_dtype)
+    if not isinstance(lhs, QTensor) and not isinstance(rhs, QTensor):
+        return lax.dot_general(lhs, rhs, dims, preferred_element_type=jnp.float32).astype(out_dtype)
+    wide = jnp.bfloat16 if jax.default_backend() == "gpu" else jnp.float32
+    precision = None if wide == jnp.bfloat16 else lax.Precision.HIGHEST
+    out = lax.dot_general(
+        _wide(lhs, wide), _wide(rhs, wide), dims, precision=precision, preferred_element_type=jnp.float32
+    )
+    return out.astype(out_dtype)
+
+
+def scaled_gemm(
+    lhs: Operand,
+    rhs: Operand,
+    *,
+    lhs_contract: int = 2,
+    rhs_contract: int = 1,
+    out_dtype=jnp.bfloat16,
+    backend: str = "xla",
+) -> jax.Array:
+    """Batched GEMM of (quantized) operands with FP32 accumulation; see the module docstring.
+
+    Args:
+      lhs: ``(B, M, K)`` or ``(B, K, M)`` QTensor / array.
+      rhs: ``(B, K, N)`` or ``(B, N, K)`` QTensor / array.
+      lhs_contract, rhs_contract: the contraction axis of each operand (1 or 2).
+      out_dtype: result dtype.
+      backend: ``"xla"`` or ``"ffi"`` (resolve ``"auto"`` with :func:`mxprec.kernels.resolve_backend`).
+
+    Returns:
+      ``(B, M, N)`` array of ``out_dtype``.
+    """
+    _check(lhs, rhs, lhs_contract, rhs_contract)
+    if backend == "xla":
+        return _xla_scaled_gemm(lhs, rhs, lhs_contract, rhs_contract, out_dtype)
+    if backend == "ffi":
+        from mxprec.kernels import ffi
+
+        return ffi.scaled_gemm(lhs, rhs, lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype)
+    raise ValueError(f"scaled_gemm: backend must be 'xla' or 'ffi', got {backend!r}")

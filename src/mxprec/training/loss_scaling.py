@@ -1,0 +1,167 @@
+"""Loss scaling for FP16 training (dynamic) and a static / no-op scale for BF16.
+
+Usage per optimizer step (one accumulation cycle of M micro-batches)::
+
+    grads_scaled = sum_i grad(scale_loss(loss_i, ls))   # same ``ls`` for every micro-batch
+    grads = unscale_grads(grads_scaled, ls)             # once per cycle
+    finite = all_finite(grads)
+    new_params, new_opt = optimizer_step(params, opt_state, grads)
+    params, opt_state = masked_update(finite, (new_params, new_opt), (params, opt_state))
+    ls = update(ls, finite)                             # once per cycle
+
+The scale is fixed across the accumulation cycle; :func:`update` is called once per cycle.
+On overflow the step is skipped (parameters and optimizer state kept) and the scale is
+multiplied by ``backoff_factor``; after ``growth_interval`` consecutive finite cycles it is
+multiplied by ``growth_factor`` (clamped to ``[min_scale, max_scale]``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+__all__ = [
+    "DynamicLossScale",
+    "StaticLossScale",
+    "NoOpLossScale",
+    "LossScale",
+    "scale_loss",
+    "unscale_grads",
+    "all_finite",
+    "update",
+    "masked_update",
+]
+
+
+@struct.dataclass(kw_only=True)
+class DynamicLossScale:
+    """Dynamic loss-scale state (a pytree; ``scale`` float32 ``()``, ``good_steps`` int32 ``()``).
+
+    Build with :meth:`create`. Static fields are hyper-parameters (not traced).
+    """
+
+    scale: jax.Array
+    good_steps: jax.Array
+    growth_interval: int = struct.field(pytree_node=False, default=2000)
+    growth_factor: float = struct.field(pytree_node=False, default=2.0)
+    backoff_factor: float = struct.field(pytree_node=False, default=0.5)
+    min_scale: float = struct.field(pytree_node=False, default=1.0)
+    max_scale: float = struct.field(pytree_node=False, default=float(2**24))
+
+    def __post_init__(self) -> None:
+        if int(self.growth_interval) != self.growth_interval or self.growth_interval < 1:
+            raise ValueError(f"growth_interval must be a positive integer, got {self.growth_interval}")
+        if not self.growth_factor >= 1.0:
+            raise ValueError(f"growth_factor must be >= 1, got {self.growth_factor}")
+        if not 0.0 < self.backoff_factor <= 1.0:
+            raise ValueError(f"backoff_factor must be in (0, 1], got {self.backoff_factor}")
+        if not 0.0 < self.min_scale <= self.max_scale:
+            raise ValueError(f"need 0 < min_scale <= max_scale, got {self.min_scale}, {self.max_scale}")
+
+    @classmethod
+    def create(
+        cls,
+        initial_scale: float = float(2**15),
+        *,
+        growth_interval: int = 2000,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        min_scale: float = 1.0,
+        max_scale: float = float(2**24),
+    ) -> "DynamicLossScale":
+        """Fresh state with ``scale = initial_scale`` and ``good_steps = 0``."""
+        if not min_scale <= initial_scale <= max_scale:
+            raise ValueError(
+                f"initial_scale={initial_scale} must lie in [min_scale={min_scale}, max_scale={max_scale}]"
+            )
+        return cls(
+            scale=jnp.asarray(initial_scale, jnp.float32),
+            good_steps=jnp.asarray(0, jnp.int32),
+            growth_interval=growth_interval,
+            growth_factor=float(growth_factor),
+            backoff_factor=float(backoff_factor),
+            min_scale=float(min_scale),
+            max_scale=float(max_scale),
+        )
+
+    def update(self, finite: jax.Array) -> "DynamicLossScale":
+        """New state after one cycle; ``finite`` is a bool ``()`` (see :func:`all_finite`)."""
+        finite = jnp.asarray(finite, jnp.bool_)
+        next_good = self.good_steps + jnp.int32(1)
+        grow = jnp.logical_and(finite, next_good >= jnp.int32(self.growth_interval))
+        grown = jnp.minimum(self.scale * jnp.float32(self.growth_factor), jnp.float32(self.max_scale))
+        backed = jnp.maximum(self.scale * jnp.float32(self.backoff_factor), jnp.float32(self.min_scale))
+        scale = jnp.where(finite, jnp.where(grow, grown, self.scale), backed)
+        good = jnp.where(jnp.logical_and(finite, jnp.logical_not(grow)), next_good, jnp.int32(0))
+        return self.replace(scale=scale, good_steps=good)
+
+
+@struct.dataclass(kw_only=True)
+class StaticLossScale:
+    """Fixed loss scale (``scale`` float32 ``()``); :meth:`update` is the identity."""
+
+    scale: jax.Array
+
+    @classmethod
+    def create(cls, scale: float = 1.0) -> "StaticLossScale":
+        if not scale > 0.0:
+            raise ValueError(f"scale must be > 0, got {scale}")
+        return cls(scale=jnp.asarray(scale, jnp.float32))
+
+    def update(self, finite: jax.Array) -> "StaticLossScale":
+        del finite
+        return self
+
+
+def NoOpLossScale() -> StaticLossScale:
+    """Scale of 1 (BF16 training): scaling and unscaling are exact no-ops."""
+    return StaticLossScale.create(1.0)
+
+
+LossScale = Union[DynamicLossScale, StaticLossScale]
+
+
+def scale_loss(loss: jax.Array, ls: LossScale) -> jax.Array:
+    """``float32(loss) * ls.scale`` (float32, shape of ``loss``)."""
+    return jnp.asarray(loss).astype(jnp.float32) * ls.scale
+
+
+def unscale_grads(grads: Any, ls: LossScale) -> Any:
+    """Divide every gradient leaf by ``ls.scale``, in float32 (leaves come back float32)."""
+    return jax.tree_util.tree_map(lambda g: jnp.asarray(g).astype(jnp.float32) / ls.scale, grads)
+
+
+def all_finite(tree: Any) -> jax.Array:
+    """Bool ``()``: True iff every leaf of ``tree`` is free of NaN/Inf (True for an empty tree)."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    result = jnp.asarray(True)
+    for leaf in leaves:
+        result = jnp.logical_and(result, jnp.all(jnp.isfinite(leaf)))
+    return result
+
+
+def update(ls: LossScale, finite: jax.Array) -> LossScale:
+    """New loss-scale state after one accumulation cycle (identity for a static scale)."""
+    return ls.update(finite)
+
+
+def masked_update(finite: jax.Array, new: Any, old: Any) -> Any:
+    """``new`` where ``finite`` else ``old``, leaf-wise (skip params + optimizer state on overflow).
+
+    ``finite`` is a bool ``()``; ``new`` and ``old`` must have the same structure, shapes, dtypes.
+    """
+    new_leaves, new_def = jax.tree_util.tree_flatten(new)
+    old_leaves, old_def = jax.tree_util.tree_flatten(old)
+    if new_def != old_def:
+        raise ValueError(f"new and old trees differ: {new_def} vs {old_def}")
+    finite = jnp.asarray(finite, jnp.bool_)
+    out = []
+    for n, o in zip(new_leaves, old_leaves):
+        n, o = jnp.asarray(n), jnp.asarray(o)
+        if n.shape != o.shape or n.dtype != o.dtype:
+            raise ValueError(f"leaf mismatch: new {n.shape} {n.dtype} vs old {o.shape} {o.dtype}")
+        out.append(jnp.where(finite, n, o))
+    return jax.tree_util.tree_unflatten(new_def, out)

@@ -1,0 +1,94 @@
+"""Loss scaling: seed 003 worked examples."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mxprec.training import loss_scaling as lsm
+
+
+def test_scaled_microbatch_grads_unscale_to_five():
+    ls = lsm.DynamicLossScale.create(8.0)
+    theta = jnp.float32(1.0)
+    # micro-batch losses with gradients 0.5 and 4.5 w.r.t. theta
+    g1 = jax.grad(lambda t: lsm.scale_loss(jnp.float32(0.5) * t, ls))(theta)
+    g2 = jax.grad(lambda t: lsm.scale_loss(jnp.float32(4.5) * t, ls))(theta)
+    assert float(g1) == 4.0 and float(g2) == 36.0
+    grads = lsm.unscale_grads(g1 + g2, ls)
+    assert float(grads) == 5.0
+    assert grads.dtype == jnp.float32
+    theta_new = theta - jnp.float32(0.1) * grads
+    assert float(theta_new) == pytest.approx(0.5)
+
+
+def test_overflow_skips_update_and_halves_scale():
+    ls = lsm.DynamicLossScale.create(8.0, growth_interval=3)
+    params = {"w": jnp.array([1.0, 2.0], jnp.float32)}
+    opt = {"mu": jnp.array([0.1, 0.2], jnp.float32), "count": jnp.int32(7)}
+    grads = {"w": jnp.array([jnp.inf, 1.0], jnp.float32)}
+    finite = lsm.all_finite(grads)
+    assert not bool(finite)
+    new_params = {"w": params["w"] - grads["w"]}
+    new_opt = {"mu": opt["mu"] + jnp.float32(1), "count": opt["count"] + jnp.int32(1)}
+    kept_p, kept_o = lsm.masked_update(finite, (new_params, new_opt), (params, opt))
+    np.testing.assert_array_equal(kept_p["w"], params["w"])
+    np.testing.assert_array_equal(kept_o["mu"], opt["mu"])
+    assert int(kept_o["count"]) == 7
+    ls2 = lsm.update(ls, finite)
+    assert float(ls2.scale) == 4.0 and int(ls2.good_steps) == 0
+
+
+def test_nan_also_overflow_and_finite_applies():
+    assert not bool(lsm.all_finite({"a": jnp.float32(1), "b": jnp.array([jnp.nan], jnp.float32)}))
+    assert bool(lsm.all_finite({}))
+    finite = lsm.all_finite({"a": jnp.ones((2,), jnp.bfloat16)})
+    new = lsm.masked_update(finite, jnp.float32(3), jnp.float32(1))
+    assert float(new) == 3.0
+
+
+def test_growth_after_interval():
+    ls = lsm.DynamicLossScale.create(8.0, growth_interval=3)
+    t = jnp.asarray(True)
+    ls = lsm.update(ls, t)
+    ls = lsm.update(ls, t)
+    assert float(ls.scale) == 8.0 and int(ls.good_steps) == 2
+    ls = lsm.update(ls, t)
+    assert float(ls.scale) == 16.0 and int(ls.good_steps) == 0
+    # an overflow resets the counter
+    ls = lsm.update(ls, t)
+    ls = lsm.update(ls, jnp.asarray(False))
+    assert float(ls.scale) == 8.0 and int(ls.good_steps) == 0
+
+
+def test_clamping_and_jit():
+    ls = lsm.DynamicLossScale.create(2.0, growth_interval=1, min_scale=1.0, max_scale=4.0)
+    step = jax.jit(lsm.update)
+    ls = step(ls, jnp.asarray(True))
+    ls = step(ls, jnp.asarray(True))
+    assert float(ls.scale) == 4.0
+    ls = step(ls, jnp.asarray(False))
+    ls = step(ls, jnp.asarray(False))
+    ls = step(ls, jnp.asarray(False))
+    assert float(ls.scale) == 1.0
+    assert ls.growth_interval == 1  # static field survives jit
+
+
+def test_static_and_noop():
+    ls = lsm.NoOpLossScale()
+    loss = jnp.float32(2.5)
+    assert float(lsm.scale_loss(loss, ls)) == 2.5
+    assert lsm.update(ls, jnp.asarray(False)) is ls
+    s = lsm.StaticLossScale.create(4.0)
+    assert float(lsm.unscale_grads(jnp.float32(8), s)) == 2.0
+
+
+def test_bad_config():
+    with pytest.raises(ValueError, match="backoff_factor"):
+        lsm.DynamicLossScale.create(8.0, backoff_factor=2.0)
+    with pytest.raises(ValueError, match="initial_scale=0.5"):
+        lsm.DynamicLossScale.create(0.5)
+    with pytest.raises(ValueError, match="-1"):
+        lsm.StaticLossScale.create(-1.0)
+    with pytest.raises(ValueError, match="leaf mismatch"):
+        lsm.masked_update(jnp.asarray(True), jnp.zeros((2,), jnp.float32), jnp.zeros((3,), jnp.float32))
