@@ -1,7 +1,14 @@
-"""mxprec: FP8 and OCP microscaling (MXFP8/MXFP6/MXFP4) mixed-precision GEMMs for JAX."""
+"""mxprec: FP8 and OCP microscaling (MXFP8/MXFP6/MXFP4) mixed-precision GEMMs for JAX.
 
-from mxprec import formats
+Public API only (re-exports); logic lives in the modules named after each concept.
+"""
+
+from mxprec import formats, recipes
+from mxprec.dot_general import DotGeneralState, dot_general, max_combining
+from mxprec.info import info
+from mxprec.kernels import scaled_gemm
 from mxprec.quantize import QTensor, bits_per_value, dequantize, nbytes, quantize
+from mxprec.recipes import Recipe
 from mxprec.scaling import (
     DelayedScaling,
     DelayedScalingState,
@@ -12,10 +19,14 @@ from mxprec.scaling import (
     TileScaling,
     update_delayed_state,
 )
+from mxprec import analysis, flax, training  # noqa: E402  (after the core: they import it)
 
 __version__ = "0.1.0"
 
-from mxprec import recipes  # noqa: E402
-from mxprec.dot_general import DotGeneralState, dot_general  # noqa: E402
-from mxprec.recipes import Recipe  # noqa: E402
-from mxprec.kernels import scaled_gemm  # noqa: E402
+__all__ = [
+    "formats", "recipes", "analysis", "flax", "training",
+    "DotGeneralState", "dot_general", "max_combining", "info", "scaled_gemm",
+    "QTensor", "bits_per_value", "dequantize", "nbytes", "quantize", "Recipe",
+    "DelayedScaling", "DelayedScalingState", "MXScaling", "NVFP4Scaling", "RowScaling",
+    "TensorScaling", "TileScaling", "update_delayed_state",
+]

@@ -14,9 +14,10 @@ each operand quantized from its *wide* source along that GEMM's contraction axis
 
 Delayed scaling: pass ``state=DotGeneralState`` (see :meth:`DotGeneralState.init`). The forward
 uses the scales in ``state``; the backward returns the *updated* state as the cotangent of
-``state`` (the Flax ``_overwrite_with_gradient`` convention). State leaves travel in Flax's
-``fp32_max_grad`` dtype, so when one layer is used several times in a step (scan over layers,
-gradient accumulation) the per-use updates combine by ``max``, not by sum.
+``state`` (the Flax ``_overwrite_with_gradient`` convention). When one state is used several
+times in a differentiated function (a layer applied twice, ``lax.scan`` gradient accumulation),
+wrap it once at the top of that function with :func:`max_combining`: its leaves then travel in
+Flax's ``fp32_max_grad`` dtype and the per-use updates combine by ``max``, not by sum.
 
 Remat: the output is tagged ``checkpoint_name(y, "mxprec_gemm")``; see
 :func:`mxprec.training.remat_policy`.
@@ -40,7 +41,7 @@ from mxprec.quantize import QTensor, quantize
 from mxprec.recipes import Recipe, get as get_recipe
 from mxprec.scaling import DelayedScaling, DelayedScalingState, TensorScaling, update_delayed_state
 
-__all__ = ["dot_general", "DotGeneralState", "canonicalize", "CHECKPOINT_NAME"]
+__all__ = ["dot_general", "DotGeneralState", "max_combining", "canonicalize", "CHECKPOINT_NAME"]
 
 CHECKPOINT_NAME = "mxprec_gemm"
 
@@ -56,7 +57,7 @@ class DotGeneralState:
 
     @classmethod
     def init(cls, recipe: Recipe) -> Optional["DotGeneralState"]:
-        """Fresh state for ``recipe`` (zeros history, scale 1), or None for stateless recipes."""
+        """Fresh float32 state for ``recipe`` (zeros history, scale 1), or None if stateless."""
         if not recipe.is_delayed:
             return None
         parts = {}
@@ -130,7 +131,17 @@ def _to_f32(tree):
 
 
 def _to_max_grad(tree):
-    return jax.tree.map(lambda v: lax.convert_element_type(v, fp32_max_grad), tree)
+    return jax.tree.map(lambda v: v if v.dtype == fp32_max_grad else lax.convert_element_type(v, fp32_max_grad), tree)
+
+
+def max_combining(tree):
+    """Marks delayed-scaling state (a DotGeneralState or a Flax OWG collection) as max-combining.
+
+    Call once, inside the differentiated function, before the state's first use: the cotangents
+    (= updated states) of all its uses then combine by elementwise max instead of sum, and flow
+    back to the float32 input unchanged. Mathematically: ``new_state = max_i update_i(state)``.
+    """
+    return _to_max_grad(tree)
 
 
 def _q(t, spec, axis, recipe: Recipe, state: Optional[DelayedScalingState] = None, key=None):
@@ -237,6 +248,7 @@ def dot_general(
     dimension_numbers,
     precision=None,
     preferred_element_type=None,
+    out_sharding=None,
     *,
     recipe: Recipe | str,
     state: Optional[DotGeneralState] = None,
@@ -248,6 +260,7 @@ def dot_general(
       dimension_numbers: as for ``lax.dot_general``.
       precision: accepted for signature compatibility; the recipe decides the numerics.
       preferred_element_type: output dtype (else the recipe's output dtype, else lhs.dtype).
+      out_sharding: as for ``lax.dot_general``; applied as a sharding constraint on the output.
       recipe: a Recipe or a preset name.
       state: DotGeneralState for delayed-scaling recipes (required for them).
 
@@ -266,7 +279,7 @@ def dot_general(
         cd = recipe.compute_dtype
         l, r_ = (lhs, rhs) if cd is None else (lhs.astype(cd), rhs.astype(cd))
         y = lax.dot_general(l, r_, dimension_numbers, precision=precision, preferred_element_type=jnp.float32)
-        return checkpoint_name(y.astype(out_dtype), CHECKPOINT_NAME)
+        return _finish(y.astype(out_dtype), out_sharding)
 
     desc = f"lhs {lhs.dtype}{tuple(lhs.shape)}, rhs {rhs.dtype}{tuple(rhs.shape)}, dimension_numbers {dimension_numbers}"
     _check_blocks(recipe, c, desc)
@@ -281,4 +294,10 @@ def dot_general(
     meta = _Meta(recipe, jnp.dtype(out_dtype), backend, jnp.dtype(lhs.dtype), jnp.dtype(rhs.dtype))
     st = _to_max_grad(state) if state is not None else None
     y = _gemm(meta, x, w, st)
-    return checkpoint_name(y.reshape(c.out_shape), CHECKPOINT_NAME)
+    return _finish(y.reshape(c.out_shape), out_sharding)
+
+
+def _finish(y, out_sharding):
+    if out_sharding is not None:
+        y = lax.with_sharding_constraint(y, out_sharding)
+    return checkpoint_name(y, CHECKPOINT_NAME)

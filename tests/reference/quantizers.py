@@ -168,10 +168,13 @@ def encode(v, fmt) -> np.ndarray:
     return codes.astype(np.uint8)
 
 
-def encode_sr(v, fmt, u) -> np.ndarray:
+def encode_sr(v, fmt, u, rule="lt") -> np.ndarray:
     """Stochastic rounding (spec section "Stochastic rounding"): round |v| away from zero to the
-    next grid point with probability (|v|-|lo|)/(|hi|-|lo|), i.e. when u < p. Saturates.
-    Only used for property tests (the exact comparison rule is not pinned down bit for bit)."""
+    next grid point with probability p = (|v|-|lo|)/(|hi|-|lo|). Saturates.
+
+    rule "lt": up iff u < p; rule "floor": up iff u >= 1 - p (i.e. floor(r + u) with r the
+    position in grid quanta). Both are unbiased; the spec does not pin which one, so this is only
+    used for property tests."""
     fmt = get_format(fmt)
     v = np.asarray(v).astype(np.float64)
     u = np.asarray(u).astype(np.float64)
@@ -184,7 +187,13 @@ def encode_sr(v, fmt, u) -> np.ndarray:
     lo, hi = g[lo_idx], g[hi_idx]
     with np.errstate(invalid="ignore", divide="ignore"):
         p = np.where(hi > lo, (a - lo) / (hi - lo), 0.0)
-    idx = np.where(u < p, hi_idx, lo_idx)
+    if rule == "lt":
+        up = u < p
+    elif rule == "floor":
+        up = (u >= 1.0 - p) & (p > 0)
+    else:
+        raise ValueError(rule)
+    idx = np.where(up, hi_idx, lo_idx)
     codes = idx.astype(np.uint8)
     codes = np.where(sign, codes | np.uint8(1 << (fmt.bits - 1)), codes)
     return codes.astype(np.uint8)

@@ -7,8 +7,6 @@ Delayed scaling: ``nnx.Linear(..., dot_general=DelayedDotGeneral(recipe))``; its
 
 from __future__ import annotations
 
-import functools
-
 from flax import nnx
 
 from mxprec.dot_general import DotGeneralState, dot_general
@@ -17,13 +15,21 @@ from mxprec.scaling import DelayedScalingState
 
 
 def stateless_dot_general(recipe: Recipe):
-    """``functools.partial(mxprec.dot_general, recipe=recipe)``; rejects delayed recipes."""
+    """A ``lax.dot_general``-signature callable running ``recipe``; rejects delayed recipes.
+
+    As a drop-in, its output dtype follows the inputs unless ``preferred_element_type`` is given.
+    """
     if recipe.is_delayed:
         raise ValueError(
             f"recipe {recipe.name!r} uses delayed scaling and needs state: use "
             "mxprec.flax.DelayedDotGeneral(recipe) (NNX) or recipe.dot_general_cls() (linen)"
         )
-    return functools.partial(dot_general, recipe=recipe)
+
+    def call(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, out_sharding=None):
+        out_dtype = preferred_element_type or lhs.dtype
+        return dot_general(lhs, rhs, dimension_numbers, precision, out_dtype, out_sharding, recipe=recipe)
+
+    return call
 
 
 class OverwriteWithGradient(nnx.Variable):
@@ -51,8 +57,8 @@ class DelayedDotGeneral(nnx.Module):
                 amax_history=h[...], scale=getattr(self, f"{t}_scale")[...])
         return DotGeneralState(**parts)
 
-    def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
-        return dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type,
-                           recipe=self.recipe, state=self.state())
+    def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, out_sharding=None):
+        out_dtype = preferred_element_type or lhs.dtype  # drop-in: output follows the inputs
+        return dot_general(lhs, rhs, dimension_numbers, precision, out_dtype, out_sharding, recipe=self.recipe, state=self.state())
 
 

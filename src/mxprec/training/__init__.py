@@ -1,6 +1,7 @@
-"""Training utilities: loss scaling and token-weighted gradient accumulation."""
+"""Training utilities: loss scaling, token-weighted gradient accumulation, remat policies."""
 
 from mxprec.training.grad_accum import accumulate_gradients, count_valid_tokens, microbatch_grads, throughput
+from mxprec.training.remat import remat_policy
 from mxprec.training.loss_scaling import (
     DynamicLossScale,
     LossScale,
@@ -27,4 +28,5 @@ __all__ = [
     "scale_loss",
     "unscale_grads",
     "update",
+    "remat_policy",
 ]

@@ -1,0 +1,277 @@
+// CPU lowering of `mxprec_quantize` (contract: csrc/common/quantize.h).
+//
+// Bit-exact with mxprec.quantize (src/mxprec/quantize.py) for every scaling spec: the per-group
+// amax, scale and element rounding run the same FP32 operations in the same order (see
+// csrc/common/formats.h), under the FTZ/DAZ mode XLA's CPU runtime uses.
+//
+// Two passes over the input: (1) tensor amax and per-group amaxes; (2) per-group scale, then
+// every element scaled, rounded to the grid, encoded, packed along the quantization axis.
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ffi_helpers.h"
+#include "formats.h"
+#include "quantize.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace mxprec {
+namespace {
+
+constexpr const char* kOp = "mxprec_quantize";
+
+std::string describe(const QuantizeDesc& d) {
+  std::ostringstream os;
+  os << scaling_kind_name(d.kind) << " " << format_name(d.fmt) << " block " << d.block << " tile_rows "
+     << d.tile_rows << " axis " << d.axis;
+  return os.str();
+}
+
+// Per-group scale / exponent, computed once per group.
+struct GroupScale {
+  float s = 1.0f;     // tensor / row / tile: the f32 scale; nvfp4: eff = f32(s_b) * s_t
+  int32_t e = 0;      // mx exponent
+  uint8_t byte = 0;   // mx: E8M0 byte; nvfp4: E4M3 code of s_b
+  bool zero = false;  // mx (bad | zero) / nvfp4 (eff == 0): element codes from g = 0
+};
+
+// tile power-of-two and plain per-group FP32 scale (quantize._per_group_fp32_scale).
+float per_group_fp32_scale(float amax, ElemFormat f, bool power_of_two) {
+  float s;
+  if (power_of_two) {
+    const float safe = (is_finite(amax) && amax > 0.0f) ? amax : 1.0f;
+    s = exp2i(mx_exponent(safe, f, ScaleRule::kRceil, -126, 127));
+    s = is_finite(amax) ? s : amax;
+  } else {
+    s = amax / format_info(f).max_finite;
+  }
+  return amax == 0.0f ? 1.0f : s;
+}
+
+ffi::Error QuantizeImpl(ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffer amax_in,
+                        ffi::Result<ffi::AnyBuffer> data, ffi::Result<ffi::AnyBuffer> scale,
+                        ffi::Result<ffi::AnyBuffer> amax_out, ffi::Result<ffi::AnyBuffer> tensor_scale_out,
+                        int32_t kind, int32_t fmt, int32_t block, int32_t tile_rows, int32_t scale_rule,
+                        int32_t power_of_two, int32_t axis, int32_t delayed, int32_t amax_mode) {
+  // ---------------------------------------------------------------- attributes
+  if (kind == static_cast<int32_t>(ScalingKind::kNone))
+    return invalid(std::string(kOp) + ": kind=0 (none) does not quantize; use kind 1..5");
+  {
+    std::string err = check_operand_attrs("quantize", kind, fmt, block, tile_rows, axis);
+    if (!err.empty()) return invalid(std::string(kOp) + ": " + err);
+  }
+  if (scale_rule != 0 && scale_rule != 1)
+    return invalid(std::string(kOp) + ": scale_rule=" + std::to_string(scale_rule) + " must be 0 (rceil) or 1 (floor)");
+  if ((power_of_two != 0 && power_of_two != 1) || (delayed != 0 && delayed != 1))
+    return invalid(std::string(kOp) + ": power_of_two and delayed must be 0 or 1");
+  if (amax_mode < 0 || amax_mode > 2)
+    return invalid(std::string(kOp) + ": amax_mode=" + std::to_string(amax_mode) + " must be 0, 1 or 2");
+  QuantizeDesc d{static_cast<ScalingKind>(kind), static_cast<ElemFormat>(fmt),
+                 (kind == 3 || kind == 4 || kind == 5) ? block : 1, kind == 3 ? tile_rows : 1,
+                 static_cast<ScaleRule>(scale_rule), power_of_two == 1, axis, delayed == 1,
+                 static_cast<AmaxMode>(amax_mode)};
+  if (d.delayed && d.kind != ScalingKind::kTensor)
+    return invalid(std::string(kOp) + ": delayed=1 needs kind 1 (tensor), got " + describe(d));
+  if (d.amax_mode == AmaxMode::kTensor && !(d.kind == ScalingKind::kTensor || d.kind == ScalingKind::kNVFP4))
+    return invalid(std::string(kOp) + ": amax_mode=1 (tensor amax) needs kind tensor or nvfp4, got " + describe(d));
+  if (d.amax_mode == AmaxMode::kPerGroup && !(d.kind == ScalingKind::kRow || d.kind == ScalingKind::kTile))
+    return invalid(std::string(kOp) + ": amax_mode=2 (per-group amax) needs kind row or tile, got " + describe(d));
+
+  // ---------------------------------------------------------------- buffers
+  const auto xd = x.dimensions();
+  if (xd.size() != 3 || !is_wide_float(x.element_type()))
+    return invalid(std::string(kOp) + ": x must be a 3-D float32/bfloat16/float16 array, got shape " +
+                   dims_str(xd) + " dtype " + dtype_name(x.element_type()));
+  const int64_t B = xd[0], R = xd[1], C = xd[2];
+  const int64_t L = axis == 2 ? C : R;
+  const int64_t rows = axis == 2 ? R : C;  // the tile row axis extent
+  if (L % d.block != 0 || L % pack_unit(d.fmt) != 0) {
+    std::ostringstream os;
+    os << kOp << ": x " << dims_str(xd) << " axis " << axis << " has size " << L << ", not a multiple of the block "
+       << d.block << " / packing unit " << pack_unit(d.fmt) << " (" << describe(d) << ")";
+    return invalid(os.str());
+  }
+  if (rows % d.tile_rows != 0) {
+    std::ostringstream os;
+    os << kOp << ": x " << dims_str(xd) << " row axis has size " << rows << ", not a multiple of tile_rows "
+       << d.tile_rows;
+    return invalid(os.str());
+  }
+  const Dims3 scalar{0, {0, 0, 0}};
+  const Dims3 sdims = quantize_scale_dims(d, B, R, C);
+  if (d.delayed) {
+    if (auto e = check_buffer(kOp, "scale_in (delayed scale)", scale_in, scalar, ffi::DataType::F32); e.failure())
+      return e;
+  }
+  if (d.amax_mode == AmaxMode::kTensor) {
+    if (auto e = check_buffer(kOp, "amax_in (tensor amax)", amax_in, scalar, ffi::DataType::F32); e.failure())
+      return e;
+  } else if (d.amax_mode == AmaxMode::kPerGroup) {
+    if (auto e = check_buffer(kOp, "amax_in (per-group amax)", amax_in, sdims, ffi::DataType::F32); e.failure())
+      return e;
+  }
+  if (auto e = check_buffer(kOp, "data result", *data, quantize_data_dims(d, B, R, C), data_dtype(d.fmt));
+      e.failure())
+    return e;
+  if (auto e = check_buffer(kOp, "scale result", *scale, sdims, scale_dtype(d.kind)); e.failure()) return e;
+  if (auto e = check_buffer(kOp, "amax result", *amax_out, scalar, ffi::DataType::F32); e.failure()) return e;
+  if (auto e = check_buffer(kOp, "tensor_scale result", *tensor_scale_out, scalar, ffi::DataType::F32); e.failure())
+    return e;
+
+  ScopedFlushDenormal ftz;
+  const GroupView v = group_view(d, B, R, C);
+  const int64_t n = B * R * C;
+  const int64_t ngroups = v.B * v.gP * v.gL * v.gQ;
+  const FormatInfo fi = format_info(d.fmt);
+
+  // ---------------------------------------------------------------- pass 1: amaxes
+  std::vector<float> x32(static_cast<size_t>(n));
+  const void* xp = x.untyped_data();
+  for (int64_t i = 0; i < n; ++i) x32[i] = load_wide(xp, x.element_type(), i);
+
+  std::vector<float> gamax(static_cast<size_t>(ngroups > 0 ? ngroups : 1), 0.0f);
+  float amax_t = 0.0f;
+  for (int64_t b = 0, i = 0; b < v.B; ++b)
+    for (int64_t p = 0; p < v.P; ++p)
+      for (int64_t l = 0; l < v.L; ++l) {
+        const int64_t grow = ((b * v.gP + p / v.tp) * v.gL + l / v.bl) * v.gQ;
+        for (int64_t q = 0; q < v.Q; ++q, ++i) {
+          const float a = abs_f32(x32[i]);
+          float& g = gamax[grow + q / v.tq];
+          g = xla_max(g, a);
+          amax_t = xla_max(amax_t, a);
+        }
+      }
+  amax_t = flush_denormal(amax_t);
+  for (auto& g : gamax) g = flush_denormal(g);
+  if (d.amax_mode == AmaxMode::kPerGroup) {
+    const float* ai = static_cast<const float*>(amax_in.untyped_data());
+    for (int64_t g = 0; g < ngroups; ++g) gamax[g] = ai[g];
+  }
+  const float amax_tensor =
+      d.amax_mode == AmaxMode::kTensor ? *static_cast<const float*>(amax_in.untyped_data()) : amax_t;
+
+  // ---------------------------------------------------------------- per-group scales
+  std::vector<GroupScale> gs(gamax.size());
+  float ts = 1.0f;  // NVFP4 tensor scale
+  switch (d.kind) {
+    case ScalingKind::kTensor: {
+      const float s = d.delayed ? *static_cast<const float*>(scale_in.untyped_data())
+                                : (amax_tensor == 0.0f ? 1.0f : amax_tensor / fi.max_finite);
+      for (auto& g : gs) g.s = s;
+      break;
+    }
+    case ScalingKind::kRow:
+    case ScalingKind::kTile:
+      for (int64_t g = 0; g < ngroups; ++g)
+        gs[g].s = per_group_fp32_scale(gamax[g], d.fmt, d.kind == ScalingKind::kTile && d.power_of_two);
+      break;
+    case ScalingKind::kMX:
+      for (int64_t g = 0; g < ngroups; ++g) {
+        const float a = gamax[g];
+        const bool bad = !is_finite(a);
+        const bool zero = a == 0.0f;
+        const float safe = (bad || zero) ? 1.0f : a;
+        gs[g].e = mx_exponent(safe, d.fmt, d.scale_rule);
+        gs[g].zero = bad || zero;
+        gs[g].byte = bad ? kE8M0Nan : (zero ? 0 : static_cast<uint8_t>(gs[g].e + 127));
+      }
+      break;
+    case ScalingKind::kNVFP4: {
+      ts = amax_tensor == 0.0f ? 1.0f : amax_tensor / kNvfp4TensorDivisor;
+      for (int64_t g = 0; g < ngroups; ++g) {
+        const float sb = round_to_grid(xla_min(gamax[g] / 6.0f / ts, 448.0f), ElemFormat::kE4M3);
+        gs[g].s = sb * ts;
+        gs[g].zero = gs[g].s == 0.0f;
+        gs[g].byte = encode_grid(sb, ElemFormat::kE4M3);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+
+  // ---------------------------------------------------------------- pass 2: elements
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  for (int64_t b = 0, i = 0; b < v.B; ++b)
+    for (int64_t p = 0; p < v.P; ++p)
+      for (int64_t l = 0; l < v.L; ++l) {
+        const int64_t grow = ((b * v.gP + p / v.tp) * v.gL + l / v.bl) * v.gQ;
+        for (int64_t q = 0; q < v.Q; ++q, ++i) {
+          const GroupScale& g = gs[grow + q / v.tq];
+          float r;
+          if (d.kind == ScalingKind::kMX) {
+            r = g.zero ? 0.0f : round_to_grid(mx_divide(x32[i], g.e), d.fmt);
+          } else if (d.kind == ScalingKind::kNVFP4) {
+            r = g.zero ? 0.0f : round_to_grid(x32[i] / g.s, d.fmt);
+          } else {
+            r = round_to_grid(x32[i] / g.s, d.fmt);
+          }
+          codes[i] = encode_grid(r, d.fmt);
+        }
+      }
+
+  // ---------------------------------------------------------------- pack + write
+  uint8_t* out = static_cast<uint8_t*>(data->untyped_data());
+  if (fi.bits == 8) {
+    if (n) std::memcpy(out, codes.data(), static_cast<size_t>(n));
+  } else {
+    const int64_t Lp = packed_len(v.L, d.fmt);
+    for (int64_t b = 0; b < v.B; ++b)
+      for (int64_t p = 0; p < v.P; ++p) {
+        const uint8_t* src = codes.data() + (b * v.P + p) * v.L * v.Q;
+        uint8_t* dst = out + (b * v.P + p) * Lp * v.Q;
+        if (fi.bits == 4) {
+          for (int64_t l = 0; l < v.L; l += 2)
+            for (int64_t q = 0; q < v.Q; ++q)
+              dst[(l / 2) * v.Q + q] = pack_fp4(src[l * v.Q + q], src[(l + 1) * v.Q + q]);
+        } else {
+          for (int64_t l = 0; l < v.L; l += 4)
+            for (int64_t q = 0; q < v.Q; ++q) {
+              const uint8_t c[4] = {src[l * v.Q + q], src[(l + 1) * v.Q + q], src[(l + 2) * v.Q + q],
+                                    src[(l + 3) * v.Q + q]};
+              uint8_t o[3];
+              pack_fp6(c, o);
+              for (int j = 0; j < 3; ++j) dst[(3 * (l / 4) + j) * v.Q + q] = o[j];
+            }
+        }
+      }
+  }
+  if (d.kind == ScalingKind::kMX || d.kind == ScalingKind::kNVFP4) {
+    uint8_t* sp = static_cast<uint8_t*>(scale->untyped_data());
+    for (int64_t g = 0; g < ngroups; ++g) sp[g] = gs[g].byte;
+  } else {
+    float* sp = static_cast<float*>(scale->untyped_data());
+    const int64_t ns = d.kind == ScalingKind::kTensor ? 1 : ngroups;
+    for (int64_t g = 0; g < ns; ++g) sp[g] = gs[g].s;
+  }
+  *static_cast<float*>(amax_out->untyped_data()) = amax_t;
+  *static_cast<float*>(tensor_scale_out->untyped_data()) = ts;
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace mxprec
+
+MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeCpu);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeCpu, mxprec::QuantizeImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Arg<xla::ffi::AnyBuffer>()  // x (B, R, C) f32|bf16|f16
+                                  .Arg<xla::ffi::AnyBuffer>()  // scale_in f32 () (delayed scale)
+                                  .Arg<xla::ffi::AnyBuffer>()  // amax_in f32 () / scale-shaped
+                                  .Ret<xla::ffi::AnyBuffer>()  // data (packed along axis)
+                                  .Ret<xla::ffi::AnyBuffer>()  // scale
+                                  .Ret<xla::ffi::AnyBuffer>()  // amax f32 ()
+                                  .Ret<xla::ffi::AnyBuffer>()  // tensor_scale f32 ()
+                                  .Attr<int32_t>("kind")
+                                  .Attr<int32_t>("fmt")
+                                  .Attr<int32_t>("block")
+                                  .Attr<int32_t>("tile_rows")
+                                  .Attr<int32_t>("scale_rule")
+                                  .Attr<int32_t>("power_of_two")
+                                  .Attr<int32_t>("axis")
+                                  .Attr<int32_t>("delayed")
+                                  .Attr<int32_t>("amax_mode"));

@@ -1,0 +1,733 @@
+"""Llama training-step benchmark: one row per recipe arm, seed 000's table.
+
+``python -m mxprec.bench llama [--arms bf16,fp16,...] [--config tiny] [--steps N] [--warmup W]
+[--batch B] [--out DIR]`` (or ``benchmarks/llama_step.py``, the same ``main``).
+
+The step
+--------
+:class:`mxprec.models.llama.Llama` with the arm's recipe on the projection groups in
+``--quantize`` (default MLP, attention Q/K/V/O and the logits head; the attention core stays
+BF16); optax AdamW (``mu_dtype`` configurable, FP32 by default) on FP32 master weights and FP32
+gradients; compute dtype BF16 (FP16 for the ``fp16`` arm, which adds
+:class:`mxprec.training.DynamicLossScale`: scale the loss, unscale once, skip the update and back
+off on overflow); full rematerialization (``nothing_saveable``: the custom GEMMs are recomputed);
+delayed-scaling state updated through the ``_overwrite_with_gradient`` convention
+(:func:`mxprec.flax.apply_updates_with_owg`). The batch is one synthetic batch of random tokens
+reused every step (seed 000's setup) or, with ``--data tokens.npy``, consecutive windows of a
+token file. Arm ``flax_fp8`` runs plain Flax's ``nn.Fp8DirectDotGeneralOp`` (delayed scaling) on
+the same projections: the peer.
+
+Timing: compile time (``lower`` + ``compile``), ``--warmup`` steps, then ``--steps`` timed steps,
+each ended by ``jax.block_until_ready``; mean and standard deviation of the per-step times.
+
+Columns
+-------
+* TFLOP/s/device: :func:`mxprec.analysis.llama_train_flops` (MaxText's formula: 6·matmul-params
+  FLOPs per token plus causal attention, remat not counted) / step time / devices.
+* expected speedup: Amdahl ``1/((1-f) + f/r)``. ``f`` is *measured*: the projection GEMMs that
+  the arm quantizes (Fprop, Dgrad, Wgrad of every quantized projection of every layer, same
+  shapes, BF16; the Fprop counted twice under full remat, since the backward pass recomputes it)
+  are timed standalone in jitted loops and divided by the measured BF16 step time. ``r`` is the
+  format's peak ratio over BF16 on this device (:func:`mxprec.analysis.peak_ratio`; on a CPU,
+  which has no low-precision GEMM units, the Hopper ratios are used as the reference). The
+  f = 0.7 / 0.8 / 0.9 table is printed too.
+* peak memory: ``device.memory_stats()["peak_bytes_in_use"]`` where the device reports it (GPU),
+  else null. On accelerators every arm runs in its own process (``--isolate auto``) so that each
+  peak is that arm's own. Predicted: :func:`mxprec.analysis.llama_memory` (FSDP 1; saved values
+  in the recipe's residual format: BF16 unless ``Recipe.residuals == "quantized"``).
+* backend: the backend line of ``Recipe.describe()``.
+
+Outputs ``<out>/llama_<config>.json`` (``device``, ``command``, ``date``, ``model``, ``rows``, …),
+``<out>/llama_<config>.md`` and ``<out>/llama_<config>.png`` (matplotlib, if installed). An arm
+that fails (e.g. out of memory) gets a row with an ``error`` field; the run goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any, Optional
+
+DEFAULT_ARMS = ("bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_block", "mxfp8", "mxfp6", "mxfp4")
+PEER_ARM = "flax_fp8"
+ROW_KEYS = ("arm", "step_s_mean", "step_s_std", "tflops_per_device", "tokens_per_s_per_device",
+            "expected_speedup", "speedup_vs_bf16", "peak_mem_gb", "predicted_mem_gb", "compile_s", "backend")
+AMDAHL_FS = (0.7, 0.8, 0.9)
+
+# Per-config defaults: batch (sequences per step), warmup and timed steps.
+CONFIG_DEFAULTS = {
+    "micro": dict(batch=2, warmup=1, steps=2),
+    "tiny": dict(batch=4, warmup=1, steps=3),
+    "llama3_8b_4layer": dict(batch=4, warmup=3, steps=10),
+    "h200_large": dict(batch=4, warmup=3, steps=10),
+    "llama70b_layer": dict(batch=4, warmup=3, steps=10),
+}
+_FALLBACK_DEFAULTS = dict(batch=4, warmup=2, steps=5)
+
+
+# ----------------------------------------------------------------------------- arms
+
+
+def arm_info(arm: str) -> dict:
+    """What an arm runs: recipe (or Flax peer), compute dtype, loss scaling, format for Amdahl, backend."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    from mxprec import recipes
+
+    if arm == PEER_ARM:
+        return dict(recipe=None, dot_general_cls=nn.Fp8DirectDotGeneralOp, dtype=jnp.bfloat16,
+                    loss_scale=False, fmt="fp8", saved="bf16",
+                    backend="flax nn.Fp8DirectDotGeneralOp (XLA fp8 dot, delayed scaling)")
+    recipe = recipes.get(arm)
+    fp16 = recipe.compute_dtype is not None and jnp.dtype(recipe.compute_dtype) == jnp.dtype(jnp.float16)
+    backend = recipe.describe().splitlines()[-1].strip()
+    backend = backend[len("backend: "):] if backend.startswith("backend: ") else backend
+    return dict(recipe=recipe, dot_general_cls=None, dtype=jnp.float16 if fp16 else jnp.bfloat16,
+                loss_scale=fp16, fmt=_amdahl_format(recipe), saved=_saved_format(recipe), backend=backend)
+
+
+def _amdahl_format(recipe) -> str:
+    if not recipe.quantized:
+        return "bf16"
+    base = recipe.name.split("_")[0]
+    return base if base in ("mxfp8", "mxfp6", "mxfp4", "nvfp4") else "fp8"
+
+
+def _saved_format(recipe) -> str:
+    """Storage format of the saved matmul inputs, as a key of analysis.memory.RECIPE_SAVED_FORMAT."""
+    if not recipe.quantized or recipe.residuals != "quantized":
+        return "bf16"
+    fmt = _amdahl_format(recipe)
+    return fmt
+
+
+def amdahl_arch(device_kind: str) -> tuple[str, str]:
+    """(arch for mxprec.analysis.peak_ratio, note) from a device kind string."""
+    k = device_kind.upper()
+    if any(t in k for t in ("H100", "H200", "H800", "GH200")):
+        return "hopper", ""
+    if any(t in k for t in ("B100", "B200", "B300", "GB200", "GB300")):
+        return "blackwell", ""
+    return "hopper", f"{device_kind} has no peak-ratio entry: Hopper ratios used as the reference"
+
+
+# ----------------------------------------------------------------------------- train step
+
+
+def make_optimizer(lr: float = 3e-4, mu_dtype: Any = None, weight_decay: float = 0.1):
+    """optax AdamW (b1 0.9, b2 0.95, eps 1e-8); ``mu_dtype`` None keeps FP32 moments."""
+    import optax
+
+    return optax.adamw(lr, b1=0.9, b2=0.95, eps=1e-8, weight_decay=weight_decay, mu_dtype=mu_dtype)
+
+
+def build_model(cfg, arm: str):
+    """``(model, cfg_for_arm, arm_info)``: the Llama module an arm trains."""
+    from mxprec.models.llama import Llama
+
+    info = arm_info(arm)
+    cfg = cfg.replace(dtype=info["dtype"])
+    return Llama(cfg, recipe=info["recipe"], dot_general_cls=info["dot_general_cls"]), cfg, info
+
+
+def init_train_state(model, cfg, tx, *, batch: int, seed: int = 0, loss_scale: bool = False,
+                     initial_loss_scale: float = float(2**15)) -> dict:
+    """``{"variables", "opt_state", "loss_scale"}``; the optimizer sees only the trainable part."""
+    import jax
+    import jax.numpy as jnp
+
+    from mxprec.flax.owg import split_owg
+    from mxprec.training import DynamicLossScale
+
+    variables = jax.jit(model.init)(jax.random.key(seed), jnp.zeros((batch, cfg.seq), jnp.int32))
+    trainable, _ = split_owg(variables)
+    ls = DynamicLossScale.create(initial_loss_scale) if loss_scale else None
+    return {"variables": dict(variables), "opt_state": tx.init(trainable), "loss_scale": ls}
+
+
+def make_train_step(model, tx):
+    """``step(state, batch) -> (state, {"loss", "finite"})`` for :func:`init_train_state` states.
+
+    Gradients come from ``jax.vjp`` (the OWG leaves are in Flax's ``fp32_max_grad`` dtype, which
+    ``jax.grad`` rejects). With a loss scale: gradients unscaled once, checked for finiteness, the
+    parameter and optimizer update skipped on overflow, the scale updated. The delayed-scaling
+    (OWG) state is always replaced by its new value.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
+    from mxprec.flax.owg import apply_updates_with_owg, split_owg
+    from mxprec.models.llama import cross_entropy_loss
+    from mxprec.training import all_finite, masked_update, scale_loss, unscale_grads
+
+    def step(state, batch):
+        variables, ls = state["variables"], state["loss_scale"]
+
+        def loss_fn(v):
+            logits = model.apply(v, batch["inputs"])
+            loss, _ = cross_entropy_loss(logits, batch["targets"])
+            return (scale_loss(loss, ls) if ls is not None else loss), loss
+
+        _, vjp_fn, loss = jax.vjp(loss_fn, variables, has_aux=True)
+        (grads,) = vjp_fn(jnp.ones((), jnp.float32))
+        g_train, g_owg = split_owg(grads)
+        if ls is not None:
+            g_train = unscale_grads(g_train, ls)
+            finite = all_finite(g_train)
+        else:
+            finite = jnp.asarray(True)
+        g_all = dict(g_train, **({OVERWRITE_WITH_GRADIENT: g_owg} if g_owg else {}))
+        new_vars, new_opt = apply_updates_with_owg(variables, g_all, state["opt_state"], tx)
+        if ls is not None:
+            old_train, _ = split_owg(variables)
+            new_train, new_owg = split_owg(new_vars)
+            new_train, new_opt = masked_update(finite, (new_train, new_opt), (old_train, state["opt_state"]))
+            new_vars = dict(new_train, **({OVERWRITE_WITH_GRADIENT: new_owg} if new_owg else {}))
+            ls = ls.update(finite)
+        return {"variables": new_vars, "opt_state": new_opt, "loss_scale": ls}, {"loss": loss, "finite": finite}
+
+    return step
+
+
+def synthetic_batch(cfg, batch: int, seed: int = 0) -> dict:
+    """One fixed batch of uniform random tokens: ``{"inputs", "targets"}`` int32 ``(batch, seq)``."""
+    import jax
+    import jax.numpy as jnp
+
+    toks = jax.random.randint(jax.random.key(seed + 1), (batch, cfg.seq + 1), 0, cfg.vocab, dtype=jnp.int32)
+    return {"inputs": toks[:, :-1], "targets": toks[:, 1:]}
+
+
+def file_batches(path: str, cfg, batch: int, n: int) -> list[dict]:
+    """``n`` batches of consecutive ``seq + 1`` windows from a ``.npy`` token file (1-D or 2-D)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    data = np.load(path, mmap_mode="r")
+    if not np.issubdtype(data.dtype, np.integer):
+        raise ValueError(f"--data {path}: tokens must be integers, got {data.dtype}")
+    L = cfg.seq + 1
+    if data.ndim == 1:
+        n_win = data.shape[0] // L
+        windows = lambda i: data[i * L:(i + 1) * L]  # noqa: E731
+    elif data.ndim == 2 and data.shape[1] >= L:
+        n_win = data.shape[0]
+        windows = lambda i: data[i, :L]  # noqa: E731
+    else:
+        raise ValueError(f"--data {path}: need a 1-D token stream or 2-D (rows, >= {L}) array, got {data.shape}")
+    if n_win < 1:
+        raise ValueError(f"--data {path}: fewer than seq + 1 = {L} tokens")
+    out = []
+    for s in range(n):
+        rows = np.stack([np.asarray(windows((s * batch + j) % n_win)) for j in range(batch)]).astype(np.int32)
+        if rows.max() >= cfg.vocab or rows.min() < 0:
+            raise ValueError(f"--data {path}: token ids must lie in [0, vocab={cfg.vocab})")
+        out.append({"inputs": jnp.asarray(rows[:, :-1]), "targets": jnp.asarray(rows[:, 1:])})
+    return out
+
+
+# ----------------------------------------------------------------------------- GEMM fraction
+
+
+def projection_gemms(cfg, batch: int) -> list[dict]:
+    """The quantizable projections: ``{"name", "group", "M", "K", "N", "per_layer"}``."""
+    M = batch * cfg.seq
+    D, F, H, KV, hd, V = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.vocab
+    return [
+        dict(name="query", group="attn", M=M, K=D, N=H * hd, per_layer=True),
+        dict(name="key", group="attn", M=M, K=D, N=KV * hd, per_layer=True),
+        dict(name="value", group="attn", M=M, K=D, N=KV * hd, per_layer=True),
+        dict(name="out", group="attn", M=M, K=H * hd, N=D, per_layer=True),
+        dict(name="wi_0", group="mlp", M=M, K=D, N=F, per_layer=True),
+        dict(name="wi_1", group="mlp", M=M, K=D, N=F, per_layer=True),
+        dict(name="wo", group="mlp", M=M, K=F, N=D, per_layer=True),
+        dict(name="logits", group="logits", M=M, K=D, N=V, per_layer=False),
+    ]
+
+
+def _time_fn(fn, args, reps: int) -> float:
+    import jax
+
+    jax.block_until_ready(fn(*args))  # compile + warm
+    ts = []
+    for _ in range(max(reps, 1)):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def measure_gemm_seconds(cfg, batch: int, reps: int = 5, dtype: Any = None) -> dict:
+    """Seconds per training step spent in the quantizable projection GEMMs, measured standalone in BF16.
+
+    Per projection of the groups in ``cfg.quantize``: Fprop ``X·W``, Dgrad ``dY·Wᵀ``, Wgrad
+    ``Xᵀ·dY`` with the model's shapes (FP32 accumulation, BF16 out), jitted, one function per
+    kind (layer Fprops, layer backward GEMMs, head Fprop, head backward), median of ``reps``.
+    ``total = L·(fprop·n_fprop + bwd) + head_fprop + head_bwd`` with ``n_fprop = 2`` under full
+    remat (the backward pass recomputes every layer's Fprop; the head is not rematerialized).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    dtype = dtype or jnp.bfloat16
+    gemms = [g for g in projection_gemms(cfg, batch) if g["group"] in cfg.quantize]
+    key = jax.random.key(1234)
+
+    def operands(g):
+        k1, k2, k3 = jax.random.split(jax.random.fold_in(key, hash(g["name"]) % (2**31)), 3)
+        x = jax.random.normal(k1, (g["M"], g["K"]), jnp.float32).astype(dtype)
+        w = jax.random.normal(k2, (g["K"], g["N"]), jnp.float32).astype(dtype)
+        dy = jax.random.normal(k3, (g["M"], g["N"]), jnp.float32).astype(dtype)
+        return x, w, dy
+
+    def dot(a, b, dims):
+        return jax.lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=jnp.float32).astype(dtype)
+
+    @jax.jit
+    def fprop(ops):
+        return [dot(x, w, ((1,), (0,))) for x, w, _ in ops]
+
+    @jax.jit
+    def bwd(ops):
+        return [(dot(dy, w, ((1,), (1,))), dot(x, dy, ((0,), (0,)))) for x, w, dy in ops]
+
+    out = {"layer_fprop_s": 0.0, "layer_bwd_s": 0.0, "head_fprop_s": 0.0, "head_bwd_s": 0.0}
+    for part, sel in (("layer", True), ("head", False)):
+        group = [g for g in gemms if g["per_layer"] == sel]
+        if not group:
+            continue
+        ops = [operands(g) for g in group]
+        out[f"{part}_fprop_s"] = _time_fn(fprop, (ops,), reps)
+        out[f"{part}_bwd_s"] = _time_fn(bwd, (ops,), reps)
+        del ops
+    n_fprop = 2 if cfg.remat == "full" else 1
+    out["n_fprop"] = n_fprop
+    out["total_s"] = (cfg.n_layers * (out["layer_fprop_s"] * n_fprop + out["layer_bwd_s"])
+                      + out["head_fprop_s"] + out["head_bwd_s"])
+    return out
+
+
+# ----------------------------------------------------------------------------- one arm
+
+
+def device_description() -> dict:
+    import jax
+
+    devs = jax.devices()
+    kind = devs[0].device_kind
+    return {"platform": jax.default_backend(), "device_kind": kind, "n_devices": len(devs),
+            "jax": jax.__version__, "description": f"{len(devs)}x {kind} ({jax.default_backend()}), jax {jax.__version__}"}
+
+
+def _peak_mem_gb() -> Optional[float]:
+    import jax
+
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # noqa: BLE001 - backends without memory stats
+        return None
+    if not stats or "peak_bytes_in_use" not in stats:
+        return None
+    return stats["peak_bytes_in_use"] / 1e9
+
+
+def predicted_mem_gb(cfg, batch: int, saved: str, mu_dtype: Any = None) -> Optional[float]:
+    """:func:`mxprec.analysis.llama_memory` for one device (FSDP 1), in GB (1e9 bytes)."""
+    import jax.numpy as jnp
+
+    from mxprec.analysis import llama_memory
+    from mxprec.models.llama import count_params
+
+    if cfg.remat not in ("full", "none"):
+        return None
+    P = count_params(cfg)
+    est = llama_memory(n_params=P, n_layers=cfg.n_layers, d_model=cfg.d_model, d_ff=cfg.d_ff, seq=cfg.seq,
+                       batch=batch, fsdp=1, recipe_name=saved, remat=cfg.remat)
+    total = est.total_bytes
+    if mu_dtype is not None:  # the model assumes FP32 mu
+        total -= P * (4 - jnp.dtype(mu_dtype).itemsize)
+    return total / 1e9
+
+
+def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3e-4, mu_dtype: Any = None,
+            data: Optional[str] = None, seed: int = 0, measure_gemms: bool = False, gemm_reps: int = 5,
+            progress: bool = True) -> dict:
+    """Compiles and times one arm; returns its row (without the columns that need the BF16 arm)."""
+    import jax
+    import numpy as np
+    from tqdm.auto import tqdm
+
+    from mxprec.analysis import llama_train_flops
+
+    model, acfg, info = build_model(cfg, arm)
+    tx = make_optimizer(lr, mu_dtype)
+    state = init_train_state(model, acfg, tx, batch=batch, seed=seed, loss_scale=info["loss_scale"])
+    n_batches = warmup + steps
+    batches = file_batches(data, acfg, batch, n_batches) if data else [synthetic_batch(acfg, batch, seed)]
+    jitted = jax.jit(make_train_step(model, tx), donate_argnums=(0,))
+
+    t0 = time.perf_counter()
+    compiled = jitted.lower(state, batches[0]).compile()
+    compile_s = time.perf_counter() - t0
+
+    losses, finites, times = [], [], []
+    bar = tqdm(total=n_batches, desc=f"{arm}", unit="step", leave=False, disable=not progress, file=sys.stderr)
+    for i in range(n_batches):
+        b = batches[i % len(batches)]
+        t = time.perf_counter()
+        state, metrics = compiled(state, b)
+        jax.block_until_ready((state, metrics))
+        dt = time.perf_counter() - t
+        if i >= warmup:
+            times.append(dt)
+        losses.append(metrics["loss"])
+        finites.append(metrics["finite"])
+        bar.update(1)
+    bar.close()
+    losses = [float(x) for x in losses]
+    finites = [bool(x) for x in finites]
+    final_scale = float(state["loss_scale"].scale) if state["loss_scale"] is not None else None
+    del state, compiled, jitted
+    gc.collect()
+
+    mean = statistics.fmean(times)
+    std = statistics.stdev(times) if len(times) > 1 else 0.0
+    flops = llama_train_flops(d_model=acfg.d_model, d_ff=acfg.d_ff, n_layers=acfg.n_layers, n_heads=acfg.n_heads,
+                              n_kv_heads=acfg.n_kv_heads, head_dim=acfg.head_dim, vocab=acfg.vocab, seq=acfg.seq,
+                              batch=batch)["total"]
+    n_dev = 1  # one device, no sharding
+    row = {
+        "arm": arm,
+        "step_s_mean": mean,
+        "step_s_std": std,
+        "tflops_per_device": flops / mean / n_dev / 1e12,
+        "tokens_per_s_per_device": batch * acfg.seq / mean / n_dev,
+        "expected_speedup": None,
+        "speedup_vs_bf16": None,
+        "peak_mem_gb": _peak_mem_gb(),
+        "predicted_mem_gb": predicted_mem_gb(acfg, batch, info["saved"], mu_dtype),
+        "compile_s": compile_s,
+        "backend": info["backend"],
+        "format": info["fmt"],
+        "compute_dtype": np.dtype(acfg.dtype).name,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "skipped_steps": sum(not f for f in finites),
+        "loss_scale_final": final_scale,
+        "step_times_s": times,
+    }
+    if measure_gemms:
+        row["gemm_s"] = measure_gemm_seconds(cfg, batch, reps=gemm_reps)
+    return row
+
+
+def error_row(arm: str, err: str) -> dict:
+    row = {k: None for k in ROW_KEYS}
+    row["arm"] = arm
+    row["error"] = err
+    return row
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def finish_rows(rows: list[dict], arch: str) -> dict:
+    """Fills expected_speedup / speedup_vs_bf16 from the BF16 row; returns the Amdahl summary."""
+    from mxprec.analysis import amdahl_speedup, peak_ratio
+
+    bf16 = next((r for r in rows if r["arm"] == "bf16" and not r.get("error")), None)
+    f = None
+    gemm = bf16.get("gemm_s") if bf16 else None
+    if gemm and bf16["step_s_mean"]:
+        f = min(gemm["total_s"] / bf16["step_s_mean"], 1.0)
+    table = {}
+    for r in rows:
+        if r.get("error"):
+            continue
+        ratio = peak_ratio(r["format"], arch)
+        r["r"] = ratio
+        if f is not None:
+            r["expected_speedup"] = amdahl_speedup(f, ratio)
+        if bf16:
+            r["speedup_vs_bf16"] = bf16["step_s_mean"] / r["step_s_mean"]
+        table.setdefault(r["format"], {"r": ratio, **{f"f={x}": amdahl_speedup(x, ratio) for x in AMDAHL_FS},
+                                       "f=measured": amdahl_speedup(f, ratio) if f is not None else None})
+    return {"arch": arch, "f_measured": f, "gemm_s": gemm, "table": table}
+
+
+def _fmt(v, spec):
+    return "—" if v is None else format(v, spec)
+
+
+def markdown(result: dict) -> str:
+    m, am = result["model"], result["amdahl"]
+    lines = [
+        f"# Llama training step: `{result['config']}` on {result['device']}",
+        "",
+        f"Model: D {m['d_model']}, F {m['d_ff']}, {m['n_layers']} layers, {m['n_heads']} heads / "
+        f"{m['n_kv_heads']} KV × {m['head_dim']}, vocab {m['vocab']}, seq {m['seq']}, batch {m['batch']}, "
+        f"{m['n_params'] / 1e6:.1f}M params; remat {m['remat']}, quantized groups {', '.join(m['quantize'])}; "
+        f"AdamW (mu {result['mu_dtype']}), {result['warmup']} warmup + {result['steps']} timed steps.",
+        f"Command: `{result['command']}` ({result['date']})",
+        "",
+        "| arm | step (ms) | std (ms) | TFLOP/s/device | tokens/s/device | expected speedup | speedup vs bf16 "
+        "| peak mem (GB) | predicted mem (GB) | compile (s) | backend |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in result["rows"]:
+        if r.get("error"):
+            lines.append(f"| {r['arm']} | error: {r['error'].splitlines()[0][:120]} | | | | | | | | | |")
+            continue
+        lines.append(
+            f"| {r['arm']} | {r['step_s_mean'] * 1e3:.1f} | {r['step_s_std'] * 1e3:.1f} | "
+            f"{r['tflops_per_device']:.3g} | {r['tokens_per_s_per_device']:,.0f} | "
+            f"{_fmt(r['expected_speedup'], '.2f')} | {_fmt(r['speedup_vs_bf16'], '.2f')} | "
+            f"{_fmt(r['peak_mem_gb'], '.2f')} | {_fmt(r['predicted_mem_gb'], '.2f')} | {r['compile_s']:.1f} | "
+            f"{r['backend']} |")
+    f = am["f_measured"]
+    lines += [
+        "",
+        f"Amdahl: S = 1/((1−f) + f/r), r = peak GEMM ratio over BF16 ({am['arch']}"
+        f"{'; ' + result['amdahl_note'] if result.get('amdahl_note') else ''}); "
+        f"f measured = {_fmt(f, '.3f')} (quantized-projection GEMMs timed standalone in BF16 / BF16 step).",
+        "",
+        "| format | r | f=0.7 | f=0.8 | f=0.9 | f=measured |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for fmt, t in am["table"].items():
+        lines.append(f"| {fmt} | {t['r']:.1f} | {t['f=0.7']:.2f} | {t['f=0.8']:.2f} | {t['f=0.9']:.2f} | "
+                     f"{_fmt(t['f=measured'], '.2f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: str) -> Optional[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: matplotlib is not installed; skipping the PNG chart", file=sys.stderr)
+        return None
+    rows = [r for r in result["rows"] if not r.get("error")]
+    if not rows:
+        return None
+    arms = [r["arm"] for r in rows]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(max(8.0, 1.3 * len(arms) * 2), 4.2))
+    a1.bar(arms, [r["tokens_per_s_per_device"] for r in rows], color="tab:blue")
+    a1.set_ylabel("tokens/s/device")
+    a1.set_title("throughput")
+    x = range(len(arms))
+    w = 0.4
+    a2.bar([i - w / 2 for i in x], [r["speedup_vs_bf16"] or 0.0 for r in rows], w, label="measured")
+    a2.bar([i + w / 2 for i in x], [r["expected_speedup"] or 0.0 for r in rows], w, label="expected (Amdahl)")
+    a2.axhline(1.0, color="gray", lw=0.8)
+    a2.set_xticks(list(x), arms)
+    a2.set_ylabel("speedup vs bf16")
+    a2.set_title("speedup")
+    a2.legend()
+    for a in (a1, a2):
+        a.tick_params(axis="x", rotation=45)
+    fig.suptitle(f"Llama step, {result['config']}, {result['device']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m mxprec.bench llama", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                   help=f"comma-separated recipe presets and/or '{PEER_ARM}' (default: %(default)s)")
+    p.add_argument("--config", default="tiny", help="tiny | micro | llama3_8b_4layer | h200_large | llama70b_layer")
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default per config)")
+    p.add_argument("--warmup", type=int, default=None, help="warmup steps (default per config)")
+    p.add_argument("--batch", type=int, default=None, help="sequences per step (default per config)")
+    p.add_argument("--out", default=os.path.join("benchmarks", "results", "cpu"), help="output directory")
+    p.add_argument("--data", default=None, help=".npy token file (1-D stream or 2-D rows); default: synthetic")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--mu-dtype", default="float32", help="AdamW first-moment dtype (float32 | bfloat16)")
+    p.add_argument("--quantize", default="mlp,attn,logits", help="projection groups that run the recipe")
+    p.add_argument("--remat", default="full", choices=("full", "save_gemm", "none"))
+    p.add_argument("--no-scan", action="store_true", help="unroll the layers instead of nn.scan")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gemm-reps", type=int, default=5, help="repetitions when timing the standalone GEMMs")
+    p.add_argument("--isolate", default="auto", choices=("auto", "on", "off"),
+                   help="one process per arm (auto: on for accelerators, so peak memory is per arm)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--child-json", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    d = CONFIG_DEFAULTS.get(args.config, _FALLBACK_DEFAULTS)
+    for k in ("batch", "warmup", "steps"):
+        if getattr(args, k) is None:
+            setattr(args, k, d[k])
+    if args.steps < 1 or args.warmup < 0 or args.batch < 1:
+        p.error("need --steps >= 1, --warmup >= 0, --batch >= 1")
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    args.quantize = tuple(g.strip() for g in args.quantize.split(",") if g.strip())
+    return args
+
+
+def _config(args):
+    from mxprec.models.llama import get_config
+
+    return get_config(args.config, remat=args.remat, scan_layers=not args.no_scan, quantize=args.quantize)
+
+
+def _mu_dtype(args):
+    import jax.numpy as jnp
+
+    return None if jnp.dtype(args.mu_dtype) == jnp.dtype(jnp.float32) else jnp.dtype(args.mu_dtype)
+
+
+def _run_arm_safely(arm, args, cfg) -> dict:
+    try:
+        return run_arm(arm, cfg, batch=args.batch, steps=args.steps, warmup=args.warmup, lr=args.lr,
+                       mu_dtype=_mu_dtype(args), data=args.data, seed=args.seed, measure_gemms=(arm == "bf16"),
+                       gemm_reps=args.gemm_reps, progress=not args.no_progress)
+    except Exception as e:  # noqa: BLE001 - an arm's failure (OOM, unsupported shape) becomes its row
+        msg = f"{type(e).__name__}: {e}"
+        print(f"arm {arm} failed: {msg.splitlines()[0][:300]}", file=sys.stderr)
+        if os.environ.get("MXPREC_BENCH_TRACEBACK"):
+            traceback.print_exc()
+        return error_row(arm, msg[:2000])
+    finally:
+        gc.collect()
+
+
+def _run_arm_in_child(arm, argv, progress) -> tuple[dict, Optional[dict]]:
+    """Runs one arm in a fresh process (its own peak memory); returns (row, device)."""
+    import mxprec
+
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(mxprec.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if _ORIG_PREALLOCATE is None:
+        env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
+    else:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = _ORIG_PREALLOCATE
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "row.json")
+        cmd = [sys.executable, "-m", "mxprec.bench", "llama", *argv, "--arms", arm, "--isolate", "off",
+               "--child-json", out] + ([] if progress else ["--no-progress"])
+        rc = subprocess.call(cmd, env=env)
+        if rc != 0 or not os.path.exists(out):
+            return error_row(arm, f"arm process exited with status {rc}"), None
+        with open(out) as fh:
+            got = json.load(fh)
+    return got["row"], got["device"]
+
+
+_ORIG_PREALLOCATE: Optional[str] = None
+
+
+def _strip_arms_flag(argv):
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--arms":
+            skip = True
+            continue
+        if a.startswith("--arms=") or a.startswith("--isolate") or a.startswith("--child-json"):
+            continue
+        out.append(a)
+    return out
+
+
+def main(argv=None) -> dict:
+    global _ORIG_PREALLOCATE
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.child_json is None and args.isolate != "off":
+        # The parent only looks at the platform: keep it from preallocating accelerator memory.
+        _ORIG_PREALLOCATE = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+
+    import jax
+    from tqdm.auto import tqdm
+
+    cfg = _config(args)
+
+    if args.child_json is not None:  # one arm, in a process of its own
+        (arm,) = args.arms
+        row = _run_arm_safely(arm, args, cfg)
+        with open(args.child_json, "w") as fh:
+            json.dump({"row": row, "device": device_description()}, fh)
+        return {"rows": [row]}
+
+    for arm in args.arms:
+        if arm != PEER_ARM:
+            from mxprec import recipes
+
+            recipes.get(arm)  # fail fast on an unknown name
+    isolate = args.isolate == "on" or (args.isolate == "auto" and jax.default_backend() != "cpu")
+    child_argv = [a for a in _strip_arms_flag(argv) if a != "--no-progress"]
+
+    t_start = time.perf_counter()
+    rows, device = [], None
+    bar = tqdm(args.arms, desc=f"llama {args.config}", unit="arm", disable=args.no_progress, file=sys.stderr)
+    for arm in bar:
+        bar.set_postfix_str(arm)
+        if isolate:
+            row, dev = _run_arm_in_child(arm, child_argv, not args.no_progress)
+            device = device or dev
+        else:
+            row = _run_arm_safely(arm, args, cfg)
+        rows.append(row)
+    bar.close()
+    device = device or device_description()
+    wall_s = time.perf_counter() - t_start
+
+    arch, note = amdahl_arch(device["device_kind"])
+    amdahl = finish_rows(rows, arch)
+    model = dict(cfg.to_dict(), batch=args.batch, tokens_per_step=args.batch * cfg.seq)
+    result = {
+        "device": device["description"],
+        "command": "python -m mxprec.bench llama " + shlex.join(argv),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "model": model,
+        "rows": rows,
+        "config": args.config,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "mu_dtype": args.mu_dtype,
+        "data": args.data or "synthetic (one fixed random batch)",
+        "amdahl": amdahl,
+        "amdahl_note": note,
+        "isolated": isolate,
+        "wall_s": wall_s,
+        "device_info": device,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"llama_{args.config}")
+    md = markdown(result)
+    with open(stem + ".json", "w") as fh:
+        json.dump(result, fh, indent=1, default=str)
+    with open(stem + ".md", "w") as fh:
+        fh.write(md)
+    png = plot(result, stem + ".png")
+    print(md)
+    print(f"wrote {stem}.json, {stem}.md" + (f", {png}" if png else "") + f" (wall {wall_s:.1f} s)")
+    return result
+
+
+if __name__ == "__main__":
+    main()

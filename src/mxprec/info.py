@@ -1,0 +1,20 @@
+"""``mxprec.info()``: what this machine runs (platform, native libraries, backend per recipe)."""
+
+from __future__ import annotations
+
+import jax
+
+
+def info() -> str:
+    """A human-readable report: jax version, platform, devices, native custom calls available."""
+    from mxprec import kernels, recipes
+
+    platform = jax.default_backend()
+    lines = [
+        f"mxprec on jax {jax.__version__}, platform {platform}, devices {[d.device_kind for d in jax.devices()]}",
+        f"native custom calls (mxprec_scaled_gemm, mxprec_quantize) for {platform}: "
+        f"{'available' if kernels.ffi_available(platform) else 'not available'}",
+    ]
+    for name in ("bf16", "fp8_current", "mxfp8", "mxfp4"):
+        lines.append(f"  {name:12s} -> {kernels.backend_report(recipes.get(name))}")
+    return "\n".join(lines)

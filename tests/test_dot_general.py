@@ -1,0 +1,361 @@
+"""mxprec.dot_general vs an oracle built from the numpy quantizers in tests/reference.
+
+Every recipe's Fprop and both gradients must equal float64 GEMMs of the reference-dequantized
+operands, within the FP32 summation-order bound |diff| <= 2·K·2^-24·(|A|·|B|).
+The backend under test is a module-level parameter so the same suite runs on "xla" and "ffi".
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import mxprec
+import reference as ref
+from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
+
+BACKENDS = ["xla"]
+QUANTIZED = ["fp8_current", "fp8_delayed", "fp8_rowwise", "fp8_block", "mxfp8", "mxfp8_floor", "mxfp6", "mxfp4", "nvfp4"]
+
+# (lhs shape, rhs shape, dimension_numbers): plain, batch dims, two contracting dims, odd orders.
+CASES = [
+    ((128, 128), (128, 128), (((1,), (0,)), ((), ()))),
+    ((2, 64, 128), (128, 128), (((2,), (0,)), ((), ()))),
+    ((128, 128), (128, 256), (((0,), (0,)), ((), ()))),
+    ((2, 128, 128), (2, 128, 128), (((2,), (1,)), ((0,), (0,)))),
+    ((4, 32, 128), (32, 4, 128), (((0, 1), (1, 0)), ((), ()))),
+    ((128, 2, 128), (2, 128, 128), (((0,), (1,)), ((1,), (0,)))),
+]
+
+
+# ----------------------------------------------------------------------------- numpy oracle
+
+
+def _np_canon(lhs_shape, rhs_shape, dn):
+    (lc, rc), (lb, rb) = dn
+    lf = [d for d in range(len(lhs_shape)) if d not in lc and d not in lb]
+    rf = [d for d in range(len(rhs_shape)) if d not in rc and d not in rb]
+    return list(lb) + lf + list(lc), list(rb) + list(rc) + rf
+
+
+def _ref_qdq(x: np.ndarray, spec, axis: int, scale: float = 1.0) -> np.ndarray:
+    """Reference quantize→dequantize of a float32 array, as float64."""
+    if spec is None:
+        return np.asarray(x, np.float32).astype(jnp.bfloat16).astype(np.float64)
+    f = spec.fmt.name
+    if isinstance(spec, TensorScaling):
+        c, s = ref.ref_tensor(x, f)
+        return ref.ref_dequant_scaled(c, f, s).astype(np.float64)
+    if isinstance(spec, DelayedScaling):
+        return ref.ref_dequant_scaled(ref.ref_delayed(x, f, scale), f, np.float32(scale)).astype(np.float64)
+    if isinstance(spec, RowScaling):
+        c, s = ref.ref_row(x, f, axis)
+        return ref.ref_dequant_scaled(c, f, s).astype(np.float64)
+    if isinstance(spec, TileScaling):
+        c, s = ref.ref_tile(x, f, axis, spec.tile, spec.power_of_two)
+        return ref.ref_dequant_tile(c, s, f, axis, spec.tile).astype(np.float64)
+    if isinstance(spec, MXScaling):
+        c, s = ref.ref_mx(x, f, axis, spec.block, spec.scale_rule)
+        return ref.ref_dequant_mx(c, s, f, axis, spec.block).astype(np.float64)
+    if isinstance(spec, NVFP4Scaling):
+        c, s, t = ref.ref_nvfp4(x, axis)
+        return ref.ref_dequant_nvfp4(c, s, t, axis).astype(np.float64)
+    raise TypeError(spec)
+
+
+def _bmm(a, b):  # (B, M, K) x (B, K, N) in float64, plus the |a|·|b| bound term
+    return np.einsum("bmk,bkn->bmn", a, b), np.einsum("bmk,bkn->bmn", np.abs(a), np.abs(b))
+
+
+def oracle(recipe, x, w, g, dn):
+    """float64 (y, dx, dw) and their error bounds, in the original layouts."""
+    lp, rp = _np_canon(x.shape, w.shape, dn)
+    xt, wt = np.transpose(x, lp), np.transpose(w, rp)
+    nb = len(dn[1][0])
+    B = math.prod(xt.shape[:nb])
+    K = math.prod(w.shape[d] for d in dn[0][1])
+    M = x.size // (B * K)
+    N = w.size // (B * K)
+    x3, w3, g3 = xt.reshape(B, M, K), wt.reshape(B, K, N), g.reshape(B, M, N)
+    q = functools.partial(_ref_qdq)
+    y, by = _bmm(q(x3, recipe.fprop_lhs, 2), q(w3, recipe.fprop_rhs, 1))
+    dx, bdx = _bmm(q(g3, recipe.dgrad_grad, 2), np.swapaxes(q(w3, recipe.dgrad_rhs, 2), 1, 2))
+    dw, bdw = _bmm(np.swapaxes(q(x3, recipe.wgrad_lhs, 1), 1, 2), q(g3, recipe.wgrad_grad, 1))
+
+    def back(t, shape, perm):
+        return np.transpose(t.reshape([shape[p] for p in perm]), np.argsort(perm))
+
+    return (
+        (y.reshape(g.shape), by.reshape(g.shape), K),
+        (back(dx, x.shape, lp), back(bdx, x.shape, lp), N),
+        (back(dw, w.shape, rp), back(bdw, w.shape, rp), M),
+    )
+
+
+def _assert_close(got, want, bound, n, what):
+    got = np.asarray(got, np.float64)
+    tol = 2.0 * n * 2.0**-24 * bound + 1e-30
+    err = np.abs(got - want)
+    bad = err > tol
+    assert not bad.any(), f"{what}: {bad.sum()} elements outside the FP32 summation bound; max err {err.max()}"
+
+
+def _inputs(xs, ws, seed=0):
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    x = jax.random.normal(k1, xs, jnp.float32)
+    w = jax.random.normal(k2, ws, jnp.float32) * jnp.float32(0.1)
+    return x, w, k3
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", QUANTIZED)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_matches_reference_oracle(backend, name, case):
+    xs, ws, dn = CASES[case]
+    recipe = mxprec.recipes.get(name, backend=backend, stochastic_grad_rounding=False)
+    x, w, kg = _inputs(xs, ws, seed=case)
+    state = mxprec.DotGeneralState.init(recipe)
+    f = jax.jit(lambda x, w: mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32,
+                                                  recipe=recipe, state=state))
+    y, vjp = jax.vjp(f, x, w)
+    g = jax.random.normal(kg, y.shape, jnp.float32)
+    dx, dw = vjp(g)
+    assert y.dtype == jnp.float32 and dx.dtype == x.dtype and dw.dtype == w.dtype
+    (ry, by, K), (rdx, bdx, N), (rdw, bdw, M) = oracle(recipe, np.asarray(x), np.asarray(w), np.asarray(g), dn)
+    _assert_close(y, ry, by, K, f"{name} fprop")
+    _assert_close(dx, rdx, bdx, N, f"{name} dgrad")
+    _assert_close(dw, rdw, bdw, M, f"{name} wgrad")
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_bf16_is_lax_dot_general_bit_for_bit(case):
+    xs, ws, dn = CASES[case]
+    x, w, _ = _inputs(xs, ws)
+    x, w = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    got = jax.jit(lambda x, w: mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe="bf16"))(x, w)
+    want = jax.jit(lambda x, w: lax.dot_general(x, w, dn, preferred_element_type=jnp.float32))(x, w)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_output_and_grad_dtypes():
+    x, w, _ = _inputs((64, 128), (128, 128))
+    x = x.astype(jnp.bfloat16)
+    dn = (((1,), (0,)), ((), ()))
+    y = mxprec.dot_general(x, w, dn, recipe="mxfp8")
+    assert y.dtype == jnp.bfloat16  # recipe default output for low-precision GEMMs
+    dx, dw = jax.grad(lambda x, w: jnp.sum(mxprec.dot_general(x, w, dn, recipe="mxfp8").astype(jnp.float32)),
+                      argnums=(0, 1))(x, w)
+    assert dx.dtype == jnp.bfloat16 and dw.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("name", ["fp8_current", "mxfp8", "fp8_block"])
+def test_quantized_residuals_equal_wide_residuals(name):
+    """Saving column-wise quantized copies gives the same gradients as requantizing the wide source."""
+    x, w, kg = _inputs((2, 128, 128), (128, 128))
+    dn = (((2,), (0,)), ((), ()))
+    grads = {}
+    for policy in ("wide", "quantized"):
+        r = mxprec.recipes.get(name, residuals=policy)
+        f = lambda x, w: jnp.sum(mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=r) ** 2)  # noqa: E731
+        grads[policy] = jax.jit(jax.grad(f, argnums=(0, 1)))(x, w)
+    for a, b in zip(grads["wide"], grads["quantized"]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_vmap_and_checkpoint():
+    r = mxprec.recipes.get("mxfp8")
+    x, w, _ = _inputs((3, 64, 128), (128, 128))
+    dn = (((1,), (0,)), ((), ()))
+    f = lambda x, w: mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=r)  # noqa: E731
+    batched = jax.vmap(f, in_axes=(0, None))(x, w)
+    looped = jnp.stack([f(x[i], w) for i in range(3)])
+    np.testing.assert_array_equal(np.asarray(batched), np.asarray(looped))
+
+    loss = lambda x, w: jnp.sum(f(x[0], w) ** 2)  # noqa: E731
+    plain = jax.grad(loss, argnums=1)(x, w)
+    for policy in (jax.checkpoint_policies.nothing_saveable, mxprec.training.remat_policy(save_gemm_outputs=True)):
+        remat = jax.grad(jax.checkpoint(loss, policy=policy), argnums=1)(x, w)
+        np.testing.assert_array_equal(np.asarray(plain), np.asarray(remat))
+
+
+def test_remat_policy_saves_named_gemm_outputs():
+    r = mxprec.recipes.get("fp8_current")
+    x, w, _ = _inputs((64, 128), (128, 128))
+    dn = (((1,), (0,)), ((), ()))
+
+    def loss(x, w):
+        return jnp.sum(jnp.tanh(mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=r)))
+
+    saved = jax.ad_checkpoint.print_saved_residuals  # noqa: F841  (exists on every supported jax)
+    policy = mxprec.training.remat_policy(save_gemm_outputs=True)
+    jaxpr = jax.make_jaxpr(jax.grad(jax.checkpoint(loss, policy=policy), argnums=1))(x, w)
+    assert "mxprec_gemm" in str(jaxpr)
+
+
+def test_delayed_state_updates_and_max_combines():
+    r = mxprec.recipes.get("fp8_delayed")
+    dn = (((1,), (0,)), ((), ()))
+    x, w, _ = _inputs((64, 128), (128, 128))
+    state = mxprec.DotGeneralState.init(r)
+
+    def two_uses(x, w, st):
+        st = mxprec.max_combining(st)
+        y1 = mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=r, state=st)
+        y2 = mxprec.dot_general(x * jnp.float32(4), w, dn, preferred_element_type=jnp.float32, recipe=r, state=st)
+        return jnp.sum(y1) + jnp.sum(y2)
+
+    new = jax.jit(jax.grad(two_uses, argnums=2))(x, w, state)
+    amax_x = float(jnp.max(jnp.abs(x)))
+    # max-combined: the 4x input's amax wins (a sum would give 5x)
+    np.testing.assert_allclose(float(new.lhs.amax_history[0]), 4 * amax_x, rtol=1e-6)
+    np.testing.assert_allclose(float(new.lhs.scale), 4 * amax_x / 448.0, rtol=1e-6)
+    np.testing.assert_allclose(float(new.rhs.amax_history[0]), float(jnp.max(jnp.abs(w))), rtol=1e-6)
+    assert float(new.grad.amax_history[0]) == 1.0  # d(sum)/dy = 1
+    np.testing.assert_allclose(float(new.grad.scale), 1.0 / 57344.0, rtol=1e-6)
+
+
+def test_delayed_state_through_lax_scan_gradient_accumulation():
+    r = mxprec.recipes.get("fp8_delayed")
+    dn = (((1,), (0,)), ((), ()))
+    x, w, _ = _inputs((4, 32, 128), (128, 128))
+    scales = jnp.asarray([1.0, 3.0, 2.0, 0.5], jnp.float32)
+    state = mxprec.DotGeneralState.init(r)
+
+    def loss(w, st):
+        st = mxprec.max_combining(st)
+
+        def body(acc, i):
+            y = mxprec.dot_general(x[i] * scales[i], w, dn, preferred_element_type=jnp.float32, recipe=r, state=st)
+            return acc + jnp.sum(y), None
+
+        acc, _ = lax.scan(body, jnp.float32(0), jnp.arange(4))
+        return acc
+
+    gw, new = jax.jit(jax.grad(loss, argnums=(0, 1)))(w, state)
+    want = max(float(jnp.max(jnp.abs(x[i] * scales[i]))) for i in range(4))
+    np.testing.assert_allclose(float(new.lhs.amax_history[0]), want, rtol=1e-6)
+    assert np.isfinite(np.asarray(gw)).all()
+
+
+class _MLP(nn.Module):
+    recipe: mxprec.Recipe
+
+    @nn.compact
+    def __call__(self, x):
+        cls = self.recipe.dot_general_cls()
+        h = nn.Dense(128, dot_general_cls=cls, name="up")(x)
+        h = nn.relu(h)
+        return nn.DenseGeneral(64, dot_general_cls=cls, name="down")(h)
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp8_delayed", "mxfp8"])
+def test_flax_linen_training_updates_state(name):
+    r = mxprec.recipes.get(name)
+    model = _MLP(r)
+    x = jax.random.normal(jax.random.key(1), (32, 128), jnp.float32)
+    t = jax.random.normal(jax.random.key(2), (32, 64), jnp.float32)
+    variables = model.init(jax.random.key(0), x)
+    has_state = mxprec.flax.OVERWRITE_WITH_GRADIENT in variables
+    assert has_state == r.is_delayed
+    import optax
+
+    tx = optax.adam(1e-2)
+    opt_state = tx.init(mxprec.flax.split_owg(variables)[0])
+
+    @jax.jit
+    def step(variables, opt_state):
+        def loss_fn(v):
+            y = model.apply(mxprec.flax.max_combine_owg(v), x).astype(jnp.float32)
+            return jnp.mean((y - t) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(variables)
+        variables, opt_state = mxprec.flax.apply_updates_with_owg(variables, grads, opt_state, tx)
+        return variables, opt_state, loss
+
+    losses = []
+    with jax.numpy_dtype_promotion("standard"):  # optax mixes float ** int32 internally
+        for _ in range(30):
+            variables, opt_state, loss = step(variables, opt_state)
+            losses.append(float(loss))
+    assert losses[-1] < 0.7 * losses[0], losses
+    if has_state:
+        owg = variables[mxprec.flax.OVERWRITE_WITH_GRADIENT]["up"]["MxDotGeneral_0"]
+        assert float(owg["input_scale"]) != 1.0
+        assert float(owg["input_amax_history"][0]) == pytest.approx(float(jnp.max(jnp.abs(x))), rel=1e-6)
+        assert float(owg["kernel_amax_history"][1]) > 0  # history rolled across steps
+
+
+def test_flax_nn_scan_over_layers():
+    r = mxprec.recipes.get("fp8_delayed")
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, h, _):
+            return nn.Dense(128, dot_general_cls=r.dot_general_cls())(h), None
+
+    Stack = nn.scan(Block, variable_axes={"params": 0, mxprec.flax.OVERWRITE_WITH_GRADIENT: 0},
+                    split_rngs={"params": True}, length=3)
+    x = jax.random.normal(jax.random.key(1), (32, 128), jnp.float32)
+    model = Stack()
+    v = model.init(jax.random.key(0), x, None)
+    grads = jax.grad(lambda v: jnp.sum(model.apply(v, x, None)[0].astype(jnp.float32)))(v)
+    hist = grads[mxprec.flax.OVERWRITE_WITH_GRADIENT]["Dense_0"]["MxDotGeneral_0"]["input_amax_history"]
+    assert hist.shape == (3, 1024) and bool(jnp.all(hist[:, 0] > 0))
+
+
+def test_nnx_linear_swap():
+    from flax import nnx
+
+    r = mxprec.recipes.get("mxfp8")
+    lin = nnx.Linear(128, 64, dot_general=r.dot_general(), rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(1), (32, 128), jnp.float32)
+    y = lin(x)
+    want = mxprec.dot_general(x, lin.kernel[...], (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32, recipe=r) + lin.bias[...][None, :]
+    np.testing.assert_allclose(np.asarray(y, np.float32), np.asarray(want, np.float32), rtol=1e-2, atol=1e-2)
+    d = mxprec.flax.DelayedDotGeneral(mxprec.recipes.get("fp8_delayed"))
+    lin2 = nnx.LinearGeneral(128, 64, dot_general=d, rngs=nnx.Rngs(0))
+    assert lin2(x).shape == (32, 64)
+    with pytest.raises(ValueError, match="delayed scaling"):
+        mxprec.recipes.get("fp8_delayed").dot_general()
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_bad_inputs_raise_clearly():
+    x, w, _ = _inputs((64, 80), (80, 128))
+    dn = (((1,), (0,)), ((), ()))
+    with pytest.raises(ValueError, match=r"K=80 to be a multiple of 32.*\(64, 80\)"):
+        mxprec.dot_general(x, w, dn, recipe="mxfp8")
+    with pytest.raises(ValueError, match="contracting sizes differ"):
+        mxprec.dot_general(x, jnp.zeros((64, 128), jnp.float32), dn, recipe="mxfp8")
+    with pytest.raises(ValueError, match="unknown recipe 'mxfp9'.*mxfp8"):
+        mxprec.recipes.get("mxfp9")
+    with pytest.raises(ValueError, match="needs state"):
+        mxprec.dot_general(jnp.zeros((32, 128), jnp.float32), jnp.zeros((128, 32), jnp.float32), dn, recipe="fp8_delayed")
+    with pytest.raises(TypeError, match="floating"):
+        mxprec.dot_general(jnp.zeros((32, 128), jnp.int32), jnp.zeros((128, 32), jnp.float32), dn, recipe="mxfp8")
+
+
+def test_recipe_names_and_describe():
+    names = mxprec.recipes.names()
+    for n in ["bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_rowwise", "fp8_block", "mxfp8", "mxfp8_floor",
+              "mxfp6", "mxfp4", "nvfp4", "te_fp8_delayedscaling", "te_fp8_currentscaling", "te_mxfp8",
+              "te_nvfp4", "aiter_fp4", "fp8"]:
+        assert n in names
+    assert mxprec.recipes.get("aiter_fp4").fprop_lhs == mxprec.formats.MXFP4
+    assert mxprec.recipes.get("fp8").name == "fp8_delayed"
+    r6 = mxprec.recipes.get("mxfp6")
+    assert r6.fprop_lhs.fmt == mxprec.formats.E2M3 and r6.dgrad_grad.fmt == mxprec.formats.E3M2
+    text = mxprec.recipes.get("mxfp8").describe()
+    assert "fprop_lhs" in text and "wgrad_grad" in text and "backend" in text
