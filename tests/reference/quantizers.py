@@ -437,7 +437,8 @@ def ref_dequant_mx(codes, scale_bytes, fmt, axis=-1, block=32) -> np.ndarray:
     elem = _blocks(decode(codes, fmt).astype(np.float64), axis, block)
     val = elem * np.ldexp(1.0, sb - 127)[..., None]
     val = np.where((sb == 255)[..., None], np.nan, val)
-    return _unblocks(val, axis).astype(np.float32)
+    with np.errstate(over="ignore"):  # e.g. 256 * 2^120 overflows FP32 to Inf, as in IEEE FP32
+        return _unblocks(val, axis).astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ Backend choice is an argument, never an environment variable:
 * ``"xla"`` — the exact pure-XLA formulation (see scaled_gemm's docstring).
 * ``"ffi"`` — the ``mxprec_scaled_gemm`` custom call; raises if no native library serves this
   platform.
-* ``"auto"`` — ``"ffi"`` when a native library is loaded for the current platform, otherwise the
-  exact XLA path (never a silent downgrade of precision: both compute the same quantized GEMM).
+* ``"auto"`` — on GPU, ``"ffi"`` when a native library is loaded; otherwise (and always on CPU,
+  where XLA's dot is faster than the C++ reference lowering) the exact XLA path. Never a silent
+  downgrade of precision: both compute the same quantized GEMM.
 """
 
 from __future__ import annotations
@@ -27,10 +28,16 @@ def ffi_available(platform: str | None = None) -> bool:
     return ffi.available(platform or jax.default_backend())
 
 
+# Platforms where "auto" prefers the native custom call. On CPU the C++ lowering exists to run the
+# exact custom-call path in CI (backend="ffi"); XLA's own CPU dot is faster, so "auto" uses XLA.
+_AUTO_FFI_PLATFORMS = ("gpu", "cuda", "rocm")
+
+
 def resolve_backend(backend: str) -> str:
-    """Maps ``"auto"`` to ``"ffi"`` or ``"xla"``; validates the others."""
+    """Maps ``"auto"`` to ``"ffi"`` (GPU with a native library) or ``"xla"``; validates the others."""
     if backend == "auto":
-        return "ffi" if ffi_available() else "xla"
+        platform = jax.default_backend()
+        return "ffi" if platform in _AUTO_FFI_PLATFORMS and ffi_available(platform) else "xla"
     if backend == "ffi":
         from mxprec.kernels import ffi
 
@@ -48,8 +55,10 @@ def backend_report(recipe) -> str:
         return f"backend: xla dot_general (no quantized operand) on {platform}"
     if recipe.backend == "xla":
         return f"backend: xla (requested) on {platform}"
-    if ffi_available(platform):
+    if ffi_available(platform) and (recipe.backend == "ffi" or platform in _AUTO_FFI_PLATFORMS):
         return f"backend: ffi (mxprec_scaled_gemm custom call) on {platform}"
+    if ffi_available(platform):
+        return f"backend: xla exact path on {platform} (auto; the C++ custom call runs with backend='ffi')"
     if recipe.backend == "ffi":
         return f"backend: ffi requested but no mxprec native library for {platform} (will raise)"
     return f"backend: xla exact reference on {platform} (auto: no mxprec native library for {platform})"

@@ -1,0 +1,212 @@
+"""GEMM benchmark: mxprec recipes vs XLA bf16, XLA direct FP8, jax.nn.scaled_dot_general and torch.
+
+One run, one device, same shapes. For every shape (M×K×N) it times:
+
+* peers: XLA bf16 dot (FP32 accumulate), XLA direct FP8 dot (e4m3×e4m3 and e5m2×e4m3; what Flax's
+  Fp8DirectDotGeneralOp emits), ``jax.nn.scaled_dot_general`` MXFP8, ``torch._scaled_mm``
+  tensorwise / rowwise / blockwise when torch with CUDA is importable;
+* mxprec ``scaled_gemm`` for every quantized recipe's Fprop operand pair on pre-quantized
+  operands (``tflops``) and with the activation quantized inside the timed region
+  (``tflops_with_q``, as seed 002's Table 23).
+
+Writes ``<out>/gemm_<device>.json`` (object with device, command, date, rows) and a markdown table.
+Usage: ``python benchmarks/gemm.py --out benchmarks/results [--shapes small] [--backend xla]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import mxprec
+
+PAPER_SHAPES = [(8192, 8192, 8192), (16384, 4096, 14336), (16384, 14336, 4096), (4096, 4096, 4096)]
+LLAMA_SHAPES = [  # (tokens, K, N): Llama-2-7B MLP up/down, Llama-3-70B MLP up/down
+    (16384, 4096, 11008), (16384, 11008, 4096), (8192, 8192, 28672), (8192, 28672, 8192),
+]
+SMALL_M = [(1024, 8192, 8192), (2048, 8192, 8192)]
+CPU_SHAPES = [(256, 512, 256)]
+RECIPES = ["fp8_current", "fp8_rowwise", "fp8_block", "mxfp8", "mxfp6", "mxfp4", "nvfp4"]
+DN = (((1,), (0,)), ((), ()))
+
+
+def bench(fn, *args, iters: int, warmup: int = 3) -> float:
+    """Mean seconds per call of a jitted fn (block_until_ready around a batch of calls)."""
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*args))
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        out = fn(*args)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t0) / iters
+
+
+def tflops(m, k, n, s):
+    return 2.0 * m * k * n / s / 1e12
+
+
+def peer_rows(m, k, n, x, w, iters):
+    rows = []
+    f_bf16 = jax.jit(lambda a, b: lax.dot_general(a, b, DN, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
+    xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    t = bench(f_bf16, xb, wb, iters=iters)
+    rows.append(dict(op="gemm", recipe="bf16", backend="xla", impl="xla bf16", t=t))
+    for name, da, db in (("xla fp8 e4m3xe4m3", jnp.float8_e4m3fn, jnp.float8_e4m3fn),
+                         ("xla fp8 e5m2xe4m3", jnp.float8_e5m2, jnp.float8_e4m3fn)):
+        sa, sb = jnp.float32(1.0), jnp.float32(1.0)
+        f = jax.jit(lambda a, b, sa, sb: (lax.dot_general(a, b, DN, preferred_element_type=jnp.float32) * (sa * sb))
+                    .astype(jnp.bfloat16))
+        t = bench(f, x.astype(da), w.astype(db), sa, sb, iters=iters)
+        rows.append(dict(op="gemm", recipe="fp8_current", backend="xla", impl=name, t=t))
+    try:
+        f = jax.jit(lambda a, b: jax.nn.scaled_dot_general(a, b, DN, preferred_element_type=jnp.bfloat16))
+        t = bench(f, xb, wb, iters=iters)
+        rows.append(dict(op="gemm", recipe="mxfp8", backend="jax.nn", impl="jax.nn.scaled_dot_general mxfp8", t=t))
+    except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
+        rows.append(dict(op="gemm", recipe="mxfp8", backend="jax.nn", impl="jax.nn.scaled_dot_general", error=str(e)[:200]))
+    rows += torch_rows(m, k, n, iters)
+    return rows
+
+
+def torch_rows(m, k, n, iters):
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    rows = []
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()  # column-major (K, N)
+
+    def run(name, recipe, sa, sb):
+        try:
+            f = lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)  # noqa: E731
+            for _ in range(3):
+                f()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                f()
+            torch.cuda.synchronize()
+            rows.append(dict(op="gemm", recipe=recipe, backend="torch", impl=name, t=(time.perf_counter() - t0) / iters))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(op="gemm", recipe=recipe, backend="torch", impl=name, error=str(e)[:200]))
+
+    one = torch.tensor(1.0, device="cuda")
+    run("torch._scaled_mm tensorwise", "fp8_current", one, one)
+    run("torch._scaled_mm rowwise", "fp8_rowwise", torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda"))
+    # DeepSeek-style 1x128 activations / 128x128 weights (torch >= 2.9 blockwise API; outer-dim-major scales)
+    sa = torch.ones(k // 128, m, device="cuda").t()
+    sb = torch.ones(n // 128, k // 128, device="cuda").t()
+    run("torch._scaled_mm blockwise 1x128/128x128", "fp8_block", sa, sb)
+    return rows
+
+
+def mxprec_rows(m, k, n, x, w, iters, backend):
+    rows = []
+    for name in RECIPES:
+        r = mxprec.recipes.get(name, backend=backend)
+        try:
+            qw = jax.jit(lambda w: mxprec.quantize(w, r.fprop_rhs, axis=0))(w)
+            qx = jax.jit(lambda x: mxprec.quantize(x, r.fprop_lhs, axis=1))(x)
+            be = mxprec.kernels.resolve_backend(backend)
+            gemm = jax.jit(lambda qx, qw: mxprec.scaled_gemm(_b(qx), _b(qw), lhs_contract=2,
+                                                            rhs_contract=1, out_dtype=jnp.bfloat16, backend=be))
+            t = bench(gemm, qx, qw, iters=iters)
+            with_q = jax.jit(lambda x, qw: mxprec.scaled_gemm(_b(mxprec.quantize(x, r.fprop_lhs, axis=1)), _b(qw),
+                                                              lhs_contract=2, rhs_contract=1,
+                                                              out_dtype=jnp.bfloat16, backend=be))
+            tq = bench(with_q, x.astype(jnp.bfloat16), qw, iters=iters)
+            rows.append(dict(op="gemm", recipe=name, backend=f"mxprec-{be}", impl=f"mxprec {name}", t=t, tq=tq))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(op="gemm", recipe=name, backend=f"mxprec-{backend}", impl=f"mxprec {name}", error=str(e)[:300]))
+    return rows
+
+
+def _sig(v: float) -> float:
+    return float(f"{v:.4g}")
+
+
+def _b(q):
+    """Adds the leading batch axis (B = 1) to a 2-D QTensor, bumping its axis."""
+    import dataclasses
+
+    def add(a):
+        return None if a is None else (a[None] if a.ndim else a)
+
+    return dataclasses.replace(q, data=q.data[None], scale=add(q.scale), axis=q.axis + 1, shape=(1, *q.shape))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="auto", choices=["auto", "paper", "all", "cpu"])
+    p.add_argument("--backend", default="auto", choices=["auto", "xla", "ffi"])
+    p.add_argument("--iters", type=int, default=0)
+    p.add_argument("--out", default="benchmarks/results")
+    args = p.parse_args(argv)
+    on_gpu = jax.default_backend() == "gpu"
+    shapes = {"paper": PAPER_SHAPES, "all": PAPER_SHAPES + LLAMA_SHAPES + SMALL_M, "cpu": CPU_SHAPES}.get(
+        args.shapes, PAPER_SHAPES + LLAMA_SHAPES + SMALL_M if on_gpu else CPU_SHAPES)
+    iters = args.iters or (20 if on_gpu else 2)
+    device = jax.devices()[0].device_kind
+    rows = []
+    for m, k, n in shapes:
+        kx, kw = jax.random.split(jax.random.key(0))
+        x = jax.random.normal(kx, (m, k), jnp.float32).astype(jnp.bfloat16)
+        w = (jax.random.normal(kw, (k, n), jnp.float32) * 0.02).astype(jnp.bfloat16)
+        shape_rows = peer_rows(m, k, n, x, w, iters) + mxprec_rows(m, k, n, x, w, iters, args.backend)
+        t_bf16 = shape_rows[0]["t"]
+        for r in shape_rows:
+            r.update(m=m, k=k, n=n)
+            if "t" in r:
+                r["tflops"] = _sig(tflops(m, k, n, r.pop("t")))
+                r["speedup_vs_xla_bf16"] = round(r["tflops"] / tflops(m, k, n, t_bf16), 3)
+            tq = r.pop("tq", None)
+            r["tflops_with_q"] = None if tq is None else _sig(tflops(m, k, n, tq))
+            print(json.dumps(r), flush=True)
+        rows += shape_rows
+    # ratio to the best peer of the same recipe
+    for r in rows:
+        if r.get("backend", "").startswith("mxprec") and "tflops" in r:
+            peers = [q["tflops"] for q in rows if q["recipe"] == r["recipe"] and (q["m"], q["k"], q["n"]) == (r["m"], r["k"], r["n"])
+                     and not q["backend"].startswith("mxprec") and "tflops" in q]
+            r["ratio_vs_best_peer"] = round(r["tflops"] / max(peers), 3) if peers and max(peers) > 0 else None
+    result = dict(device=device, command="python " + " ".join([sys.argv[0]] + (argv or sys.argv[1:])),
+                  date=datetime.date.today().isoformat(), jax=jax.__version__, rows=rows)
+    os.makedirs(args.out, exist_ok=True)
+    tag = "h200" if "H200" in device else device.lower().replace(" ", "_")
+    path = os.path.join(args.out, f"{tag}_gemm.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    with open(path.replace(".json", ".md"), "w") as f:
+        f.write(markdown(result))
+    print(markdown(result))
+    print("wrote", path)
+
+
+def markdown(result) -> str:
+    lines = [f"# GEMM benchmark on {result['device']} ({result['date']}, jax {result['jax']})", "",
+             f"Command: `{result['command']}`", "",
+             "| M×K×N | impl | recipe | backend | TFLOP/s | with Q | × XLA bf16 | × best peer |", "|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        shape = f"{r['m']}×{r['k']}×{r['n']}"
+        if "error" in r:
+            lines.append(f"| {shape} | {r['impl']} | {r['recipe']} | {r['backend']} | error: {r['error'][:60]} | | | |")
+            continue
+        lines.append(f"| {shape} | {r['impl']} | {r['recipe']} | {r['backend']} | {r['tflops']} | "
+                     f"{r.get('tflops_with_q') or ''} | {r['speedup_vs_xla_bf16']} | {r.get('ratio_vs_best_peer') or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
