@@ -56,11 +56,19 @@ def _full(x, spec, axis):
     )
 
 
+def _light(x, spec, axis):
+    q = mxprec.quantize(x, spec, axis=axis)
+    return dict(data=q.data, scale=q.scale, amax=q.amax, tensor_scale=q.tensor_scale)
+
+
 _full_jit = jax.jit(_full, static_argnames=("spec", "axis"))
+_light_jit = jax.jit(_light, static_argnames=("spec", "axis"))
 
 
-def run(x, spec, axis=-1):
-    out = _full_jit(x, spec, axis)
+def run(x, spec, axis=-1, light=False):
+    """light=True compiles quantize only (about 3x cheaper to compile): no q.codes(), no
+    dequantize; codes are then read from q.data with the reference unpackers."""
+    out = (_light_jit if light else _full_jit)(x, spec, axis)
     return {k: (v if k == "q" or v is None else np.asarray(v)) for k, v in out.items()}
 
 
@@ -140,13 +148,18 @@ def assert_f32_equal(got, ref, what, ftz_ok=False, x=None):
     assert not bad.any(), _report(what, bad, got, ref, x)
 
 
-def check(kind, x, fmt=None, axis=-1, rule="rceil", tile=(1, 32), p2=False):
-    """Quantize x (a jax array) with mxprec and compare every output with the reference."""
+def check(kind, x, fmt=None, axis=-1, rule="rceil", tile=(1, 32), p2=False, light=False):
+    """Quantize x (a jax array) with mxprec and compare every output with the reference:
+    q.codes(), q.data (packing), q.scale, q.amax, q.tensor_scale and dequantize(q).
+    light=True: q.data / q.scale / q.amax / q.tensor_scale only (cheaper compile)."""
     spec = make_spec(kind, fmt, rule, tile, p2)
-    out = run(x, spec, axis)
+    out = run(x, spec, axis, light)
     xr = np.asarray(x)
     f = R.E2M1 if kind == "nvfp4" else R.get_format(fmt)
     ctx = f"{kind} {fmt} axis={axis} rule={rule} tile={tile} p2={p2} shape={xr.shape} dtype={xr.dtype}"
+    if light:
+        data = _u8(out["data"])
+        out["codes"] = data if f.bits == 8 else (R.ref_unpack_fp4 if f.bits == 4 else R.ref_unpack_fp6)(data, axis)
 
     assert_f32_equal(out["amax"], R.ref_amax(xr), f"amax [{ctx}]")
     assert out["amax"].shape == ()
@@ -166,7 +179,8 @@ def check(kind, x, fmt=None, axis=-1, rule="rceil", tile=(1, 32), p2=False):
             deq = R.ref_dequant_tile(codes, scale, f, axis, tile)
         else:
             deq = R.ref_dequant_scaled(codes, f, scale)
-        assert_f32_equal(out["deq"], deq, f"dequant [{ctx}]", ftz_ok=True, x=xr)
+        if not light:
+            assert_f32_equal(out["deq"], deq, f"dequant [{ctx}]", ftz_ok=True, x=xr)
         assert out["tensor_scale"] is None
         return out, (codes, scale)
 
@@ -189,7 +203,12 @@ def check(kind, x, fmt=None, axis=-1, rule="rceil", tile=(1, 32), p2=False):
     else:
         assert out["data"].dtype == np.uint8, f"data dtype [{ctx}]"
     assert_u8_equal(_u8(out["data"]), packed, f"data bytes [{ctx}]")
-    assert_f32_equal(out["deq"], deq, f"dequant [{ctx}]", ftz_ok=True, x=xr)
+    if f.bits == 4:
+        assert_u8_equal(R.ref_unpack_fp4(_u8(out["data"]), axis), out["codes"], f"unpack(data) vs codes() [{ctx}]")
+    elif f.bits == 6:
+        assert_u8_equal(R.ref_unpack_fp6(_u8(out["data"]), axis), out["codes"], f"unpack(data) vs codes() [{ctx}]")
+    if not light:
+        assert_f32_equal(out["deq"], deq, f"dequant [{ctx}]", ftz_ok=True, x=xr)
     return out, (codes, sbytes)
 
 
@@ -288,13 +307,7 @@ def test_mx_random(fmt, fi, rule):
     k = fi + (rule == "floor")
     shape, axis = MX_CONFIGS[k % len(MX_CONFIGS)]
     dtype = DTYPES[(fi + (rule == "floor")) % 3]
-    check("mx", jx(rand(shape, k), dtype), fmt, axis, rule=rule)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_mx_dtypes_same_shape(dtype):
-    x = rand((4, 64), 11, spread=6)
-    check("mx", jx(x, dtype), "E4M3", -1, rule="rceil")
+    check("mx", jx(rand(shape, k), dtype), fmt, axis, rule=rule, light=True)
 
 
 # Adversarial / boundary tensors are padded to a common number of 32-wide rows so that the tests
@@ -366,7 +379,12 @@ def test_mx_adversarial(fmt, rule):
     special[7, 0] = 500.0  # outlier block
     special[8] = -1.0
     special[8, 9] = -500.0
-    x = pad_rows(np.concatenate([rows, special]).astype(np.float32))
+    # very large / very small magnitudes (inputs stay FP32-normal)
+    extreme = rand((8, 32), 21, spread=3).astype(np.float64)
+    extreme *= np.array([1e38 / 8, 1e38 / 8, 1e-30, 1e-30, 1e30, 1e-25, 1e-36, 3e37])[:, None]
+    extreme = extreme.astype(np.float32)
+    extreme[np.abs(extreme) < F32_MIN_NORMAL] = 0.0
+    x = pad_rows(np.concatenate([rows, special, extreme]).astype(np.float32))
     out, (codes, sb) = check("mx", jx(x), fmt, -1, rule=rule)
     n = rows.shape[0]
     # explicit expectations straight from the spec text
@@ -393,19 +411,6 @@ def test_mx_pow2_boundaries(fmt, rule):
     check("mx", jx(x), fmt, -1, rule=rule)
 
 
-@pytest.mark.parametrize("rule", RULES)
-@pytest.mark.parametrize("fmt", ["E4M3", "E2M1"])
-def test_mx_extreme_magnitudes(fmt, rule):
-    x = rand((6, 64), 21, spread=3).astype(np.float64)
-    x[0:2] *= 1e38 / 8  # up to ~3e38, finite
-    x[2:4] *= 1e-30
-    x[4] *= 1e30
-    x[5] *= 1e-25
-    x = x.astype(np.float32)
-    x[np.abs(x) < F32_MIN_NORMAL] = 0.0
-    check("mx", jx(x), fmt, -1, rule=rule)
-
-
 # --------------------------------------------------------------------------------------------
 # FP32-scaled FP8: tensor, row, tile
 # --------------------------------------------------------------------------------------------
@@ -413,23 +418,23 @@ def test_mx_extreme_magnitudes(fmt, rule):
 FP8_CONFIGS = [((64,), 0), ((3, 40), -1), ((40, 3), 0), ((2, 24, 3), 1), ((2, 3, 2, 16), -1)]
 
 
-@pytest.mark.parametrize("kind", ["tensor", "row"])
-@pytest.mark.parametrize("ci", range(len(FP8_CONFIGS)))
+@pytest.mark.parametrize(
+    "kind,ci", [("tensor", 0), ("tensor", 3), ("row", 1), ("row", 2), ("row", 3), ("row", 4)]
+)
 def test_fp8_scaled_random(kind, ci):
     shape, axis = FP8_CONFIGS[ci]
     fmt = FP8[(ci + (kind == "row")) % 2]
     dtype = DTYPES[(ci + (kind == "row")) % 3]
-    check(kind, jx(rand(shape, 100 + ci), dtype), fmt, axis)
+    check(kind, jx(rand(shape, 100 + ci), dtype), fmt, axis, light=True)
 
 
 TILE_CONFIGS = [
-    ((64,), 0, (1, 32)),
+    ((256,), 0, (1, 128)),  # rank 1, default tile
     ((4, 64), -1, (2, 32)),
     ((64, 4), 0, (4, 16)),  # row axis = last axis
-    ((2, 4, 64), -1, (4, 16)),
     ((2, 64, 4), 1, (2, 32)),  # middle axis, row axis = 2
     ((2, 16, 3, 4), 1, (2, 8)),  # rank 4, row axis = 3
-    ((2, 256), -1, (1, 128)),  # default tile
+    ((2, 4, 64), -1, (4, 16)),
 ]
 
 
@@ -439,7 +444,7 @@ def test_tile_random(ci):
     p2 = ci % 2 == 1
     fmt = FP8[(ci // 2) % 2]
     dtype = DTYPES[ci % 3]
-    check("tile", jx(rand(shape, 200 + ci), dtype), fmt, axis, tile=tile, p2=p2)
+    check("tile", jx(rand(shape, 200 + ci), dtype), fmt, axis, tile=tile, p2=p2, light=True)
 
 
 def test_tile_default_spec():
@@ -524,7 +529,7 @@ def test_fp8_scaled_nonfinite(fmt):
         for bad in (np.nan, np.inf):
             x = big.copy()
             x[pos] = bad
-            check("tensor", jx(x), fmt, -1)
+            check("tensor", jx(x), fmt, -1, light=True)
 
 
 @pytest.mark.parametrize("fmt", FP8)
@@ -623,13 +628,13 @@ def test_delayed_defaults_and_eager_update():
 # NVFP4
 # --------------------------------------------------------------------------------------------
 
-NV_CONFIGS = [((32,), 0), ((3, 48), -1), ((32, 3), 0), ((2, 16, 3), 1), ((2, 2, 3, 32), -1)]
+NV_CONFIGS = [((32,), 0), ((3, 48), -1), ((2, 16, 3), 1), ((2, 2, 3, 32), -1)]
 
 
 @pytest.mark.parametrize("ci", range(len(NV_CONFIGS)))
 def test_nvfp4_random(ci):
     shape, axis = NV_CONFIGS[ci]
-    check("nvfp4", jx(rand(shape, 300 + ci), DTYPES[ci % 3]), None, axis)
+    check("nvfp4", jx(rand(shape, 300 + ci), DTYPES[ci % 3]), None, axis, light=True)
 
 
 def test_nvfp4_ties_and_underflow():
@@ -672,22 +677,14 @@ def test_nvfp4_special():
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt,axis", [("E2M1", 1), ("E3M2", 0), ("E2M3", -1)])
-def test_packing_roundtrip(fmt, axis):
-    x = rand((64, 64, 2) if axis == 1 else (64, 64), 70)
-    out, _ = check("mx", jx(x), fmt, axis)
+@pytest.mark.parametrize("fmt,shape,axis", [("E2M1", (2, 64, 3), 1), ("E3M2", (64, 5), 0)])
+def test_packing_codes_other_axes(fmt, shape, axis):
+    """q.data packs along a non-last axis exactly as the spec says, and q.codes() unpacks it
+    (FP4: nibble pairs; FP6: 4 codes in 3 little-endian bytes); checked in full mode."""
+    out, (codes, _) = check("mx", jx(rand(shape, 70)), fmt, axis)
     f = R.get_format(fmt)
-    codes = out["codes"]
-    data = out["data"]
-    if f.bits == 4:
-        assert data.shape[axis] == x.shape[axis] // 2
-        assert_u8_equal(data, R.ref_pack_fp4(codes, axis), "pack fp4")
-        assert_u8_equal(R.ref_unpack_fp4(data, axis), codes, "unpack fp4")
-    else:
-        assert data.shape[axis] == x.shape[axis] * 3 // 4
-        assert_u8_equal(data, R.ref_pack_fp6(codes, axis), "pack fp6")
-        assert_u8_equal(R.ref_unpack_fp6(data, axis), codes, "unpack fp6")
-    assert codes.max() < 2**f.bits
+    assert out["data"].shape[axis] == shape[axis] * f.bits // 8
+    np.testing.assert_array_equal(R.ref_pack(out["codes"], f, axis), out["data"])
 
 
 def test_nbytes():

@@ -31,6 +31,7 @@ from mxprec.scaling import (
     ScalingSpec,
     TensorScaling,
     TileScaling,
+    exact_div,
     exp2_int,
     floor_log2,
     mx_exponent,
@@ -242,9 +243,10 @@ def _validate(x, spec, axis: int) -> int:
 # ----------------------------------------------------------------------------- quantize
 
 
-def _amax(x32: jax.Array, axes) -> jax.Array:
-    # max(|x|) propagates NaN (jnp.max does): a NaN group must stay recognisable.
-    return jnp.max(jnp.abs(x32), axis=axes)
+def _amax(x32: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
+    """max |x| over ``axis``; NaN when the group holds a NaN (XLA's max reduction may not say so)."""
+    a = jnp.max(jnp.abs(x32), axis=axis, keepdims=keepdims)
+    return jnp.where(jnp.any(jnp.isnan(x32), axis=axis, keepdims=keepdims), jnp.float32(jnp.nan), a)
 
 
 def _per_group_fp32_scale(amax: jax.Array, fmt: ElementFormat, power_of_two: bool = False) -> jax.Array:
@@ -253,12 +255,12 @@ def _per_group_fp32_scale(amax: jax.Array, fmt: ElementFormat, power_of_two: boo
         s = exp2_int(mx_exponent(safe, fmt, "rceil", lo=-126, hi=127))
         s = jnp.where(jnp.isfinite(amax), s, amax)  # NaN/Inf propagate like the plain rule
     else:
-        s = amax / jnp.float32(fmt.max_finite)
+        s = exact_div(amax, fmt.max_finite)
     return jnp.where(amax == 0, jnp.float32(1), s)
 
 
 def _scaled_round(x32, s, fmt, uniform):
-    return round_to_grid(x32 / s, fmt, uniform)
+    return round_to_grid(exact_div(x32, s), fmt, uniform)
 
 
 def _blocked(xt: jax.Array, block: int) -> jax.Array:
@@ -318,7 +320,7 @@ def quantize(
         codes = encode(g, fmt)
 
     elif isinstance(spec, RowScaling):
-        amax_r = jnp.max(jnp.abs(x32), axis=axis, keepdims=True)
+        amax_r = _amax(x32, axis=axis, keepdims=True)
         scale = _per_group_fp32_scale(amax_r, fmt)
         codes = encode(_scaled_round(x32, scale, fmt, uniform), fmt)
 
@@ -335,7 +337,7 @@ def quantize(
         R, K = (xt.shape[-2], xt.shape[-1]) if ndim >= 2 else (1, xt.shape[-1])
         lead = xt.shape[:-2] if ndim >= 2 else ()
         x5 = xt.reshape(*lead, R // tr, tr, K // tc, tc)
-        amax_g = jnp.max(jnp.abs(x5), axis=(-3, -1), keepdims=True)
+        amax_g = _amax(x5, axis=(-3, -1), keepdims=True)
         s5 = _per_group_fp32_scale(amax_g, fmt, spec.power_of_two)
         u5 = None if uniform is None else jnp.transpose(uniform, perm).reshape(x5.shape)
         g = _scaled_round(x5, s5, fmt, u5).reshape(xt.shape)
@@ -345,7 +347,7 @@ def quantize(
 
     elif isinstance(spec, MXScaling):
         xt = _blocked(jnp.moveaxis(x32, axis, -1), spec.block)
-        amax_b = jnp.max(jnp.abs(xt), axis=-1, keepdims=True)
+        amax_b = _amax(xt, axis=-1, keepdims=True)
         bad = ~jnp.isfinite(amax_b)
         zero = amax_b == 0
         safe = jnp.where(bad | zero, jnp.float32(1), amax_b)
@@ -358,15 +360,15 @@ def quantize(
         scale = jax.lax.bitcast_convert_type(jnp.moveaxis(byte, -1, axis), jnp.float8_e8m0fnu)
 
     elif isinstance(spec, NVFP4Scaling):
-        tensor_scale = jnp.where(amax_t == 0, jnp.float32(1), amax_t / jnp.float32(6 * 448))
+        tensor_scale = jnp.where(amax_t == 0, jnp.float32(1), exact_div(amax_t, 6 * 448))
         xt = _blocked(jnp.moveaxis(x32, axis, -1), spec.block)
-        amax_b = jnp.max(jnp.abs(xt), axis=-1, keepdims=True)
+        amax_b = _amax(xt, axis=-1, keepdims=True)
         sb = round_to_grid(
-            jnp.minimum(amax_b / jnp.float32(6) / tensor_scale, jnp.float32(448)), formats.E4M3
+            jnp.minimum(exact_div(exact_div(amax_b, 6), tensor_scale), jnp.float32(448)), formats.E4M3
         )
         eff = sb * tensor_scale
         ut = None if uniform is None else _blocked(jnp.moveaxis(uniform, axis, -1), spec.block)
-        g = round_to_grid(xt / eff, fmt, ut)
+        g = round_to_grid(exact_div(xt, eff), fmt, ut)
         g = jnp.where(eff == 0, jnp.float32(0), g)
         codes = jnp.moveaxis(encode(g, fmt).reshape(*xt.shape[:-2], -1), -1, axis)
         scale = jnp.moveaxis(sb[..., 0].astype(jnp.float8_e4m3fn), -1, axis)

@@ -27,6 +27,7 @@ __all__ = [
     "DelayedScalingState",
     "update_delayed_state",
     "floor_log2",
+    "exact_div",
     "mx_exponent",
 ]
 
@@ -229,6 +230,19 @@ def mx_exponent(amax: jax.Array, fmt: ElementFormat, rule: str, lo: int = -127, 
     return jnp.clip(e, lo, hi)
 
 
+def exact_div(a: jax.Array, b) -> jax.Array:
+    """IEEE FP32 ``a / b``, elementwise, never rewritten into ``a * (1 / b)``.
+
+    XLA's algebraic simplifier turns a division by a broadcast scalar (constant or traced) into a
+    multiplication by its reciprocal, which is not correctly rounded. Adding ``min(|a|, 0)`` (= +0
+    for every non-NaN ``a``, NaN for NaN) makes the divisor an elementwise value the simplifier
+    cannot see through; the result is bit-identical to true division (NaN/Inf included) and the
+    extra ops fuse into the same loop.
+    """
+    a = jnp.asarray(a, jnp.float32)
+    return a / (jnp.asarray(b, jnp.float32) + jnp.minimum(jnp.abs(a), jnp.float32(0)))
+
+
 def exp2_int(e: jax.Array) -> jax.Array:
     """2.0**e as FP32 for int32 e in [-126, 127], built from bits (exact, no transcendental)."""
     return jax.lax.bitcast_convert_type(((e + 127) << 23).astype(jnp.int32), jnp.float32)
@@ -266,6 +280,6 @@ def update_delayed_state(state: DelayedScalingState, amax: jax.Array, spec: Dela
     amax = jnp.asarray(amax, jnp.float32).reshape(())
     history = jnp.roll(state.amax_history, 1).at[0].set(amax)
     ref = jnp.max(history) if spec.amax_compute == "max" else history[0]
-    new_scale = (ref / jnp.float32(spec.fmt.max_finite)) * jnp.float32(2.0**spec.margin)
+    new_scale = exact_div(ref, spec.fmt.max_finite) * jnp.float32(2.0**spec.margin)
     ok = jnp.isfinite(ref) & (ref > 0)
     return DelayedScalingState(amax_history=history, scale=jnp.where(ok, new_scale, state.scale))

@@ -141,16 +141,68 @@ def build_model(cfg, arm: str):
     return Llama(cfg, recipe=info["recipe"], dot_general_cls=info["dot_general_cls"]), cfg, info
 
 
-def init_train_state(model, cfg, tx, *, batch: int, seed: int = 0, loss_scale: bool = False,
-                     initial_loss_scale: float = float(2**15)) -> dict:
-    """``{"variables", "opt_state", "loss_scale"}``; the optimizer sees only the trainable part."""
+_PARAM_INIT_CACHE: dict = {}
+
+
+def init_variables(model, cfg, *, batch: int, seed: int = 0) -> dict:
+    """``model.init`` without compiling the quantized forward pass.
+
+    ``model.init`` traces and compiles the whole forward (quantizers included) only to throw it
+    away, which costs seconds per arm on a CPU. The parameters do not depend on the recipe or on
+    the compute dtype, so they come from one jitted init of the unquantized model (cached per
+    config); the ``_overwrite_with_gradient`` delayed-scaling state, whose structure comes from
+    ``jax.eval_shape(model.init)``, is filled with its initial values (amax history 0, scale 1),
+    in each leaf's own dtype. Anything else in that collection falls back to ``model.init``.
+    """
     import jax
     import jax.numpy as jnp
 
+    from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
+    from mxprec.models.llama import Llama
+    from mxprec.recipes import Recipe, get as get_recipe
+
+    tokens = jnp.zeros((batch, cfg.seq), jnp.int32)
+    key = jax.random.key(seed)
+    base_cfg = cfg.replace(dtype=jnp.bfloat16)
+    cache_key = (base_cfg, batch, seed)
+    if cache_key not in _PARAM_INIT_CACHE:
+        _PARAM_INIT_CACHE.clear()
+        _PARAM_INIT_CACHE[cache_key] = jax.jit(Llama(base_cfg).init)(key, tokens)["params"]
+    params = _PARAM_INIT_CACHE[cache_key]
+    fresh = {"params": jax.tree.map(jnp.copy, params)}  # own buffers: the train step donates them
+    recipe = model.recipe if model.recipe is None or isinstance(model.recipe, Recipe) else get_recipe(model.recipe)
+    if model.dot_general_cls is None and (recipe is None or not recipe.is_delayed):
+        return fresh  # stateless: nothing but parameters
+    shapes = jax.eval_shape(model.init, key, tokens)
+    if set(shapes) - {"params", OVERWRITE_WITH_GRADIENT}:
+        return dict(jax.jit(model.init)(key, tokens))
+
+    def fill(path, sds):
+        name = str(getattr(path[-1], "key", path[-1]))
+        if name.endswith("amax_history"):
+            value = 0.0
+        elif name.endswith("scale"):
+            value = 1.0
+        else:
+            raise KeyError(name)
+        return jax.lax.convert_element_type(jnp.full(sds.shape, value, jnp.float32), sds.dtype)
+
+    out = fresh
+    if OVERWRITE_WITH_GRADIENT in shapes:
+        try:
+            out[OVERWRITE_WITH_GRADIENT] = jax.tree_util.tree_map_with_path(fill, shapes[OVERWRITE_WITH_GRADIENT])
+        except KeyError:
+            return dict(jax.jit(model.init)(key, tokens))
+    return out
+
+
+def init_train_state(model, cfg, tx, *, batch: int, seed: int = 0, loss_scale: bool = False,
+                     initial_loss_scale: float = float(2**15)) -> dict:
+    """``{"variables", "opt_state", "loss_scale"}``; the optimizer sees only the trainable part."""
     from mxprec.flax.owg import split_owg
     from mxprec.training import DynamicLossScale
 
-    variables = jax.jit(model.init)(jax.random.key(seed), jnp.zeros((batch, cfg.seq), jnp.int32))
+    variables = init_variables(model, cfg, batch=batch, seed=seed)
     trainable, _ = split_owg(variables)
     ls = DynamicLossScale.create(initial_loss_scale) if loss_scale else None
     return {"variables": dict(variables), "opt_state": tx.init(trainable), "loss_scale": ls}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Standalone build of libmxprec_cuda.so (the CUDA lowering of mxprec_scaled_gemm) with nvcc.
+#
+#   bash csrc/cuda_kernels/build.sh [OUT_DIR]        # default OUT_DIR: <repo>/build-cuda
+#
+# Needs: nvcc >= 12.4 (sm_90a; tested with 13.0), a python3 with jax (for the XLA FFI headers,
+# jax.ffi.include_dir()), and CUTLASS 4.2 headers. CUTLASS is taken from $CUTLASS_DIR or
+# <repo>/.deps/cutlass_library/source (the pinned PyPI wheel, header-only; never committed):
+#   pip download --no-deps nvidia-cutlass==4.2.0.0 -d .deps && \
+#     (cd .deps && unzip -q -o nvidia_cutlass-4.2.0.0-py3-none-any.whl 'cutlass_library/source/include/*' \
+#        'cutlass_library/source/tools/util/include/*')
+# This script runs that download itself when the headers are missing (needs network).
+# Variables: NVCC (nvcc), PYTHON (python3), CUTLASS_DIR, JOBS (parallel TUs; default nproc).
+# Each CUTLASS TU takes ~1-3 min and ~3.5 GB of RAM.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OUT="${1:-$ROOT/build-cuda}"
+NVCC="${NVCC:-nvcc}"
+PYTHON="${PYTHON:-python3}"
+CUTLASS_DIR="${CUTLASS_DIR:-$ROOT/.deps/cutlass_library/source}"
+JOBS="${JOBS:-$(nproc)}"
+
+if [ ! -f "$CUTLASS_DIR/include/cutlass/cutlass.h" ]; then
+  echo "CUTLASS headers not in $CUTLASS_DIR; downloading nvidia-cutlass==4.2.0.0 into $ROOT/.deps" >&2
+  mkdir -p "$ROOT/.deps"
+  "$PYTHON" -m pip download -q --no-deps nvidia-cutlass==4.2.0.0 -d "$ROOT/.deps"
+  (cd "$ROOT/.deps" && unzip -q -o nvidia_cutlass-4.2.0.0-py3-none-any.whl \
+      'cutlass_library/source/include/*' 'cutlass_library/source/tools/util/include/*')
+  CUTLASS_DIR="$ROOT/.deps/cutlass_library/source"
+fi
+XLA_INC="$("$PYTHON" -c 'import jax.ffi; print(jax.ffi.include_dir())')"
+
+mkdir -p "$OUT/obj"
+[ -f "$OUT/.gitignore" ] || echo "*" > "$OUT/.gitignore"  # build output: never committed
+FLAGS=(-std=c++17 -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
+       -Xcompiler=-fPIC,-fvisibility=hidden
+       -I"$ROOT/csrc/common" -I"$ROOT/csrc/cuda_kernels"
+       -isystem "$CUTLASS_DIR/include" -isystem "$CUTLASS_DIR/tools/util/include" -isystem "$XLA_INC")
+SRCS=(sm90_fp8_gemm_tensorwise.cu sm90_fp8_gemm_tensorwise_bf16.cu sm90_fp8_gemm_tensorwise_f32.cu)
+
+start=$(date +%s)
+pids=()
+objs=()
+running=0
+for s in "${SRCS[@]}"; do
+  o="$OUT/obj/${s%.cu}.o"
+  objs+=("$o")
+  "$NVCC" "${FLAGS[@]}" -c "$ROOT/csrc/cuda_kernels/$s" -o "$o" &
+  pids+=($!)
+  running=$((running + 1))
+  if [ "$running" -ge "$JOBS" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); running=$((running - 1)); fi
+done
+for p in "${pids[@]}"; do wait "$p"; done
+"$NVCC" -shared -gencode=arch=compute_90a,code=sm_90a "${objs[@]}" -o "$OUT/libmxprec_cuda.so"
+echo "built $OUT/libmxprec_cuda.so in $(( $(date +%s) - start )) s"

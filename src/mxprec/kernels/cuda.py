@@ -1,0 +1,230 @@
+"""CUDA (sm_90a) lowering of ``mxprec_scaled_gemm``: per-tensor FP8 GEMM through CUTLASS.
+
+The native library ``libmxprec_cuda.so`` (csrc/cuda_kernels/, built with
+``csrc/cuda_kernels/build.sh`` or the CMake option ``MXPREC_BUILD_CUDA=ON``) exports the C symbol
+``MxprecScaledGemmCuda``, an XLA FFI handler for the custom-call target ``mxprec_scaled_gemm`` on
+platform ``"CUDA"`` (the same target name and contract as the CPU handler,
+csrc/common/scaled_gemm.h). It is loaded lazily with ctypes (one build serves every Python
+version) the first time :func:`available` or :func:`scaled_gemm` is called on a machine whose JAX
+has a GPU backend.
+
+What the kernel implements (anything else: :func:`supports` is False; called anyway, the handler
+returns an ``Unimplemented`` error):
+
+* both operands :class:`~mxprec.QTensor` with ``TensorScaling`` or ``DelayedScaling`` (one f32 ``()``
+  dequantization multiplier each); delayed scaling is the same GEMM (its scale is data);
+* FP8 pairs e4m3 x e4m3, e5m2 x e4m3, e4m3 x e5m2 (lhs x rhs);
+* 3-D operands ``(B, M, K)`` / ``(B, N, K)``; the kernel is "TN" (K contiguous in both). An operand
+  whose contraction axis is 1 (``lhs (B, K, M)``, ``rhs (B, K, N)``) is **transposed by this
+  wrapper** (one extra pass over its FP8 bytes) before the call;
+* output bfloat16 or float32 (``(B, M, N)``), optional f32 ``(N,)`` bias;
+* ``K % 16 == 0`` (K > 0) and ``N % 8 == 0`` (bf16 output) / ``N % 4 == 0`` (f32 output).
+
+Numerics: ``out = (scale_lhs * scale_rhs) * sum_k a_k b_k (+ bias)``: exact FP8 products, summed by
+the Hopper FP8 tensor cores (``QGMMA``) in their internal accumulator over 128 of K, then promoted
+into FP32 registers (CUTLASS ``KernelTmaWarpSpecializedCooperative``, mma_promotion_interval 4;
+not FP8FastAccum), one FP32 multiply by the scale product (computed on the device), bias added in
+FP32, one rounding to the output dtype. The order of summation over K differs from the CPU
+backend, so results agree with :func:`mxprec.kernels.reference_scaled_gemm` to a tolerance, not
+bit for bit (tests/test_cuda.py documents it).
+
+This wrapper has no sharding rule (a single-device custom call; under ``jit`` with sharded
+operands XLA gathers them). :mod:`mxprec.kernels.ffi` supplies sharding rules for the same target.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import pathlib
+import threading
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mxprec.quantize import QTensor
+from mxprec.scaling import DelayedScaling, TensorScaling
+
+__all__ = [
+    "LIBRARY_NAME",
+    "SYMBOL",
+    "TARGET",
+    "available",
+    "require",
+    "library_search_paths",
+    "supports",
+    "why_unsupported",
+    "scaled_gemm",
+]
+
+LIBRARY_NAME = "libmxprec_cuda.so"
+SYMBOL = "MxprecScaledGemmCuda"
+TARGET = "mxprec_scaled_gemm"
+BUILD_HINT = (
+    "`bash csrc/cuda_kernels/build.sh` (writes build-cuda/libmxprec_cuda.so; needs nvcc >= 12.4 and "
+    "the nvidia-cutlass headers, see docs/backends/cuda.md) or `cmake -S . -B build -DMXPREC_BUILD_CUDA=ON`"
+)
+
+_FMT = {"e4m3": 0, "e5m2": 1}
+# (lhs fmt, rhs fmt) pairs the library is built for.
+PAIRS = (("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2"))
+OUT_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))
+
+
+def library_search_paths() -> list[pathlib.Path]:
+    """Where ``libmxprec_cuda.so`` is looked for, in order (may not exist)."""
+    pkg = pathlib.Path(__file__).resolve().parent.parent  # .../mxprec
+    paths = [pkg / "_lib" / LIBRARY_NAME]
+    root = pkg.parent.parent
+    if (root / "pyproject.toml").is_file() and (root / "src" / "mxprec") == pkg:
+        paths += [root / "build-cuda" / LIBRARY_NAME, root / "build" / LIBRARY_NAME]
+    return paths
+
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _has_gpu() -> bool:
+    try:
+        return len(jax.devices("gpu")) > 0
+    except RuntimeError:
+        return False
+
+
+def _load() -> tuple[Optional[ctypes.CDLL], str]:
+    """(library, "") once loaded and registered for "CUDA", else (None, reason). Cached."""
+    with _lock:
+        if "result" in _state:
+            return _state["result"]
+        if not _has_gpu():
+            result = (None, "JAX has no GPU backend here")
+        else:
+            paths = library_search_paths()
+            found = next((p for p in paths if p.is_file()), None)
+            if found is None:
+                result = (
+                    None,
+                    f"{LIBRARY_NAME} not found (looked in {', '.join(str(p) for p in paths)}); build it with {BUILD_HINT}",
+                )
+            else:
+                try:
+                    lib = ctypes.CDLL(str(found))
+                    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(getattr(lib, SYMBOL)), platform="CUDA")
+                    result = (lib, "")
+                except (OSError, AttributeError, RuntimeError, ValueError) as e:
+                    result = (None, f"{found} failed to load: {e}; rebuild it with {BUILD_HINT}")
+        _state["result"] = result
+        return result
+
+
+def available() -> bool:
+    """Whether the CUDA ``mxprec_scaled_gemm`` handler is loaded and registered (a GPU is present)."""
+    return _load()[0] is not None
+
+
+def require() -> None:
+    lib, reason = _load()
+    if lib is None:
+        raise RuntimeError(f"mxprec CUDA kernels are unavailable: {reason}")
+
+
+def _contract_of(q: QTensor, contract: Optional[int]) -> int:
+    return q.axis if contract is None else contract
+
+
+def why_unsupported(
+    lhs,
+    rhs,
+    *,
+    lhs_contract: Optional[int] = None,
+    rhs_contract: Optional[int] = None,
+    out_dtype=jnp.bfloat16,
+    check_library: bool = True,
+) -> str:
+    """Empty string when :func:`scaled_gemm` can run these operands, else the reason."""
+    for name, q in (("lhs", lhs), ("rhs", rhs)):
+        if not isinstance(q, QTensor):
+            return f"{name} is not a QTensor"
+        if not isinstance(q.spec, (TensorScaling, DelayedScaling)):
+            return f"{name} has {type(q.spec).__name__}; only TensorScaling / DelayedScaling are implemented"
+        if len(q.shape) != 3:
+            return f"{name} must be 3-D, got shape {q.shape}"
+    lc, rc = _contract_of(lhs, lhs_contract), _contract_of(rhs, rhs_contract)
+    if lc not in (1, 2) or rc not in (1, 2):
+        return f"contraction axes must be 1 or 2, got {lc} / {rc}"
+    if lhs.axis != lc or rhs.axis != rc:
+        return "operands must be quantized along their contraction axis"
+    pair = (lhs.spec.fmt.name, rhs.spec.fmt.name)
+    if pair not in PAIRS:
+        return f"FP8 pair {pair[0]} x {pair[1]} is not built ({', '.join('x'.join(p) for p in PAIRS)})"
+    od = jnp.dtype(out_dtype)
+    if od not in OUT_DTYPES:
+        return f"out_dtype {od} is not built (bfloat16, float32)"
+    b, k = lhs.shape[0], lhs.shape[lc]
+    n = rhs.shape[3 - rc]
+    if rhs.shape[0] != b or rhs.shape[rc] != k:
+        return f"lhs {lhs.shape} and rhs {rhs.shape} disagree on B or K"
+    if k == 0 or k % 16:
+        return f"K={k} must be a positive multiple of 16"
+    align = 8 if od == jnp.dtype(jnp.bfloat16) else 4
+    if n % align:
+        return f"N={n} must be a multiple of {align} for {od} output"
+    if max(lhs.shape + rhs.shape) >= 2**31:
+        return "extents must be < 2**31"
+    if check_library and not available():
+        return _load()[1]
+    return ""
+
+
+def supports(lhs, rhs, *, lhs_contract=None, rhs_contract=None, out_dtype=jnp.bfloat16, check_library=True) -> bool:
+    """Whether :func:`scaled_gemm` runs these operands on the CUDA kernel (library loaded, GPU present)."""
+    return not why_unsupported(
+        lhs, rhs, lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype,
+        check_library=check_library,
+    )
+
+
+def _to_tn(q: QTensor, contract: int) -> jax.Array:
+    """The operand's FP8 data as (B, rows, K), K contiguous (transposes when contract == 1)."""
+    return q.data if contract == 2 else jnp.swapaxes(q.data, 1, 2)
+
+
+def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: int, out_dtype, bias=None):
+    """``out[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n] (+ bias[n])`` on the sm_90a FP8 kernel.
+
+    Args:
+      lhs: per-tensor FP8 QTensor ``(B, M, K)`` (lhs_contract=2) or ``(B, K, M)`` (=1).
+      rhs: per-tensor FP8 QTensor ``(B, N, K)`` (rhs_contract=2) or ``(B, K, N)`` (=1).
+      out_dtype: bfloat16 or float32.
+      bias: optional float32 ``(N,)``, added in FP32 before the output cast.
+
+    Operands with contraction axis 1 are transposed here (XLA transpose of the FP8 data) so that
+    the kernel sees K contiguous. Raises ValueError when :func:`supports` is False.
+    """
+    reason = why_unsupported(lhs, rhs, lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype)
+    if reason:
+        raise ValueError(f"mxprec.kernels.cuda.scaled_gemm: {reason}")
+    out_dtype = jnp.dtype(out_dtype)
+    a = _to_tn(lhs, lhs_contract)
+    b = _to_tn(rhs, rhs_contract)
+    bsz, m, _ = a.shape
+    n = b.shape[1]
+    if bias is None:
+        bias_buf = jnp.zeros((), jnp.float32)
+    else:
+        bias_buf = jnp.asarray(bias)
+        if bias_buf.shape != (n,) or bias_buf.dtype != jnp.float32:
+            raise ValueError(f"scaled_gemm: bias must be float32 ({n},), got {bias_buf.dtype} {bias_buf.shape}")
+    one = jnp.ones((), jnp.float32)
+    attrs = {
+        "lhs_kind": 1, "lhs_fmt": _FMT[lhs.spec.fmt.name], "lhs_block": 1, "lhs_tile_rows": 1, "lhs_contract": 2,
+        "rhs_kind": 1, "rhs_fmt": _FMT[rhs.spec.fmt.name], "rhs_block": 1, "rhs_tile_rows": 1, "rhs_contract": 2,
+        "has_bias": int(bias is not None),
+    }
+    attrs = {k: np.int32(v) for k, v in attrs.items()}
+    call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((bsz, m, n), out_dtype), vmap_method="sequential")
+    ls = jnp.asarray(lhs.scale, jnp.float32).reshape(())
+    rs = jnp.asarray(rhs.scale, jnp.float32).reshape(())
+    return call(a, ls, one, b, rs, one, bias_buf, **attrs)

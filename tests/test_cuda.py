@@ -1,0 +1,176 @@
+"""The CUDA (sm_90a) lowering of mxprec_scaled_gemm: mxprec.kernels.cuda.
+
+GPU tests skip cleanly when JAX has no GPU or libmxprec_cuda.so is not built; the ``supports``
+logic is tested everywhere.
+
+Tolerance (documented in docs/backends/cuda.md): the kernel multiplies FP8 values exactly, sums
+them in the Hopper FP8 tensor core's internal accumulator for 128 of K at a time and promotes
+each partial sum into FP32 registers, then applies alpha = scale_lhs * scale_rhs (one FP32
+rounding) and the bias in FP32 and rounds once to the output dtype. Against the FP32 reference of
+the dequantized operands (reference_scaled_gemm) we check element-wise
+
+    |out - ref| <= RTOL * (|A| @ |B|)[b, m, n] + (out dtype rounding of |ref|)
+
+with RTOL = 2**-9 (a loose bound on the tensor core's reduced-precision partial sums over 128 of K,
+plus FP32 summation and the scale product), and the relative Frobenius error
+||out - ref|| / ||ref|| < 1e-3 (f32 out) / 6e-3 (bf16 out).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mxprec
+from mxprec import formats
+from mxprec.kernels import cuda, reference_scaled_gemm
+from mxprec.scaling import DelayedScaling, DelayedScalingState, RowScaling, TensorScaling
+
+RTOL = 2.0**-9
+FRO = {jnp.dtype(jnp.float32): 1e-3, jnp.dtype(jnp.bfloat16): 6e-3}
+OUT_EPS = {jnp.dtype(jnp.float32): 2.0**-23, jnp.dtype(jnp.bfloat16): 2.0**-8}
+
+FMTS = {"e4m3": formats.E4M3, "e5m2": formats.E5M2}
+
+needs_gpu = pytest.mark.skipif(not cuda.available(), reason="no GPU or libmxprec_cuda.so not built: " + cuda._load()[1])
+
+
+def _q(x, fmt, axis, delayed=False):
+    if delayed:
+        spec = DelayedScaling(FMTS[fmt])
+        state = DelayedScalingState.init(spec)
+        state = state.__class__(amax_history=state.amax_history, scale=jnp.float32(0.037))
+        return mxprec.quantize(x, spec, axis=axis, state=state)
+    return mxprec.quantize(x, TensorScaling(FMTS[fmt]), axis=axis)
+
+
+def _operands(key, b, m, n, k, lfmt, rfmt, lc=2, rc=2, delayed=False, scale=(3.0, 0.02)):
+    k1, k2 = jax.random.split(key)
+    lshape = (b, m, k) if lc == 2 else (b, k, m)
+    rshape = (b, n, k) if rc == 2 else (b, k, n)
+    x = jax.random.normal(k1, lshape, jnp.float32) * scale[0]
+    w = jax.random.normal(k2, rshape, jnp.float32) * scale[1]
+    return _q(x, lfmt, lc, delayed), _q(w, rfmt, rc, delayed)
+
+
+def _check(out, lhs, rhs, lc, rc, out_dtype, bias=None):
+    out_dtype = jnp.dtype(out_dtype)
+    assert out.dtype == out_dtype
+    ref = reference_scaled_gemm(lhs, rhs, lhs_contract=lc, rhs_contract=rc, out_dtype=jnp.float32)
+    if bias is not None:
+        ref = ref + bias[None, None, :]
+    a = jnp.abs(mxprec.dequantize(lhs))
+    b = jnp.abs(mxprec.dequantize(rhs))
+    dims = (((lc,), (rc,)), ((0,), (0,)))
+    mag = jax.lax.dot_general(a, b, dims, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+    if bias is not None:
+        mag = mag + jnp.abs(bias)[None, None, :]
+    o = np.asarray(out.astype(jnp.float32))
+    r = np.asarray(ref)
+    assert np.all(np.isfinite(o)), "non-finite output"
+    err = np.abs(o - r)
+    bound = RTOL * np.asarray(mag) + OUT_EPS[out_dtype] * np.abs(r) + 1e-30
+    worst = float(np.max(err / bound))
+    fro = float(np.linalg.norm(o - r) / np.linalg.norm(r))
+    assert worst <= 1.0, f"element-wise error {worst:.3g} x the bound (fro {fro:.3g})"
+    assert fro < FRO[out_dtype], f"relative Frobenius error {fro:.3g}"
+    return fro
+
+
+# ----------------------------------------------------------------------------- everywhere
+
+
+def test_supports_logic_without_gpu():
+    x = jnp.ones((1, 32, 64), jnp.float32)
+    w = jnp.ones((1, 16, 64), jnp.float32)
+    lq = _q(x, "e4m3", 2)
+    rq = _q(w, "e4m3", 2)
+    assert cuda.why_unsupported(lq, rq, check_library=False) == ""
+    assert cuda.supports(lq, rq, out_dtype=jnp.float32, check_library=False)
+    # e5m2 x e5m2 is not a HYBRID pair.
+    assert "pair" in cuda.why_unsupported(_q(x, "e5m2", 2), _q(w, "e5m2", 2), check_library=False)
+    # Row scaling is not implemented.
+    rowq = mxprec.quantize(x, RowScaling(formats.E4M3), axis=2)
+    assert "RowScaling" in cuda.why_unsupported(rowq, rq, check_library=False)
+    # Plain operands are not.
+    assert "QTensor" in cuda.why_unsupported(x, rq, check_library=False)
+    # K must be a multiple of 16, N of 8 (bf16) / 4 (f32).
+    x24 = jnp.ones((1, 32, 24), jnp.float32)
+    w24 = jnp.ones((1, 16, 24), jnp.float32)
+    assert "K=24" in cuda.why_unsupported(_q(x24, "e4m3", 2), _q(w24, "e4m3", 2), check_library=False)
+    w12 = jnp.ones((1, 12, 64), jnp.float32)
+    assert "N=12" in cuda.why_unsupported(lq, _q(w12, "e4m3", 2), check_library=False)
+    assert cuda.why_unsupported(lq, _q(w12, "e4m3", 2), out_dtype=jnp.float32, check_library=False) == ""
+    # float16 output is not built.
+    assert "float16" in cuda.why_unsupported(lq, rq, out_dtype=jnp.float16, check_library=False)
+
+
+def test_unavailable_without_gpu_is_clean():
+    if jax.default_backend() == "gpu":
+        pytest.skip("GPU present")
+    assert not cuda.available()
+    with pytest.raises(RuntimeError, match="unavailable"):
+        cuda.require()
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+@needs_gpu
+@pytest.mark.parametrize("pair", [("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2")])
+@pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32])
+def test_tn_matches_reference(pair, out_dtype):
+    key = jax.random.PRNGKey(hash(pair + (str(out_dtype),)) % 2**31)
+    b, m, n, k = 2, 384, 520, 1024  # M, N not multiples of the 128x256 tile
+    lhs, rhs = _operands(key, b, m, n, k, *pair)
+    out = jax.jit(lambda l, r: cuda.scaled_gemm(l, r, lhs_contract=2, rhs_contract=2, out_dtype=out_dtype))(lhs, rhs)
+    _check(out, lhs, rhs, 2, 2, out_dtype)
+
+
+@needs_gpu
+@pytest.mark.parametrize("lc,rc", [(1, 1), (2, 1), (1, 2)])
+def test_transposed_operands_bias_delayed(lc, rc):
+    key = jax.random.PRNGKey(7 * lc + rc)
+    b, m, n, k = 3, 256, 264, 272
+    lhs, rhs = _operands(key, b, m, n, k, "e4m3", "e4m3", lc, rc, delayed=(lc == 1))
+    bias = jax.random.normal(jax.random.PRNGKey(99), (n,), jnp.float32)
+    f = jax.jit(lambda l, r, bb: cuda.scaled_gemm(l, r, lhs_contract=lc, rhs_contract=rc, out_dtype=jnp.float32, bias=bb))
+    out = f(lhs, rhs, bias)
+    _check(out, lhs, rhs, lc, rc, jnp.float32, bias=bias)
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape", [(1, 8, 8, 16), (1, 1, 16, 16), (1, 4096, 4096, 4096), (4, 200, 136, 4112)])
+def test_shapes(shape):
+    b, m, n, k = shape
+    key = jax.random.PRNGKey(m + n + k)
+    lhs, rhs = _operands(key, b, m, n, k, "e4m3", "e4m3")
+    out = cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=jnp.bfloat16)
+    _check(out, lhs, rhs, 2, 2, jnp.bfloat16)
+
+
+@needs_gpu
+def test_fresh_inputs_and_scales_vary():
+    # Fresh random inputs with very different scales each time; the same compiled function.
+    f = jax.jit(lambda l, r: cuda.scaled_gemm(l, r, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32))
+    for i, sc in enumerate([(1e-3, 1e3), (50.0, 1e-4), (1.0, 1.0)]):
+        lhs, rhs = _operands(jax.random.PRNGKey(100 + i), 1, 128, 256, 512, "e4m3", "e5m2", scale=sc)
+        _check(f(lhs, rhs), lhs, rhs, 2, 2, jnp.float32)
+
+
+@needs_gpu
+def test_unimplemented_kind_is_an_error():
+    x = jax.random.normal(jax.random.PRNGKey(0), (1, 32, 64), jnp.float32)
+    q = _q(x, "e4m3", 2)
+    attrs = {
+        "lhs_kind": 2, "lhs_fmt": 0, "lhs_block": 1, "lhs_tile_rows": 1, "lhs_contract": 2,
+        "rhs_kind": 1, "rhs_fmt": 0, "rhs_block": 1, "rhs_tile_rows": 1, "rhs_contract": 2, "has_bias": 0,
+    }
+    attrs = {k: np.int32(v) for k, v in attrs.items()}
+    call = jax.ffi.ffi_call(cuda.TARGET, jax.ShapeDtypeStruct((1, 32, 32), jnp.float32))
+    row_scale = jnp.ones((1, 32, 1), jnp.float32)
+    one = jnp.ones((), jnp.float32)
+    with pytest.raises(Exception, match="(?i)unimplemented|only per-tensor"):
+        jax.block_until_ready(call(q.data, row_scale, one, q.data[:, :32], q.scale, one, one, **attrs))
