@@ -39,7 +39,7 @@ def _inputs(m, k, n, nsets, a_dtype, b_dtype, seed=0):
 
 def _nsets(m, k, n):
     flop = 2 * m * k * n
-    return max(4, min(16, int(2.5e13 // flop)))  # ~20+ ms of work per timed call
+    return max(4, min(32, int(5e13 // flop)))  # ~40 ms of work per timed call
 
 
 def _time_jax(fn, sets, reps=7):

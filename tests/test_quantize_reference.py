@@ -299,15 +299,16 @@ def test_scale_format_and_presets():
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rule", RULES)
-@pytest.mark.parametrize("fi,fmt", list(enumerate(MX_FMTS)))
+@pytest.mark.parametrize(
+    "fi,fmt,rule", [(i, f, RULES[i % 2]) for i, f in enumerate(MX_FMTS)] + [(5, "E2M1", "floor")]
+)
 def test_mx_random(fmt, fi, rule):
-    """Every (format, rule); the shape/axis config and input dtype rotate so that ranks 1-4,
-    axis first/middle/last and f32/bf16/f16 are all covered."""
-    k = fi + (rule == "floor")
-    shape, axis = MX_CONFIGS[k % len(MX_CONFIGS)]
-    dtype = DTYPES[(fi + (rule == "floor")) % 3]
-    check("mx", jx(rand(shape, k), dtype), fmt, axis, rule=rule, light=True)
+    """Every format (both rules for every format are in test_mx_adversarial / _pow2_boundaries);
+    the shape/axis config and input dtype rotate so that ranks 1-4, axis first/middle/last and
+    f32/bf16/f16 are all covered."""
+    shape, axis = MX_CONFIGS[fi % len(MX_CONFIGS)]
+    dtype = DTYPES[fi % 3]
+    check("mx", jx(rand(shape, fi), dtype), fmt, axis, rule=rule, light=True)
 
 
 # Adversarial / boundary tensors are padded to a common number of 32-wide rows so that the tests
@@ -452,7 +453,8 @@ def test_tile_default_spec():
     assert spec.tile == (1, 128) and spec.power_of_two is False
 
 
-FP8_ROW_SPECS = [("row", (1, 32), False), ("tile", (1, 32), False), ("tile", (1, 32), True)]
+# (kind, tile, power_of_two, light) on the padded (ROWS, 32) adversarial/boundary tensors
+FP8_ROW_SPECS = [("row", (1, 32), False, False), ("tile", (1, 32), False, True), ("tile", (1, 32), True, True)]
 
 
 @pytest.mark.parametrize("fmt", FP8)
@@ -465,11 +467,11 @@ def test_fp8_scaled_ties(fmt):
     x[-3, 4] = np.nan  # non-finite rows in a large tensor (>= 4096 elements)
     x[-2, 7] = np.inf
     x[-1, 31] = -np.inf
-    for kind, tile, p2 in FP8_ROW_SPECS[:2]:  # pow2 tiles with non-finite amax are unspecified
-        check(kind, jx(x), fmt, -1, tile=tile, p2=p2)
+    for kind, tile, p2, light in FP8_ROW_SPECS[:2]:  # pow2 tiles with non-finite amax are unspecified
+        check(kind, jx(x), fmt, -1, tile=tile, p2=p2, light=light)
     x[-3:] = 0.0
-    for kind, tile, p2 in FP8_ROW_SPECS[2:]:
-        check(kind, jx(x), fmt, -1, tile=tile, p2=p2)
+    for kind, tile, p2, light in FP8_ROW_SPECS[2:]:
+        check(kind, jx(x), fmt, -1, tile=tile, p2=p2, light=light)
     # tensor scaling: amax = max_finite * 2^-3 -> s = 2^-3 exactly
     v = tie_values(f)
     v = v[v <= f.max_finite]
@@ -487,8 +489,8 @@ def test_fp8_scaled_pow2_boundaries(fmt):
     kmin = int(np.ceil(np.log2(f.max_finite))) - 126
     x = pad_rows(boundary_rows(f, kmin, 8))
     x_full = pad_rows(boundary_rows(f, -125, 8))
-    for kind, tile, p2 in FP8_ROW_SPECS:
-        check(kind, jx(x_full if p2 else x), fmt, -1, tile=tile, p2=p2)
+    for kind, tile, p2, light in FP8_ROW_SPECS:
+        check(kind, jx(x_full if p2 else x), fmt, -1, tile=tile, p2=p2, light=light)
 
 
 @pytest.mark.parametrize("fmt", FP8)
@@ -499,7 +501,7 @@ def test_tensor_pow2_boundaries_loop(fmt):
     rng = np.random.default_rng(9)
     body = rng.uniform(-1, 1, 31)
     kmin = int(np.ceil(np.log2(f.max_finite))) - 120
-    for a in boundary_amaxes(f, kmin)[::2]:
+    for a in boundary_amaxes(f, kmin)[::3]:
         x = np.concatenate([[a], (body * np.float64(a)).astype(np.float32)]).astype(np.float32)
         x[np.abs(x) < F32_MIN_NORMAL] = 0.0
         check("tensor", jx(x), fmt, 0)

@@ -241,7 +241,9 @@ def make_train_step(model, tx):
         else:
             finite = jnp.asarray(True)
         g_all = dict(g_train, **({OVERWRITE_WITH_GRADIENT: g_owg} if g_owg else {}))
-        new_vars, new_opt = apply_updates_with_owg(variables, g_all, state["opt_state"], tx)
+        # optax's bias corrections raise float ** int32, which strict dtype promotion rejects.
+        with jax.numpy_dtype_promotion("standard"):
+            new_vars, new_opt = apply_updates_with_owg(variables, g_all, state["opt_state"], tx)
         if ls is not None:
             old_train, _ = split_owg(variables)
             new_train, new_owg = split_owg(new_vars)

@@ -1,0 +1,221 @@
+"""mxprec.models.llama and the Llama-step benchmark (mxprec.bench.llama), on micro configs."""
+
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mxprec.bench import llama as bench
+from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
+from mxprec.models import llama as L
+
+ARMS = ("bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_block", "mxfp8", "mxfp6", "mxfp4", "flax_fp8")
+LONG_ARMS = {"bf16": 20, "mxfp8": 20}  # arms trained long enough to see the loss go down
+BATCH = 2
+
+
+def _cfg(**kw):
+    # One scanned, fully rematerialized layer; the MLP group quantized (3 of the 8 projections)
+    # keeps the per-recipe compile short on a 2-core CPU; the bench test runs all groups.
+    return L.micro(n_layers=1, quantize=("mlp",), **kw)
+
+
+def _owg_f32(variables):
+    return jax.tree.map(lambda a: np.asarray(jax.lax.convert_element_type(a, jnp.float32)),
+                        variables.get(OVERWRITE_WITH_GRADIENT, {}))
+
+
+_RUNS = {}
+
+
+def _train(arm, steps):
+    """Trains ``arm`` for ``steps`` on one fixed batch; returns losses, finites, OWG snapshots, params."""
+    if arm in _RUNS:
+        return _RUNS[arm]
+    model, cfg, info = bench.build_model(_cfg(), arm)
+    tx = bench.make_optimizer(lr=3e-3)
+    state = bench.init_train_state(model, cfg, tx, batch=BATCH, seed=0, loss_scale=info["loss_scale"])
+    params0 = jax.tree.map(np.asarray, state["variables"]["params"])
+    batch = bench.synthetic_batch(cfg, BATCH, seed=0)
+    step = jax.jit(bench.make_train_step(model, tx))  # no donation: snapshots stay readable
+    losses, finites, owg = [], [], [_owg_f32(state["variables"])]
+    for _ in range(steps):
+        state, m = step(state, batch)
+        losses.append(float(m["loss"]))
+        finites.append(bool(m["finite"]))
+        if len(owg) < 3:
+            owg.append(_owg_f32(state["variables"]))
+    out = dict(losses=losses, finites=finites, owg=owg, params0=params0,
+               params=jax.tree.map(np.asarray, state["variables"]["params"]), state=state)
+    _RUNS[arm] = out
+    return out
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def test_forward_shapes_and_param_count():
+    cfg = L.micro()
+    tokens = jax.ShapeDtypeStruct((BATCH, cfg.seq), jnp.int32)
+    for recipe, quantize in ((None, L.GROUPS), ("mxfp8", ("mlp", "logits")), ("fp8_delayed", ("attn",))):
+        model = L.Llama(cfg.replace(quantize=quantize), recipe)
+        variables = jax.eval_shape(model.init, jax.random.key(0), tokens)
+        logits = jax.eval_shape(model.apply, variables, tokens)
+        assert logits.shape == (BATCH, cfg.seq, cfg.vocab)
+        assert logits.dtype == jnp.bfloat16
+        n = sum(math.prod(p.shape) for p in jax.tree.leaves(variables["params"]))
+        assert n == L.count_params(cfg)
+        assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(variables["params"]))
+        assert (OVERWRITE_WITH_GRADIENT in variables) == (recipe == "fp8_delayed")
+    # Unrolled layers: same parameter count; scanned OWG state stacked per layer.
+    unrolled = L.Llama(cfg.replace(scan_layers=False), None)
+    v = jax.eval_shape(unrolled.init, jax.random.key(0), tokens)
+    assert sum(math.prod(p.shape) for p in jax.tree.leaves(v["params"])) == L.count_params(cfg)
+    v = jax.eval_shape(L.Llama(cfg, "fp8_delayed").init, jax.random.key(0), tokens)
+    hist = v[OVERWRITE_WITH_GRADIENT]["layers"]["mlp"]["wi_0"]["MxDotGeneral_0"]["input_amax_history"]
+    assert hist.shape[0] == cfg.n_layers
+
+
+def test_forward_matches_unquantized_closely():
+    """Scanned vs unrolled stacks agree; the MXFP8 model is close to BF16 (same parameters)."""
+    cfg = L.micro(n_layers=1, remat="none")
+    tokens = jax.random.randint(jax.random.key(3), (BATCH, cfg.seq), 0, cfg.vocab, dtype=jnp.int32)
+    v = jax.jit(L.Llama(cfg).init)(jax.random.key(0), tokens)
+    ref = jax.jit(L.Llama(cfg).apply)(v, tokens).astype(jnp.float32)
+    v_unrolled = {"params": dict(v["params"])}
+    v_unrolled["params"]["layers_0"] = jax.tree.map(lambda a: a[0], v_unrolled["params"].pop("layers"))
+    unrolled = jax.jit(L.Llama(cfg.replace(scan_layers=False)).apply)(v_unrolled, tokens).astype(jnp.float32)
+    np.testing.assert_allclose(np.asarray(unrolled), np.asarray(ref), atol=2e-2, rtol=2e-2)
+    mx = jax.jit(L.Llama(cfg, "mxfp8").apply)(v, tokens).astype(jnp.float32)
+    rel = float(jnp.linalg.norm(mx - ref) / jnp.linalg.norm(ref))
+    assert 0.0 < rel < 0.1, rel
+    assert bool(jnp.all(jnp.isfinite(ref)))
+
+
+def test_config_validation_and_presets():
+    with pytest.raises(ValueError, match="groups"):
+        L.micro(quantize=("mlp", "embed"))
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        L.micro(n_heads=3, n_kv_heads=2)
+    with pytest.raises(ValueError, match="remat"):
+        L.micro(remat="some")
+    assert L.micro(quantize=("logits", "mlp")).quantize == ("mlp", "logits")
+    big = L.llama3_8b_4layer()
+    assert (big.d_model, big.d_ff, big.n_heads, big.n_kv_heads, big.n_layers, big.vocab, big.seq) == (
+        4096, 14336, 32, 8, 4, 32000, 4096)
+    assert 1.5e9 <= L.count_params(L.h200_large()) <= 3.5e9
+    assert L.llama70b_layer().d_ff == 28672
+    for name in ("tiny", "llama3_8b_4layer", "h200_large", "llama70b_layer"):
+        c = L.get_config(name)
+        for dim in (c.d_model, c.d_ff, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim, c.vocab):
+            assert dim % 128 == 0, (name, dim)  # fp8_block 128x128 tiles and MX blocks of 32 divide
+        assert json.dumps(c.to_dict())
+
+
+# ----------------------------------------------------------------------------- training
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_train_step_finite(arm):
+    run = _train(arm, LONG_ARMS.get(arm, 2))
+    assert all(np.isfinite(run["losses"])), run["losses"]
+    for leaf in jax.tree.leaves(run["params"]):
+        assert np.all(np.isfinite(leaf))
+    changed = any(not np.array_equal(a, b) for a, b in
+                  zip(jax.tree.leaves(run["params0"]), jax.tree.leaves(run["params"])))
+    if arm == "fp16":
+        # Dynamic loss scaling may skip the first steps (overflow at 2**15) but must not go NaN.
+        assert run["state"]["loss_scale"] is not None
+        assert changed or not any(run["finites"])
+        assert float(run["state"]["loss_scale"].scale) <= 2.0**15
+    else:
+        assert all(run["finites"]) and changed
+    assert abs(run["losses"][0] - math.log(L.micro().vocab)) < 1.0  # starts near uniform
+
+
+@pytest.mark.parametrize("arm", sorted(LONG_ARMS))
+def test_loss_goes_down(arm):
+    losses = _train(arm, LONG_ARMS[arm])["losses"]
+    assert losses[-1] < losses[0] - 0.5, losses
+    assert np.mean(losses[-5:]) < np.mean(losses[:5])
+
+
+def test_fp8_delayed_owg_state_changes():
+    owg = _train("fp8_delayed", 2)["owg"]
+    assert owg[0], "fp8_delayed keeps its state in the _overwrite_with_gradient collection"
+    h = [o["layers"]["mlp"]["wi_0"]["MxDotGeneral_0"]["input_amax_history"] for o in owg]
+    assert h[0].shape[0] == 1 and np.all(h[0] == 0)
+    assert np.any(h[1] != h[0]) and np.any(h[2] != h[1])  # a new amax recorded every step
+    g = [o["layers"]["mlp"]["wo"]["MxDotGeneral_0"]["output_grad_amax_history"] for o in owg]
+    assert np.any(g[1] != g[0])  # the backward pass updated dY's history too
+    s = [o["layers"]["mlp"]["wi_0"]["MxDotGeneral_0"]["input_scale"] for o in owg]
+    assert np.all(s[0] == 1) and np.any(s[2] != s[0])  # scale follows the history
+
+
+def test_init_variables_matches_model_init():
+    model, cfg, _ = bench.build_model(_cfg(), "fp8_delayed")
+    fast = bench.init_variables(model, cfg, batch=BATCH, seed=0)
+    ref = model.init(jax.random.key(0), jnp.zeros((BATCH, cfg.seq), jnp.int32))
+    assert jax.tree.structure(fast) == jax.tree.structure(dict(ref))
+    for a, b in zip(jax.tree.leaves(fast), jax.tree.leaves(dict(ref))):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(np.asarray(jax.lax.convert_element_type(a, jnp.float32)),
+                                      np.asarray(jax.lax.convert_element_type(b, jnp.float32)))
+
+
+# ----------------------------------------------------------------------------- benchmark
+
+
+def test_gemm_shapes_and_flops():
+    cfg = L.tiny()
+    gemms = bench.projection_gemms(cfg, 4)
+    assert {g["name"] for g in gemms} == {"query", "key", "value", "out", "wi_0", "wi_1", "wo", "logits"}
+    # The projections' 2·M·K·N sum is the MaxText matmul FLOPs (forward) of the model.
+    from mxprec.analysis import llama_train_flops
+
+    fwd = sum(2 * g["M"] * g["K"] * g["N"] * (cfg.n_layers if g["per_layer"] else 1) for g in gemms)
+    f = llama_train_flops(d_model=cfg.d_model, d_ff=cfg.d_ff, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+                          n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, vocab=cfg.vocab, seq=cfg.seq, batch=4)
+    assert 3 * fwd == f["matmul"]
+
+
+def test_failing_arm_gives_error_row():
+    args = bench.parse_args(["--config", "micro", "--no-progress"])
+    cfg = L.micro(d_model=96, n_layers=1)  # K = 96: no 128-wide fp8_block tiles
+    row = bench._run_arm_safely("fp8_block", args, cfg)
+    assert "error" in row and "multiple of" in row["error"]
+    assert set(bench.ROW_KEYS) <= set(row)
+
+
+def test_bench_cli_writes_json(tmp_path, capsys):
+    out = tmp_path / "res"
+    result = bench.main(["--config", "micro", "--arms", "bf16,fp8_current", "--steps", "2", "--warmup", "1",
+                         "--batch", "2", "--out", str(out), "--no-progress", "--gemm-reps", "1"])
+    path = out / "llama_micro.json"
+    assert path.exists() and (out / "llama_micro.md").exists()
+    data = json.loads(path.read_text())
+    for k in ("device", "command", "date", "model", "rows"):
+        assert k in data
+    assert data["model"]["d_model"] == L.micro().d_model and data["model"]["batch"] == 2
+    assert [r["arm"] for r in data["rows"]] == ["bf16", "fp8_current"]
+    for r in data["rows"]:
+        assert "error" not in r, r.get("error")
+        assert set(bench.ROW_KEYS) <= set(r)
+        assert r["step_s_mean"] > 0 and r["tokens_per_s_per_device"] > 0 and r["compile_s"] > 0
+        assert r["predicted_mem_gb"] > 0 and r["expected_speedup"] >= 1.0
+    assert data["rows"][0]["speedup_vs_bf16"] == pytest.approx(1.0)
+    assert 0.0 < data["amdahl"]["f_measured"] <= 1.0
+    table = capsys.readouterr().out
+    assert "| arm | step (ms)" in table and "fp8_current" in table and "f=0.7" in table
+    if os.environ.get("MPLBACKEND", "") != "none":
+        try:
+            import matplotlib  # noqa: F401
+
+            assert (out / "llama_micro.png").exists()
+        except ImportError:
+            pass
+    assert result["rows"][1]["arm"] == "fp8_current"
