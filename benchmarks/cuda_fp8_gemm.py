@@ -21,7 +21,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 SHAPES = [(8192, 8192, 8192), (16384, 4096, 14336), (16384, 14336, 4096), (4096, 4096, 4096)]
 
@@ -55,23 +54,38 @@ def _time_jax(fn, sets, reps=7):
 
 
 def bench_mxprec(m, k, n, pair):
+    from mxprec import formats
     from mxprec.kernels import cuda
     from mxprec.quantize import QTensor
     from mxprec.scaling import TensorScaling
-    from mxprec import formats
 
     fm = {"e4m3": (formats.E4M3, jnp.float8_e4m3fn), "e5m2": (formats.E5M2, jnp.float8_e5m2)}
     (fa, da), (fb, db) = fm[pair[0]], fm[pair[1]]
     ns = _nsets(m, k, n)
-    sets = [(a[None], b[None], jnp.float32(0.5 + i), jnp.float32(0.25)) for i, (a, b) in enumerate(_inputs(m, k, n, ns, da, db))]
+    sets = [
+        (a[None], b[None], jnp.float32(0.5 + i), jnp.float32(0.25))
+        for i, (a, b) in enumerate(_inputs(m, k, n, ns, da, db))
+    ]
 
     def q(data, s, f):
-        return QTensor(data=data, scale=s, amax=jnp.float32(1), tensor_scale=None, spec=TensorScaling(f), axis=2,
-                       shape=data.shape, dtype=jnp.dtype(jnp.bfloat16))
+        return QTensor(
+            data=data,
+            scale=s,
+            amax=jnp.float32(1),
+            tensor_scale=None,
+            spec=TensorScaling(f),
+            axis=2,
+            shape=data.shape,
+            dtype=jnp.dtype(jnp.bfloat16),
+        )
 
     def fn(sets):
-        return [cuda.scaled_gemm(q(a, sa, fa), q(b, sb, fb), lhs_contract=2, rhs_contract=2, out_dtype=jnp.bfloat16)
-                for a, b, sa, sb in sets]
+        return [
+            cuda.scaled_gemm(
+                q(a, sa, fa), q(b, sb, fb), lhs_contract=2, rhs_contract=2, out_dtype=jnp.bfloat16
+            )
+            for a, b, sa, sb in sets
+        ]
 
     return _time_jax(fn, sets)
 
@@ -80,7 +94,10 @@ def bench_xla_bf16(m, k, n):
     sets = _inputs(m, k, n, _nsets(m, k, n), jnp.bfloat16, jnp.bfloat16)
 
     def fn(sets):
-        return [jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.bfloat16) for a, b in sets]
+        return [
+            jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.bfloat16)
+            for a, b in sets
+        ]
 
     return _time_jax(fn, sets)
 
@@ -88,7 +105,10 @@ def bench_xla_bf16(m, k, n):
 def bench_xla_fp8(m, k, n, pair):
     dt = {"e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
     ns = _nsets(m, k, n)
-    sets = [(a, b, jnp.float32(0.5 + i), jnp.float32(0.25)) for i, (a, b) in enumerate(_inputs(m, k, n, ns, dt[pair[0]], dt[pair[1]]))]
+    sets = [
+        (a, b, jnp.float32(0.5 + i), jnp.float32(0.25))
+        for i, (a, b) in enumerate(_inputs(m, k, n, ns, dt[pair[0]], dt[pair[1]]))
+    ]
 
     def fn(sets):
         out = []
@@ -126,7 +146,7 @@ def bench_torch(m, k, n, pair):
         e1.record()
         torch.cuda.synchronize()
         ts.append(e0.elapsed_time(e1) / 1e3)
-    del sets
+    sets.clear()
     torch.cuda.empty_cache()
     return statistics.median(ts) / ns
 
@@ -136,21 +156,38 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     ap.add_argument("--shapes", default=None, help="comma-separated MxKxN")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument(
+        "--only", default=None, help="comma-separated op names (mxprec,xla_bf16,xla_fp8,torch_scaled_mm)"
+    )
     args = ap.parse_args(argv)
-    shapes = SHAPES if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    shapes = (
+        SHAPES if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    )
     have_torch = False
     if not args.no_torch:
         try:
-            import torch  # noqa: F401
+            import torch
 
             have_torch = torch.cuda.is_available()
         except Exception:  # noqa: BLE001
             have_torch = False
     rows = []
-    cases = [("mxprec", "cuda", ("e4m3", "e4m3")), ("mxprec", "cuda", ("e5m2", "e4m3")), ("mxprec", "cuda", ("e4m3", "e5m2")),
-             ("xla_bf16", "xla", None), ("xla_fp8", "xla", ("e4m3", "e4m3")), ("xla_fp8", "xla", ("e5m2", "e4m3"))]
+    cases = [
+        ("mxprec", "cuda", ("e4m3", "e4m3")),
+        ("mxprec", "cuda", ("e5m2", "e4m3")),
+        ("mxprec", "cuda", ("e4m3", "e5m2")),
+        ("xla_bf16", "xla", None),
+        ("xla_fp8", "xla", ("e4m3", "e4m3")),
+        ("xla_fp8", "xla", ("e5m2", "e4m3")),
+    ]
     if have_torch:
-        cases += [("torch_scaled_mm", "torch", ("e4m3", "e4m3")), ("torch_scaled_mm", "torch", ("e5m2", "e4m3"))]
+        cases += [
+            ("torch_scaled_mm", "torch", ("e4m3", "e4m3")),
+            ("torch_scaled_mm", "torch", ("e5m2", "e4m3")),
+        ]
+    if args.only:
+        keep = set(args.only.split(","))
+        cases = [c for c in cases if c[0] in keep]
     for m, k, n in shapes:
         flop = 2.0 * m * k * n
         for name, backend, pair in cases:
@@ -167,14 +204,28 @@ def main(argv=None):
                 err = None
             except Exception as e:  # noqa: BLE001
                 tf, err = None, f"{type(e).__name__}: {e}"[:300]
-            row = {"op": name, "backend": backend, "pair": "x".join(pair) if pair else "bf16", "m": m, "k": k, "n": n,
-                   "tflops": None if tf is None else round(tf, 1)}
+            row = {
+                "op": name,
+                "backend": backend,
+                "pair": "x".join(pair) if pair else "bf16",
+                "m": m,
+                "k": k,
+                "n": n,
+                "tflops": None if tf is None else round(tf, 1),
+            }
             if err:
                 row["error"] = err
             rows.append(row)
-            print(f"{m}x{k}x{n} {name:16s} {row['pair']:10s} " + (f"{tf:8.1f} TFLOP/s" if tf else err), flush=True)
-    res = {"device": str(jax.devices()[0].device_kind), "command": " ".join(sys.argv),
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "rows": rows}
+            print(
+                f"{m}x{k}x{n} {name:16s} {row['pair']:10s} " + (f"{tf:8.1f} TFLOP/s" if tf else err),
+                flush=True,
+            )
+    res = {
+        "device": str(jax.devices()[0].device_kind),
+        "command": " ".join(sys.argv),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "rows": rows,
+    }
     text = json.dumps(res, indent=1)
     if args.out:
         with open(args.out, "w") as f:

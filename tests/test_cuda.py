@@ -34,7 +34,9 @@ OUT_EPS = {jnp.dtype(jnp.float32): 2.0**-23, jnp.dtype(jnp.bfloat16): 2.0**-8}
 
 FMTS = {"e4m3": formats.E4M3, "e5m2": formats.E5M2}
 
-needs_gpu = pytest.mark.skipif(not cuda.available(), reason="no GPU or libmxprec_cuda.so not built: " + cuda._load()[1])
+needs_gpu = pytest.mark.skipif(
+    not cuda.available(), reason="no GPU or libmxprec_cuda.so not built: " + cuda._load()[1]
+)
 
 
 def _q(x, fmt, axis, delayed=False):
@@ -64,7 +66,9 @@ def _check(out, lhs, rhs, lc, rc, out_dtype, bias=None):
     a = jnp.abs(mxprec.dequantize(lhs))
     b = jnp.abs(mxprec.dequantize(rhs))
     dims = (((lc,), (rc,)), ((0,), (0,)))
-    mag = jax.lax.dot_general(a, b, dims, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+    mag = jax.lax.dot_general(
+        a, b, dims, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32
+    )
     if bias is not None:
         mag = mag + jnp.abs(bias)[None, None, :]
     o = np.asarray(out.astype(jnp.float32))
@@ -125,7 +129,9 @@ def test_tn_matches_reference(pair, out_dtype):
     key = jax.random.PRNGKey(hash(pair + (str(out_dtype),)) % 2**31)
     b, m, n, k = 2, 384, 520, 1024  # M, N not multiples of the 128x256 tile
     lhs, rhs = _operands(key, b, m, n, k, *pair)
-    out = jax.jit(lambda l, r: cuda.scaled_gemm(l, r, lhs_contract=2, rhs_contract=2, out_dtype=out_dtype))(lhs, rhs)
+    out = jax.jit(lambda l, r: cuda.scaled_gemm(l, r, lhs_contract=2, rhs_contract=2, out_dtype=out_dtype))(
+        lhs, rhs
+    )
     _check(out, lhs, rhs, 2, 2, out_dtype)
 
 
@@ -136,7 +142,11 @@ def test_transposed_operands_bias_delayed(lc, rc):
     b, m, n, k = 3, 256, 264, 272
     lhs, rhs = _operands(key, b, m, n, k, "e4m3", "e4m3", lc, rc, delayed=(lc == 1))
     bias = jax.random.normal(jax.random.PRNGKey(99), (n,), jnp.float32)
-    f = jax.jit(lambda l, r, bb: cuda.scaled_gemm(l, r, lhs_contract=lc, rhs_contract=rc, out_dtype=jnp.float32, bias=bb))
+    f = jax.jit(
+        lambda l, r, bb: cuda.scaled_gemm(
+            l, r, lhs_contract=lc, rhs_contract=rc, out_dtype=jnp.float32, bias=bb
+        )
+    )
     out = f(lhs, rhs, bias)
     _check(out, lhs, rhs, lc, rc, jnp.float32, bias=bias)
 
@@ -165,8 +175,17 @@ def test_unimplemented_kind_is_an_error():
     x = jax.random.normal(jax.random.PRNGKey(0), (1, 32, 64), jnp.float32)
     q = _q(x, "e4m3", 2)
     attrs = {
-        "lhs_kind": 2, "lhs_fmt": 0, "lhs_block": 1, "lhs_tile_rows": 1, "lhs_contract": 2,
-        "rhs_kind": 1, "rhs_fmt": 0, "rhs_block": 1, "rhs_tile_rows": 1, "rhs_contract": 2, "has_bias": 0,
+        "lhs_kind": 2,
+        "lhs_fmt": 0,
+        "lhs_block": 1,
+        "lhs_tile_rows": 1,
+        "lhs_contract": 2,
+        "rhs_kind": 1,
+        "rhs_fmt": 0,
+        "rhs_block": 1,
+        "rhs_tile_rows": 1,
+        "rhs_contract": 2,
+        "has_bias": 0,
     }
     attrs = {k: np.int32(v) for k, v in attrs.items()}
     call = jax.ffi.ffi_call(cuda.TARGET, jax.ShapeDtypeStruct((1, 32, 32), jnp.float32))

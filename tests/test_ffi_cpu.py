@@ -218,15 +218,35 @@ def _reference(spec, x: np.ndarray, axis: int):
 
 
 def _matches_reference(q: QTensor, spec, x: np.ndarray, axis: int) -> list[str]:
+    """Differences from tests/reference. Not compared: which FP8 NaN code a NaN gets (the contract
+    leaves it open; XLA writes 0x7F / 0x7E with the sign, the reference the first NaN code), and
+    the power-of-two tile scale of a tile holding Inf (undefined; mxprec keeps Inf)."""
     codes, scale, ts = _reference(spec, x, axis)
+    codes = np.asarray(codes).astype(np.uint8)
     bad = []
-    if not np.array_equal(np.asarray(q.codes()), codes):
-        bad.append(f"codes ({int(np.sum(np.asarray(q.codes()) != codes))} differ)")
+    ours = np.asarray(q.codes()).astype(np.uint8)
+    differ = ours != codes
+    if spec.fmt.is_fp8:
+        nan = lambda c: np.isnan(c.view(spec.fmt.dtype).astype(np.float32))  # noqa: E731
+        differ &= ~(nan(ours) & nan(codes))
+    if getattr(spec, "power_of_two", False):
+        # The reference makes a pow2 tile with an Inf amax all-NaN; the contract passes Inf through.
+        inf = np.isinf(np.asarray(q.scale, np.float32))
+        inf = np.repeat(inf, spec.tile[1], axis=axis)
+        if spec.tile[0] > 1:
+            inf = np.repeat(inf, spec.tile[0], axis=1 - axis)
+        differ &= ~inf
+    if differ.any():
+        bad.append(f"codes ({int(differ.sum())} differ)")
     if np.asarray(scale).dtype == np.uint8:
         if not np.array_equal(_u8(q.scale), scale):
             bad.append("scale bytes")
-    elif not _f32_equal(np.broadcast_to(np.asarray(q.scale), np.shape(scale)), scale):
-        bad.append("scale")
+    else:
+        mine = np.broadcast_to(np.asarray(q.scale, np.float32), np.shape(scale))
+        if getattr(spec, "power_of_two", False):
+            mine = np.where(np.isnan(scale) & ~np.isfinite(mine), scale, mine)
+        if not _f32_equal(mine, scale):
+            bad.append("scale")
     if ts is not None and not _f32_equal(q.tensor_scale, ts):
         bad.append("tensor_scale")
     return bad
@@ -355,12 +375,13 @@ QUANTIZED_PRESETS = ["fp8_delayed", "fp8_current", "fp8_rowwise", "fp8_block", "
                      "mxfp4", "nvfp4"]
 
 
-def _q_role(t, spec, axis, state=None):
-    """An operand quantized the way mxprec.dot_general quantizes a role (None: bf16 compute)."""
+def _q_role(t, spec, axis):
+    """An operand quantized the way mxprec.dot_general quantizes a role (None: bf16 compute;
+    delayed scaling from a fresh state, as DotGeneralState.init gives)."""
     if spec is None:
         return t.astype(jnp.bfloat16)
     if isinstance(spec, DelayedScaling):
-        return quantize(t, spec, axis=axis, state=state or DelayedScalingState.init(spec))
+        return quantize(t, spec, axis=axis, state=DelayedScalingState.init(spec))
     return quantize(t, spec, axis=axis)
 
 
@@ -376,21 +397,18 @@ def _gemm_bound(a, b, lc, rc):
     return K * 2.0**-23 * s + 1e-30
 
 
-def _gemm_operands(recipe, B=2, M=128, K=256, N=128):
-    """The operand pairs of the recipe's three GEMMs, quantized as mxprec.dot_general does."""
-    rng = np.random.default_rng(11)
-    x = jnp.asarray(rng.standard_normal((B, M, K)).astype(np.float32))
-    w = jnp.asarray((rng.standard_normal((B, K, N)) * 0.05).astype(np.float32))
-    g = jnp.asarray(rng.standard_normal((B, M, N)).astype(np.float32))
+_CONTRACT = {"fprop": (2, 1), "dgrad": (2, 2), "wgrad": (1, 1)}
+
+
+def _gemm_operands(recipe, x, w, g):
+    """The operand pairs of the recipe's three GEMMs, quantized as mxprec.dot_general does:
+    x (B, M, K), w (B, K, N), g = dY (B, M, N)."""
     r = recipe
     return {
         "fprop": (_q_role(x, r.fprop_lhs, 2), _q_role(w, r.fprop_rhs, 1)),
         "dgrad": (_q_role(g, r.dgrad_grad, 2), _q_role(w, r.dgrad_rhs, 2)),
         "wgrad": (_q_role(x, r.wgrad_lhs, 1), _q_role(g, r.wgrad_grad, 1)),
     }
-
-
-_CONTRACT = {"fprop": (2, 1), "dgrad": (2, 2), "wgrad": (1, 1)}
 
 
 def _assert_within(out, ref, bound, what=""):
@@ -405,12 +423,17 @@ def _assert_within(out, ref, bound, what=""):
 
 @pytest.mark.parametrize("preset", QUANTIZED_PRESETS)
 def test_scaled_gemm_every_recipe_operand_pair(preset):
-    ops = _gemm_operands(recipes.get(preset))
+    recipe = recipes.get(preset)
+    rng = np.random.default_rng(11)
+    B, M, K, N = 2, 128, 256, 128
+    x = jnp.asarray(rng.standard_normal((B, M, K)).astype(np.float32))
+    w = jnp.asarray((rng.standard_normal((B, K, N)) * 0.05).astype(np.float32))
+    g = jnp.asarray(rng.standard_normal((B, M, N)).astype(np.float32))
 
     @jax.jit
-    def run(ops):
+    def run(x, w, g):
         out = {}
-        for name, (a, b) in ops.items():
+        for name, (a, b) in _gemm_operands(recipe, x, w, g).items():
             lc, rc = _CONTRACT[name]
             out[name] = (
                 scaled_gemm(a, b, lhs_contract=lc, rhs_contract=rc, out_dtype=jnp.float32, backend="ffi"),
@@ -419,7 +442,7 @@ def test_scaled_gemm_every_recipe_operand_pair(preset):
             )
         return out
 
-    for name, (out, ref, bound) in run(ops).items():
+    for name, (out, ref, bound) in run(x, w, g).items():
         _assert_within(out, ref, bound, f"{preset} {name}")
 
 
@@ -434,8 +457,8 @@ def test_scaled_gemm_mixed_plain_operands_bias_and_out_dtypes():
         (x, w),
     ]
     for a, b in cases:
-        ref = reference_scaled_gemm(a, b, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32)
-        bound = _gemm_bound(a, b, 2, 1)
+        ref = jax.jit(lambda a, b: reference_scaled_gemm(a, b, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32))(a, b)
+        bound = jax.jit(lambda a, b: _gemm_bound(a, b, 2, 1))(a, b)
         for out_dtype in (jnp.float32, jnp.bfloat16, jnp.float16):
             out = jax.jit(
                 lambda a, b: ffi.scaled_gemm(a, b, lhs_contract=2, rhs_contract=1, out_dtype=out_dtype)
@@ -444,11 +467,13 @@ def test_scaled_gemm_mixed_plain_operands_bias_and_out_dtypes():
             ulp = 0 if out_dtype == jnp.float32 else 2.0 ** -(8 if out_dtype == jnp.bfloat16 else 11)
             _assert_within(out, ref, bound + ulp * np.abs(np.asarray(ref)), jnp.dtype(out_dtype).name)
         out = ffi.scaled_gemm(a, b, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32, bias=bias)
-        _assert_within(out, ref + bias[None, None, :], bound + 2.0**-23 * np.abs(np.asarray(ref + bias)), "bias")
+        want = np.asarray(ref) + np.asarray(bias)[None, None, :]
+        _assert_within(out, want, bound + 2.0**-23 * np.abs(want), "bias")
 
 
 def test_scaled_gemm_nan_blocks_propagate():
     x = _specials()[None]
+    x[0, 4] = _normal(4)[4]  # (finite 3e38 rows overflow the FP32 sum: order-dependent Inf - Inf)
     q = quantize(jnp.asarray(x), MXScaling(E4M3), axis=2)
     w = quantize(jnp.asarray(_normal(13, (256, 32)))[None], MXScaling(E4M3), axis=1)
     out = ffi.scaled_gemm(q, w, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32)
@@ -469,8 +494,9 @@ def test_scaled_gemm_vmap():
             return ffi.scaled_gemm(a, b, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32)
 
         out = jax.jit(jax.vmap(one))(x, w)
+        single = jax.jit(one)
         for i in range(3):
-            assert np.array_equal(np.asarray(out[i]), np.asarray(one(x[i], w[i])))
+            assert np.array_equal(np.asarray(out[i]), np.asarray(single(x[i], w[i])))
 
 
 # ----------------------------------------------------------------------------- dot_general
@@ -478,33 +504,34 @@ def test_scaled_gemm_vmap():
 
 @pytest.mark.parametrize("preset", QUANTIZED_PRESETS)
 def test_dot_general_ffi_matches_xla(preset):
+    """Forward, dX and dW of mxprec.dot_general: backend="ffi" vs "xla", within the K bound of each GEMM."""
     rng = np.random.default_rng(15)
     x = jnp.asarray(rng.standard_normal((4, 32, 256)).astype(np.float32))
     w = jnp.asarray((rng.standard_normal((256, 128)) * 0.05).astype(np.float32))
     ct = jnp.asarray(rng.standard_normal((4, 32, 128)).astype(np.float32))
     dn = (((2,), (0,)), ((), ()))
-    res = {}
-    for backend in ("xla", "ffi"):
+
+    def run(backend):
         recipe = recipes.get(preset, backend=backend)
         st = DotGeneralState.init(recipe)
 
-        def f(x, w, recipe=recipe, st=st):
+        def f(x, w):
             return mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=recipe, state=st)
 
-        res[backend] = jax.jit(lambda x, w, f=f: (f(x, w), jax.vjp(f, x, w)[1](ct)))(x, w)
-    recipe = recipes.get(preset)
-    st = DotGeneralState.init(recipe)
-    x3, w3, g3 = x.reshape(1, 128, 256), w[None], ct.reshape(1, 128, 128)
-    pick = lambda s, name: None if s is None else getattr(s, name)  # noqa: E731
-    fwd = _gemm_bound(_q_role(x3, recipe.fprop_lhs, 2, pick(st, "lhs")), _q_role(w3, recipe.fprop_rhs, 1, pick(st, "rhs")), 2, 1)
-    dgr = _gemm_bound(_q_role(g3, recipe.dgrad_grad, 2, pick(st, "grad")), _q_role(w3, recipe.dgrad_rhs, 2, pick(st, "rhs")), 2, 2)
-    wgr = _gemm_bound(_q_role(x3, recipe.wgrad_lhs, 1, pick(st, "lhs")), _q_role(g3, recipe.wgrad_grad, 1, pick(st, "grad")), 1, 1)
-    (y0, (dx0, dw0)), (y1, (dx1, dw1)) = res["xla"], res["ffi"]
-    _assert_within(y1, y0, fwd.reshape(y0.shape), f"{preset} forward")
-    # (nvfp4 rounds dY stochastically with a key derived from dY's bits: the same in both.)
-    _assert_within(dx1, dx0, dgr.reshape(dx0.shape), f"{preset} dgrad")
-    _assert_within(dw1, dw0, wgr.reshape(dw0.shape), f"{preset} wgrad")
+        y, vjp = jax.vjp(f, x, w)
+        return (y, *vjp(ct))
 
+    recipe = recipes.get(preset)
+
+    @jax.jit
+    def bounds(x, w, g):
+        ops = _gemm_operands(recipe, x.reshape(1, 128, 256), w[None], g.reshape(1, 128, 128))
+        return [_gemm_bound(a, b, *_CONTRACT[n]) for n, (a, b) in ops.items()]
+
+    ref = jax.jit(lambda x, w: run("xla"))(x, w)
+    out = jax.jit(lambda x, w: run("ffi"))(x, w)
+    for name, o, r, bound in zip(("forward", "dgrad", "wgrad"), out, ref, bounds(x, w, ct)):
+        _assert_within(o, r, np.asarray(bound).reshape(r.shape), f"{preset} {name}")
 
 
 # ----------------------------------------------------------------------------- malformed calls

@@ -144,8 +144,11 @@ ffi::Error QuantizeImpl(ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffe
           amax_t = xla_max(amax_t, a);
         }
       }
-  amax_t = flush_denormal(amax_t);
-  for (auto& g : gamax) g = flush_denormal(g);
+  // As mxprec.quantize's _amax: a group holding a NaN has amax = the canonical quiet NaN; a
+  // subnormal maximum reads as +0 (XLA's CPU runtime flushes it).
+  const float canonical_nan = bits_f32(0x7FC00000u);
+  amax_t = is_nan(amax_t) ? canonical_nan : flush_denormal(amax_t);
+  for (auto& g : gamax) g = is_nan(g) ? canonical_nan : flush_denormal(g);
   if (d.amax_mode == AmaxMode::kPerGroup) {
     const float* ai = static_cast<const float*>(amax_in.untyped_data());
     for (int64_t g = 0; g < ngroups; ++g) gamax[g] = ai[g];

@@ -178,11 +178,36 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
     case 1: ws = workspace_out<1>(gout, a); break;
     default: ws = workspace_out<2>(gout, a); break;
   }
-  constexpr size_t kAlphaBytes = 256;  // alpha float, then the CUTLASS workspace 256-byte aligned
-  auto mem = scratch.Allocate(kAlphaBytes + ws, 256);
-  if (!mem.has_value()) return ffi::Error(ffi::ErrorCode::kResourceExhausted, std::string(op) + ": scratch allocation failed");
-  float* alpha = static_cast<float*>(*mem);
-  void* workspace = ws ? static_cast<char*>(*mem) + kAlphaBytes : nullptr;
+  // XLA's FFI scratch allocator accepts alignments up to 16 bytes (kMaxAlignment in
+  // xla/ffi/ffi_api.cc; it rejects more with "Unsupported alignment"): over-allocate and align by
+  // hand. Layout: alpha float, then the CUTLASS workspace, both 256-byte aligned. If the scratch
+  // allocator is unavailable, fall back to stream-ordered cudaMallocAsync / cudaFreeAsync.
+  constexpr size_t kAlign = 256, kAlphaBytes = 256;
+  const size_t bytes = kAlign + kAlphaBytes + ws;
+  void* raw = nullptr;
+  void* async_raw = nullptr;
+  if (auto mem = scratch.Allocate(bytes, 16); mem.has_value()) {
+    raw = *mem;
+  } else {
+    cudaError_t me = cudaMallocAsync(&async_raw, bytes, stream);
+    if (me != cudaSuccess) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                        std::string(op) + ": could not allocate " + std::to_string(bytes) +
+                            " bytes of scratch (XLA scratch allocator and cudaMallocAsync: " +
+                            cudaGetErrorString(me) + ")");
+    }
+    raw = async_raw;
+  }
+  const uintptr_t base = (reinterpret_cast<uintptr_t>(raw) + kAlign - 1) & ~static_cast<uintptr_t>(kAlign - 1);
+  float* alpha = reinterpret_cast<float*>(base);
+  void* workspace = ws ? reinterpret_cast<void*>(base + kAlphaBytes) : nullptr;
+  struct AsyncFree {
+    void* p;
+    cudaStream_t s;
+    ~AsyncFree() {
+      if (p) (void)cudaFreeAsync(p, s);
+    }
+  } async_free{async_raw, stream};
   a.alpha = alpha;
 
   cudaError_t ce = launch_scale_product(static_cast<const float*>(ls.untyped_data()),

@@ -73,6 +73,9 @@ CONFIG_DEFAULTS = {
     "llama70b_layer": dict(batch=4, warmup=3, steps=10),
 }
 _FALLBACK_DEFAULTS = dict(batch=4, warmup=2, steps=5)
+# ``--fast-compile``: XLA backend optimization level 0 (CPU smoke runs and tests: compiles about
+# 40% faster, steps slower; not for reported numbers).
+FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 # ----------------------------------------------------------------------------- arms
@@ -144,6 +147,13 @@ def build_model(cfg, arm: str):
 _PARAM_INIT_CACHE: dict = {}
 
 
+def _copy_tree(tree):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.jit(lambda t: jax.tree.map(jnp.copy, t))(tree)
+
+
 def init_variables(model, cfg, *, batch: int, seed: int = 0) -> dict:
     """``model.init`` without compiling the quantized forward pass.
 
@@ -169,7 +179,7 @@ def init_variables(model, cfg, *, batch: int, seed: int = 0) -> dict:
         _PARAM_INIT_CACHE.clear()
         _PARAM_INIT_CACHE[cache_key] = jax.jit(Llama(base_cfg).init)(key, tokens)["params"]
     params = _PARAM_INIT_CACHE[cache_key]
-    fresh = {"params": jax.tree.map(jnp.copy, params)}  # own buffers: the train step donates them
+    fresh = {"params": _copy_tree(params)}  # own buffers: the train step donates them
     recipe = model.recipe if model.recipe is None or isinstance(model.recipe, Recipe) else get_recipe(model.recipe)
     if model.dot_general_cls is None and (recipe is None or not recipe.is_delayed):
         return fresh  # stateless: nothing but parameters
@@ -199,13 +209,15 @@ def init_variables(model, cfg, *, batch: int, seed: int = 0) -> dict:
 def init_train_state(model, cfg, tx, *, batch: int, seed: int = 0, loss_scale: bool = False,
                      initial_loss_scale: float = float(2**15)) -> dict:
     """``{"variables", "opt_state", "loss_scale"}``; the optimizer sees only the trainable part."""
+    import jax
+
     from mxprec.flax.owg import split_owg
     from mxprec.training import DynamicLossScale
 
     variables = init_variables(model, cfg, batch=batch, seed=seed)
     trainable, _ = split_owg(variables)
     ls = DynamicLossScale.create(initial_loss_scale) if loss_scale else None
-    return {"variables": dict(variables), "opt_state": tx.init(trainable), "loss_scale": ls}
+    return {"variables": dict(variables), "opt_state": jax.jit(tx.init)(trainable), "loss_scale": ls}
 
 
 def make_train_step(model, tx):
@@ -257,11 +269,11 @@ def make_train_step(model, tx):
 
 def synthetic_batch(cfg, batch: int, seed: int = 0) -> dict:
     """One fixed batch of uniform random tokens: ``{"inputs", "targets"}`` int32 ``(batch, seq)``."""
-    import jax
     import jax.numpy as jnp
+    import numpy as np
 
-    toks = jax.random.randint(jax.random.key(seed + 1), (batch, cfg.seq + 1), 0, cfg.vocab, dtype=jnp.int32)
-    return {"inputs": toks[:, :-1], "targets": toks[:, 1:]}
+    toks = np.random.default_rng(seed + 1).integers(0, cfg.vocab, (batch, cfg.seq + 1), dtype=np.int32)
+    return {"inputs": jnp.asarray(toks[:, :-1]), "targets": jnp.asarray(toks[:, 1:])}
 
 
 def file_batches(path: str, cfg, batch: int, n: int) -> list[dict]:
@@ -417,8 +429,11 @@ def predicted_mem_gb(cfg, batch: int, saved: str, mu_dtype: Any = None) -> Optio
 
 def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3e-4, mu_dtype: Any = None,
             data: Optional[str] = None, seed: int = 0, measure_gemms: bool = False, gemm_reps: int = 5,
-            progress: bool = True) -> dict:
-    """Compiles and times one arm; returns its row (without the columns that need the BF16 arm)."""
+            progress: bool = True, compiler_options: Optional[dict] = None) -> dict:
+    """Compiles and times one arm; returns its row (without the columns that need the BF16 arm).
+
+    ``compiler_options``: XLA options for this compile (e.g. ``FAST_COMPILE``).
+    """
     import jax
     import numpy as np
     from tqdm.auto import tqdm
@@ -433,7 +448,7 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
     jitted = jax.jit(make_train_step(model, tx), donate_argnums=(0,))
 
     t0 = time.perf_counter()
-    compiled = jitted.lower(state, batches[0]).compile()
+    compiled = jitted.lower(state, batches[0]).compile(compiler_options=compiler_options)
     compile_s = time.perf_counter() - t0
 
     losses, finites, times = [], [], []
@@ -624,6 +639,8 @@ def parse_args(argv):
     p.add_argument("--gemm-reps", type=int, default=5, help="repetitions when timing the standalone GEMMs")
     p.add_argument("--isolate", default="auto", choices=("auto", "on", "off"),
                    help="one process per arm (auto: on for accelerators, so peak memory is per arm)")
+    p.add_argument("--fast-compile", action="store_true",
+                   help="XLA backend optimization level 0: faster compiles, slower steps (smoke runs)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--child-json", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -654,7 +671,8 @@ def _run_arm_safely(arm, args, cfg) -> dict:
     try:
         return run_arm(arm, cfg, batch=args.batch, steps=args.steps, warmup=args.warmup, lr=args.lr,
                        mu_dtype=_mu_dtype(args), data=args.data, seed=args.seed, measure_gemms=(arm == "bf16"),
-                       gemm_reps=args.gemm_reps, progress=not args.no_progress)
+                       gemm_reps=args.gemm_reps, progress=not args.no_progress,
+                       compiler_options=FAST_COMPILE if args.fast_compile else None)
     except Exception as e:  # noqa: BLE001 - an arm's failure (OOM, unsupported shape) becomes its row
         msg = f"{type(e).__name__}: {e}"
         print(f"arm {arm} failed: {msg.splitlines()[0][:300]}", file=sys.stderr)
@@ -767,6 +785,7 @@ def main(argv=None) -> dict:
         "amdahl": amdahl,
         "amdahl_note": note,
         "isolated": isolate,
+        "fast_compile": args.fast_compile,
         "wall_s": wall_s,
         "device_info": device,
     }

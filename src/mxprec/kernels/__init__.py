@@ -21,11 +21,14 @@ __all__ = ["scaled_gemm", "reference_scaled_gemm", "resolve_backend", "backend_r
 
 def ffi_available(platform: str | None = None) -> bool:
     """Whether mxprec's native custom calls are registered for ``platform`` (default: current)."""
-    try:
-        from mxprec.kernels import ffi
-    except ImportError:
-        return False
-    return ffi.available(platform or jax.default_backend())
+    platform = platform or jax.default_backend()
+    if platform == "gpu":
+        from mxprec.kernels import cuda
+
+        return cuda.available()
+    from mxprec.kernels import ffi
+
+    return ffi.available(platform)
 
 
 # Platforms where "auto" prefers the native custom call. On CPU the C++ lowering exists to run the
@@ -34,11 +37,20 @@ _AUTO_FFI_PLATFORMS = ("gpu", "cuda", "rocm")
 
 
 def resolve_backend(backend: str) -> str:
-    """Maps ``"auto"`` to ``"ffi"`` (GPU with a native library) or ``"xla"``; validates the others."""
+    """Validates ``backend``; ``"ffi"`` must have a native library here (else RuntimeError).
+
+    ``"auto"`` stays ``"auto"`` on GPU (scaled_gemm picks the custom call per operand pair) and
+    becomes ``"xla"`` on CPU.
+    """
     if backend == "auto":
         platform = jax.default_backend()
-        return "ffi" if platform in _AUTO_FFI_PLATFORMS and ffi_available(platform) else "xla"
+        return "auto" if platform in _AUTO_FFI_PLATFORMS and ffi_available(platform) else "xla"
     if backend == "ffi":
+        if jax.default_backend() == "gpu":
+            from mxprec.kernels import cuda
+
+            cuda.require()
+            return "ffi"
         from mxprec.kernels import ffi
 
         ffi.require(jax.default_backend())
@@ -56,7 +68,8 @@ def backend_report(recipe) -> str:
     if recipe.backend == "xla":
         return f"backend: xla (requested) on {platform}"
     if ffi_available(platform) and (recipe.backend == "ffi" or platform in _AUTO_FFI_PLATFORMS):
-        return f"backend: ffi (mxprec_scaled_gemm custom call) on {platform}"
+        extra = " for per-tensor FP8 operand pairs, exact XLA path for the rest" if platform == "gpu" else ""
+        return f"backend: ffi (mxprec_scaled_gemm custom call) on {platform}{extra}"
     if ffi_available(platform):
         return f"backend: xla exact path on {platform} (auto; the C++ custom call runs with backend='ffi')"
     if recipe.backend == "ffi":

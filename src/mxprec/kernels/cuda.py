@@ -37,7 +37,6 @@ from __future__ import annotations
 import ctypes
 import pathlib
 import threading
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -51,11 +50,11 @@ __all__ = [
     "SYMBOL",
     "TARGET",
     "available",
-    "require",
     "library_search_paths",
+    "require",
+    "scaled_gemm",
     "supports",
     "why_unsupported",
-    "scaled_gemm",
 ]
 
 LIBRARY_NAME = "libmxprec_cuda.so"
@@ -93,7 +92,7 @@ def _has_gpu() -> bool:
         return False
 
 
-def _load() -> tuple[Optional[ctypes.CDLL], str]:
+def _load() -> tuple[ctypes.CDLL | None, str]:
     """(library, "") once loaded and registered for "CUDA", else (None, reason). Cached."""
     with _lock:
         if "result" in _state:
@@ -111,7 +110,9 @@ def _load() -> tuple[Optional[ctypes.CDLL], str]:
             else:
                 try:
                     lib = ctypes.CDLL(str(found))
-                    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(getattr(lib, SYMBOL)), platform="CUDA")
+                    jax.ffi.register_ffi_target(
+                        TARGET, jax.ffi.pycapsule(getattr(lib, SYMBOL)), platform="CUDA"
+                    )
                     result = (lib, "")
                 except (OSError, AttributeError, RuntimeError, ValueError) as e:
                     result = (None, f"{found} failed to load: {e}; rebuild it with {BUILD_HINT}")
@@ -130,7 +131,7 @@ def require() -> None:
         raise RuntimeError(f"mxprec CUDA kernels are unavailable: {reason}")
 
 
-def _contract_of(q: QTensor, contract: Optional[int]) -> int:
+def _contract_of(q: QTensor, contract: int | None) -> int:
     return q.axis if contract is None else contract
 
 
@@ -138,8 +139,8 @@ def why_unsupported(
     lhs,
     rhs,
     *,
-    lhs_contract: Optional[int] = None,
-    rhs_contract: Optional[int] = None,
+    lhs_contract: int | None = None,
+    rhs_contract: int | None = None,
     out_dtype=jnp.bfloat16,
     check_library: bool = True,
 ) -> str:
@@ -178,10 +179,16 @@ def why_unsupported(
     return ""
 
 
-def supports(lhs, rhs, *, lhs_contract=None, rhs_contract=None, out_dtype=jnp.bfloat16, check_library=True) -> bool:
+def supports(
+    lhs, rhs, *, lhs_contract=None, rhs_contract=None, out_dtype=jnp.bfloat16, check_library=True
+) -> bool:
     """Whether :func:`scaled_gemm` runs these operands on the CUDA kernel (library loaded, GPU present)."""
     return not why_unsupported(
-        lhs, rhs, lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype,
+        lhs,
+        rhs,
+        lhs_contract=lhs_contract,
+        rhs_contract=rhs_contract,
+        out_dtype=out_dtype,
         check_library=check_library,
     )
 
@@ -203,7 +210,9 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     Operands with contraction axis 1 are transposed here (XLA transpose of the FP8 data) so that
     the kernel sees K contiguous. Raises ValueError when :func:`supports` is False.
     """
-    reason = why_unsupported(lhs, rhs, lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype)
+    reason = why_unsupported(
+        lhs, rhs, lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype
+    )
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.scaled_gemm: {reason}")
     out_dtype = jnp.dtype(out_dtype)
@@ -216,11 +225,21 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     else:
         bias_buf = jnp.asarray(bias)
         if bias_buf.shape != (n,) or bias_buf.dtype != jnp.float32:
-            raise ValueError(f"scaled_gemm: bias must be float32 ({n},), got {bias_buf.dtype} {bias_buf.shape}")
+            raise ValueError(
+                f"scaled_gemm: bias must be float32 ({n},), got {bias_buf.dtype} {bias_buf.shape}"
+            )
     one = jnp.ones((), jnp.float32)
     attrs = {
-        "lhs_kind": 1, "lhs_fmt": _FMT[lhs.spec.fmt.name], "lhs_block": 1, "lhs_tile_rows": 1, "lhs_contract": 2,
-        "rhs_kind": 1, "rhs_fmt": _FMT[rhs.spec.fmt.name], "rhs_block": 1, "rhs_tile_rows": 1, "rhs_contract": 2,
+        "lhs_kind": 1,
+        "lhs_fmt": _FMT[lhs.spec.fmt.name],
+        "lhs_block": 1,
+        "lhs_tile_rows": 1,
+        "lhs_contract": 2,
+        "rhs_kind": 1,
+        "rhs_fmt": _FMT[rhs.spec.fmt.name],
+        "rhs_block": 1,
+        "rhs_tile_rows": 1,
+        "rhs_contract": 2,
         "has_bias": int(bias is not None),
     }
     attrs = {k: np.int32(v) for k, v in attrs.items()}

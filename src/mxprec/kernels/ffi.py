@@ -464,6 +464,8 @@ def scaled_gemm(lhs, rhs, *, lhs_contract: int, rhs_contract: int, out_dtype, bi
             raise ValueError(f"scaled_gemm: {name} must be 1 or 2, got {c}")
     if len(lhs.shape) != 3 or len(rhs.shape) != 3:
         raise ValueError(f"scaled_gemm: lhs and rhs must be 3-D, got shapes {lhs.shape} and {rhs.shape}")
+    ld, ls, lt, lo = _operand_buffers(lhs, lhs_contract, "lhs")
+    rd, rs, rt, ro = _operand_buffers(rhs, rhs_contract, "rhs")
     if lhs.shape[0] != rhs.shape[0] or lhs.shape[lhs_contract] != rhs.shape[rhs_contract]:
         raise ValueError(
             f"scaled_gemm: lhs {lhs.shape} (contract {lhs_contract}) and rhs {rhs.shape} "
@@ -472,8 +474,6 @@ def scaled_gemm(lhs, rhs, *, lhs_contract: int, rhs_contract: int, out_dtype, bi
     out_dtype = jnp.dtype(out_dtype)
     if out_dtype not in _WIDE:
         raise TypeError(f"scaled_gemm: out_dtype must be float32/bfloat16/float16, got {out_dtype}")
-    ld, ls, lt, lo = _operand_buffers(lhs, lhs_contract, "lhs")
-    rd, rs, rt, ro = _operand_buffers(rhs, rhs_contract, "rhs")
     n = rhs.shape[3 - rhs_contract]
     if bias is None:
         b = jnp.zeros((), jnp.float32)

@@ -18,7 +18,11 @@ which :func:`reference_scaled_gemm` implements; it is the oracle for every backe
   run XLA's native FP8 dot (cuBLASLt on GPU) with the scales applied to the FP32 result; block-
   and tile-scaled operands are dequantized (FP32 on CPU; BF16 on GPU, exact for every element
   format unless a scaled value falls below 2**-126) and run a wide dot with FP32 accumulation.
-* ``"ffi"``: the ``mxprec_scaled_gemm`` custom call (native kernels; mxprec.kernels.ffi).
+* ``"ffi"``: the ``mxprec_scaled_gemm`` custom call: the C++ lowering on CPU (mxprec.kernels.ffi),
+  the CUTLASS sm_90a kernels on GPU (mxprec.kernels.cuda; per-tensor FP8 pairs), raising
+  NotImplementedError for operands no kernel serves.
+* ``"auto"``: on GPU the custom call where a kernel serves the operands, else the exact XLA path;
+  on CPU the XLA path (faster than the C++ reference lowering).
 """
 
 from __future__ import annotations
@@ -122,16 +126,26 @@ def scaled_gemm(
       rhs: ``(B, K, N)`` or ``(B, N, K)`` QTensor / array.
       lhs_contract, rhs_contract: the contraction axis of each operand (1 or 2).
       out_dtype: result dtype.
-      backend: ``"xla"`` or ``"ffi"`` (resolve ``"auto"`` with :func:`mxprec.kernels.resolve_backend`).
+      backend: ``"auto"``, ``"xla"`` or ``"ffi"``.
 
     Returns:
       ``(B, M, N)`` array of ``out_dtype``.
     """
     _check(lhs, rhs, lhs_contract, rhs_contract)
-    if backend == "xla":
-        return _xla_scaled_gemm(lhs, rhs, lhs_contract, rhs_contract, out_dtype)
+    kw = dict(lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype)
+    if backend not in ("xla", "ffi", "auto"):
+        raise ValueError(f"scaled_gemm: backend must be 'auto', 'xla' or 'ffi', got {backend!r}")
+    if jax.default_backend() == "gpu" and backend != "xla":
+        from mxprec.kernels import cuda
+
+        if cuda.available() and cuda.supports(lhs, rhs, **kw):
+            return cuda.scaled_gemm(lhs, rhs, **kw)
+        if backend == "ffi":
+            reason = cuda.why_unsupported(lhs, rhs, **kw) if cuda.available() else "libmxprec_cuda.so is not loaded"
+            raise NotImplementedError(f"scaled_gemm: backend='ffi' on GPU cannot run these operands: {reason}")
+        return _xla_scaled_gemm(lhs, rhs, lhs_contract, rhs_contract, out_dtype)  # auto: exact XLA path
     if backend == "ffi":
         from mxprec.kernels import ffi
 
-        return ffi.scaled_gemm(lhs, rhs, lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype)
-    raise ValueError(f"scaled_gemm: backend must be 'xla' or 'ffi', got {backend!r}")
+        return ffi.scaled_gemm(lhs, rhs, **kw)
+    return _xla_scaled_gemm(lhs, rhs, lhs_contract, rhs_contract, out_dtype)

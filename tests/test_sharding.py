@@ -1,0 +1,163 @@
+"""mxprec GEMMs and quantizers under jit + NamedSharding on 8 virtual CPU devices.
+
+Mesh (2, 4) = ("data", "model"). For backend "xla" and "ffi" (the mxprec_scaled_gemm custom call
+with its custom_partitioning / Shardy rule):
+
+* data-parallel (batch/M sharded), tensor-parallel (N sharded) and DP x TP: the same result as one
+  device (bit for bit with "ffi": its CPU kernel sums k in order for every output element), and
+  no all-gather in the optimized HLO;
+* FSDP-style (weights sharded along N on the data axis, gathered for the GEMM): the same result;
+* K sharded: local GEMMs + an all-reduce of the FP32 partials, no all-gather; the same result
+  within the FP32 summation bound K * 2**-23 * sum|a||b|;
+* ffi.quantize on a sharded input: bit-identical QTensor, amaxes pmax-reduced, no all-gather.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import mxprec
+from mxprec import formats, recipes
+from mxprec.dot_general import DotGeneralState
+from mxprec.kernels import ffi
+from mxprec.scaling import DelayedScaling, DelayedScalingState, MXScaling, NVFP4Scaling, RowScaling, TensorScaling
+from mxprec.scaling import TileScaling
+from test_ffi_cpu import _CONTRACT, _assert_within, _gemm_bound, _gemm_operands, _qtensor_mismatch
+
+pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices (tests/conftest.py forces 8 CPU devices)")
+
+needs_ffi = pytest.mark.skipif(not ffi.available("cpu"), reason="libmxprec_cpu.so is not built")
+BACKENDS = ["xla", pytest.param("ffi", marks=needs_ffi)]
+
+B, S, K, N = 4, 64, 512, 512  # x (B, S, K) @ w (K, N): M = B * S = 256
+DN = (((2,), (0,)), ((), ()))
+
+# name: (x spec, w spec, all-gather allowed, all-reduce expected)
+PATTERNS = {
+    "dp": (P("data", None, None), P(None, None), False, False),
+    "tp": (P(None, None, None), P(None, "model"), False, False),
+    "dp_tp": (P("data", None, None), P(None, "model"), False, False),
+    "fsdp": (P("data", None, None), P(None, "data"), True, False),
+    "k_sharded": (P(None, None, "model"), P("model", None), False, True),
+}
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "model"))
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(21)
+    x = jnp.asarray(rng.standard_normal((B, S, K)).astype(np.float32))
+    w = jnp.asarray((rng.standard_normal((K, N)) * 0.05).astype(np.float32))
+    ct = jnp.asarray(rng.standard_normal((B, S, N)).astype(np.float32))
+    return x, w, ct
+
+
+def _fns(preset, backend):
+    recipe = recipes.get(preset, backend=backend)
+    st = DotGeneralState.init(recipe)
+
+    def fwd(x, w):
+        return mxprec.dot_general(x, w, DN, preferred_element_type=jnp.float32, recipe=recipe, state=st)
+
+    def fwd_bwd(x, w, ct):
+        y, vjp = jax.vjp(fwd, x, w)
+        return (y, *vjp(ct))
+
+    return fwd, fwd_bwd
+
+
+def _bounds(preset, x, w, ct):
+    """Per-GEMM summation bounds (forward, dX, dW) shaped like the outputs."""
+    ops = _gemm_operands(recipes.get(preset), x.reshape(1, B * S, K), w[None], ct.reshape(1, B * S, N))
+    b = [_gemm_bound(a, c, *_CONTRACT[n]) for n, (a, c) in ops.items()]
+    return b[0].reshape(B, S, N), b[1].reshape(B, S, K), b[2].reshape(K, N)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+@pytest.mark.parametrize("preset", ["mxfp8", "fp8_current", "mxfp4", "fp8_block"])
+def test_sharded_dot_general_forward(mesh, data, preset, pattern, backend):
+    x, w, _ = data
+    xs, ws, gather_ok, reduce_expected = PATTERNS[pattern]
+    fwd, _ = _fns(preset, backend)
+    want = jax.jit(fwd)(x, w)
+    xd = jax.device_put(x, NamedSharding(mesh, xs))
+    wd = jax.device_put(w, NamedSharding(mesh, ws))
+    f = jax.jit(fwd)
+    got = f(xd, wd)
+    hlo = f.lower(xd, wd).compile().as_text()
+    if backend == "ffi":
+        assert "mxprec_scaled_gemm" in hlo
+    if not gather_ok:
+        assert "all-gather" not in hlo, f"{pattern}: a sharded operand was gathered"
+    if reduce_expected:
+        assert "all-reduce" in hlo
+    if backend == "ffi" and not reduce_expected:
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))  # same per-element k order
+    else:
+        bound = jax.jit(lambda x, w, c: _bounds(preset, x, w, c))(x, w, data[2])[0]
+        _assert_within(got, want, bound, f"{preset} {pattern} {backend}")
+    # Batch / M / N shardings pass through to the output.
+    spec = tuple(got.sharding.spec) + (None,) * 3
+    if pattern in ("dp", "dp_tp"):
+        assert spec[0] == "data"
+    if pattern in ("tp", "dp_tp"):
+        assert spec[2] == "model"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("pattern", ["dp_tp", "k_sharded", "fsdp"])
+def test_sharded_dot_general_gradients(mesh, data, pattern, backend):
+    preset = "mxfp8"
+    x, w, ct = data
+    xs, ws, _, _ = PATTERNS[pattern]
+    _, fwd_bwd = _fns(preset, backend)
+    want = jax.jit(fwd_bwd)(x, w, ct)
+    xd = jax.device_put(x, NamedSharding(mesh, xs))
+    wd = jax.device_put(w, NamedSharding(mesh, ws))
+    cd = jax.device_put(ct, NamedSharding(mesh, xs if pattern != "k_sharded" else P()))
+    got = jax.jit(fwd_bwd)(xd, wd, cd)
+    bounds = jax.jit(lambda x, w, c: _bounds(preset, x, w, c))(x, w, ct)
+    for name, g, r, b in zip(("forward", "dgrad", "wgrad"), got, want, bounds):
+        _assert_within(g, r, b, f"{pattern} {backend} {name}")
+
+
+QUANT_SPECS = [
+    TensorScaling(formats.E4M3),
+    DelayedScaling(formats.E5M2, history_len=2),
+    RowScaling(formats.E4M3),
+    TileScaling(formats.E4M3, (1, 128)),
+    TileScaling(formats.E4M3, (128, 128), power_of_two=True),
+    MXScaling(formats.E2M1),
+    MXScaling(formats.E3M2, scale_rule="floor"),
+    NVFP4Scaling(),
+]
+
+
+@needs_ffi
+@pytest.mark.parametrize("xspec", [P("data", None, "model"), P("data", "model", None)], ids=["K_sharded", "rows_sharded"])
+@pytest.mark.parametrize("spec", QUANT_SPECS, ids=lambda s: s.describe().replace(" ", "_"))
+def test_sharded_ffi_quantize(mesh, spec, xspec):
+    rng = np.random.default_rng(22)
+    x = jnp.asarray((rng.standard_normal((4, 512, 512)) * np.exp2(rng.integers(-4, 4, (4, 512, 1)))).astype(np.float32))
+    x = x.at[1, 3, 300].set(700.0)  # the tensor amax lives on one shard
+    st = DelayedScalingState(jnp.zeros((2,), jnp.float32), jnp.float32(0.0123)) if isinstance(spec, DelayedScaling) else None
+    f = jax.jit(lambda x, st: ffi.quantize(x, spec, -1, state=st))
+    want = f(x, st)
+    xd = jax.device_put(x, NamedSharding(mesh, xspec))
+    got = f(xd, st)
+    assert not _qtensor_mismatch(got, want), _qtensor_mismatch(got, want)
+    hlo = f.lower(xd, st).compile().as_text()
+    assert "mxprec_quantize" in hlo
+    assert "all-gather" not in hlo
+    assert "all-reduce" in hlo  # the amax (and tensor / row amaxes) are pmax-reduced
+    assert tuple(got.data.sharding.spec)[:1] == ("data",)
