@@ -9,7 +9,7 @@ try:
 except ImportError:  # run from a source checkout without installing
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from mxprec.bench.llama import main  # noqa: E402
+from mxprec.bench.llama import main
 
 if __name__ == "__main__":
     main()

@@ -222,3 +222,18 @@ def test_bench_cli_writes_json(tmp_path, capsys):
         except ImportError:
             pass
     assert result["rows"][1]["arm"] == "fp8_current"
+
+
+def test_file_batches_windows(tmp_path):
+    cfg = L.micro()
+    stream = np.arange(5 * (cfg.seq + 1), dtype=np.int64) % cfg.vocab
+    path = tmp_path / "tokens.npy"
+    np.save(path, stream)
+    batches = bench.file_batches(str(path), cfg, 2, 3)
+    assert len(batches) == 3 and batches[0]["inputs"].shape == (2, cfg.seq)
+    assert batches[0]["inputs"].dtype == jnp.int32
+    np.testing.assert_array_equal(np.asarray(batches[0]["targets"][0]), stream[1:cfg.seq + 1])
+    np.testing.assert_array_equal(np.asarray(batches[2]["inputs"][1]), stream[0:cfg.seq])  # window 5 % 5 = 0
+    np.save(path, stream + cfg.vocab)
+    with pytest.raises(ValueError, match="vocab"):
+        bench.file_batches(str(path), cfg, 2, 1)

@@ -14,6 +14,8 @@ with its custom_partitioning / Shardy rule):
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,11 +27,20 @@ import mxprec
 from mxprec import formats, recipes
 from mxprec.dot_general import DotGeneralState
 from mxprec.kernels import ffi
-from mxprec.scaling import DelayedScaling, DelayedScalingState, MXScaling, NVFP4Scaling, RowScaling, TensorScaling
-from mxprec.scaling import TileScaling
+from mxprec.scaling import (
+    DelayedScaling,
+    DelayedScalingState,
+    MXScaling,
+    NVFP4Scaling,
+    RowScaling,
+    TensorScaling,
+    TileScaling,
+)
 from test_ffi_cpu import _CONTRACT, _assert_within, _gemm_bound, _gemm_operands, _qtensor_mismatch
 
-pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices (tests/conftest.py forces 8 CPU devices)")
+pytestmark = pytest.mark.skipif(
+    jax.device_count() < 8, reason="needs 8 devices (tests/conftest.py forces 8 CPU devices)"
+)
 
 needs_ffi = pytest.mark.skipif(not ffi.available("cpu"), reason="libmxprec_cpu.so is not built")
 BACKENDS = ["xla", pytest.param("ffi", marks=needs_ffi)]
@@ -82,9 +93,24 @@ def _bounds(preset, x, w, ct):
     return b[0].reshape(B, S, N), b[1].reshape(B, S, K), b[2].reshape(K, N)
 
 
+_FORWARD_CASES = (
+    [("mxfp8", pat) for pat in PATTERNS]
+    + [("fp8_current", pat) for pat in ("dp", "tp", "k_sharded")]  # per-tensor amax across shards
+    + [(p, pat) for p in ("mxfp4", "fp8_block") for pat in ("dp_tp", "k_sharded")]  # packed K, 128x128 tiles
+)
+
+
+@functools.cache
+def _cached_bounds(preset):
+    rng = np.random.default_rng(21)  # the `data` fixture's arrays
+    x = jnp.asarray(rng.standard_normal((B, S, K)).astype(np.float32))
+    w = jnp.asarray((rng.standard_normal((K, N)) * 0.05).astype(np.float32))
+    ct = jnp.asarray(rng.standard_normal((B, S, N)).astype(np.float32))
+    return jax.jit(lambda x, w, c: _bounds(preset, x, w, c))(x, w, ct)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("pattern", list(PATTERNS))
-@pytest.mark.parametrize("preset", ["mxfp8", "fp8_current", "mxfp4", "fp8_block"])
+@pytest.mark.parametrize("preset,pattern", _FORWARD_CASES)
 def test_sharded_dot_general_forward(mesh, data, preset, pattern, backend):
     x, w, _ = data
     xs, ws, gather_ok, reduce_expected = PATTERNS[pattern]
@@ -104,7 +130,7 @@ def test_sharded_dot_general_forward(mesh, data, preset, pattern, backend):
     if backend == "ffi" and not reduce_expected:
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))  # same per-element k order
     else:
-        bound = jax.jit(lambda x, w, c: _bounds(preset, x, w, c))(x, w, data[2])[0]
+        bound = _cached_bounds(preset)[0]
         _assert_within(got, want, bound, f"{preset} {pattern} {backend}")
     # Batch / M / N shardings pass through to the output.
     spec = tuple(got.sharding.spec) + (None,) * 3
@@ -126,7 +152,7 @@ def test_sharded_dot_general_gradients(mesh, data, pattern, backend):
     wd = jax.device_put(w, NamedSharding(mesh, ws))
     cd = jax.device_put(ct, NamedSharding(mesh, xs if pattern != "k_sharded" else P()))
     got = jax.jit(fwd_bwd)(xd, wd, cd)
-    bounds = jax.jit(lambda x, w, c: _bounds(preset, x, w, c))(x, w, ct)
+    bounds = _cached_bounds(preset)
     for name, g, r, b in zip(("forward", "dgrad", "wgrad"), got, want, bounds):
         _assert_within(g, r, b, f"{pattern} {backend} {name}")
 
@@ -143,14 +169,26 @@ QUANT_SPECS = [
 ]
 
 
+_QUANT_CASES = [(s, "K_sharded") for s in QUANT_SPECS] + [(s, "rows_sharded") for s in QUANT_SPECS[2:5]]
+_XSPECS = {"K_sharded": P("data", None, "model"), "rows_sharded": P("data", "model", None)}
+
+
 @needs_ffi
-@pytest.mark.parametrize("xspec", [P("data", None, "model"), P("data", "model", None)], ids=["K_sharded", "rows_sharded"])
-@pytest.mark.parametrize("spec", QUANT_SPECS, ids=lambda s: s.describe().replace(" ", "_"))
-def test_sharded_ffi_quantize(mesh, spec, xspec):
+@pytest.mark.parametrize(
+    "spec,sharded", _QUANT_CASES, ids=lambda v: v if isinstance(v, str) else v.describe().replace(" ", "_")
+)
+def test_sharded_ffi_quantize(mesh, spec, sharded):
+    xspec = _XSPECS[sharded]
     rng = np.random.default_rng(22)
-    x = jnp.asarray((rng.standard_normal((4, 512, 512)) * np.exp2(rng.integers(-4, 4, (4, 512, 1)))).astype(np.float32))
+    x = jnp.asarray(
+        (rng.standard_normal((4, 512, 512)) * np.exp2(rng.integers(-4, 4, (4, 512, 1)))).astype(np.float32)
+    )
     x = x.at[1, 3, 300].set(700.0)  # the tensor amax lives on one shard
-    st = DelayedScalingState(jnp.zeros((2,), jnp.float32), jnp.float32(0.0123)) if isinstance(spec, DelayedScaling) else None
+    st = (
+        DelayedScalingState(jnp.zeros((2,), jnp.float32), jnp.float32(0.0123))
+        if isinstance(spec, DelayedScaling)
+        else None
+    )
     f = jax.jit(lambda x, st: ffi.quantize(x, spec, -1, state=st))
     want = f(x, st)
     xd = jax.device_put(x, NamedSharding(mesh, xspec))

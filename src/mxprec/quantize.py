@@ -364,7 +364,10 @@ def quantize(
         xt = _blocked(jnp.moveaxis(x32, axis, -1), spec.block)
         amax_b = _amax(xt, axis=-1, keepdims=True)
         sb = round_to_grid(
-            jnp.minimum(exact_div(exact_div(amax_b, 6), tensor_scale), jnp.float32(448)), formats.E4M3
+            # The barrier keeps XLA from fusing (a / 6) / t into a / (6 * t), which rounds differently.
+            jnp.minimum(exact_div(jax.lax.optimization_barrier(exact_div(amax_b, 6)), tensor_scale),
+                        jnp.float32(448)),
+            formats.E4M3,
         )
         eff = sb * tensor_scale
         ut = None if uniform is None else _blocked(jnp.moveaxis(uniform, axis, -1), spec.block)

@@ -1,6 +1,6 @@
 """Benchmarks: ``python -m mxprec.bench <name> ...`` (``llama``: the Llama training-step table)."""
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["COMMANDS", "main"]
 
 COMMANDS = {"llama": "mxprec.bench.llama"}
 

@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Optional
+from typing import Any
 
 DEFAULT_ARMS = ("bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_block", "mxfp8", "mxfp6", "mxfp4")
 PEER_ARM = "flax_fp8"
@@ -95,7 +95,7 @@ def arm_info(arm: str) -> dict:
     recipe = recipes.get(arm)
     fp16 = recipe.compute_dtype is not None and jnp.dtype(recipe.compute_dtype) == jnp.dtype(jnp.float16)
     backend = recipe.describe().splitlines()[-1].strip()
-    backend = backend[len("backend: "):] if backend.startswith("backend: ") else backend
+    backend = backend.removeprefix("backend: ")
     return dict(recipe=recipe, dot_general_cls=None, dtype=jnp.float16 if fp16 else jnp.bfloat16,
                 loss_scale=fp16, fmt=_amdahl_format(recipe), saved=_saved_format(recipe), backend=backend)
 
@@ -144,14 +144,7 @@ def build_model(cfg, arm: str):
     return Llama(cfg, recipe=info["recipe"], dot_general_cls=info["dot_general_cls"]), cfg, info
 
 
-_PARAM_INIT_CACHE: dict = {}
-
-
-def _copy_tree(tree):
-    import jax
-    import jax.numpy as jnp
-
-    return jax.jit(lambda t: jax.tree.map(jnp.copy, t))(tree)
+_PARAM_INIT_FNS: dict = {}  # unquantized-model config -> jitted init (compiled once, holds no arrays)
 
 
 def init_variables(model, cfg, *, batch: int, seed: int = 0) -> dict:
@@ -159,8 +152,8 @@ def init_variables(model, cfg, *, batch: int, seed: int = 0) -> dict:
 
     ``model.init`` traces and compiles the whole forward (quantizers included) only to throw it
     away, which costs seconds per arm on a CPU. The parameters do not depend on the recipe or on
-    the compute dtype, so they come from one jitted init of the unquantized model (cached per
-    config); the ``_overwrite_with_gradient`` delayed-scaling state, whose structure comes from
+    the compute dtype, so they come from the jitted init of the unquantized model (compiled once
+    per config, run afresh for every call: new buffers, nothing cached on the device); the ``_overwrite_with_gradient`` delayed-scaling state, whose structure comes from
     ``jax.eval_shape(model.init)``, is filled with its initial values (amax history 0, scale 1),
     in each leaf's own dtype. Anything else in that collection falls back to ``model.init``.
     """
@@ -169,17 +162,15 @@ def init_variables(model, cfg, *, batch: int, seed: int = 0) -> dict:
 
     from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
     from mxprec.models.llama import Llama
-    from mxprec.recipes import Recipe, get as get_recipe
+    from mxprec.recipes import Recipe
+    from mxprec.recipes import get as get_recipe
 
     tokens = jnp.zeros((batch, cfg.seq), jnp.int32)
     key = jax.random.key(seed)
     base_cfg = cfg.replace(dtype=jnp.bfloat16)
-    cache_key = (base_cfg, batch, seed)
-    if cache_key not in _PARAM_INIT_CACHE:
-        _PARAM_INIT_CACHE.clear()
-        _PARAM_INIT_CACHE[cache_key] = jax.jit(Llama(base_cfg).init)(key, tokens)["params"]
-    params = _PARAM_INIT_CACHE[cache_key]
-    fresh = {"params": _copy_tree(params)}  # own buffers: the train step donates them
+    if base_cfg not in _PARAM_INIT_FNS:
+        _PARAM_INIT_FNS[base_cfg] = jax.jit(lambda k, t: Llama(base_cfg).init(k, t)["params"])
+    fresh = {"params": _PARAM_INIT_FNS[base_cfg](key, tokens)}
     recipe = model.recipe if model.recipe is None or isinstance(model.recipe, Recipe) else get_recipe(model.recipe)
     if model.dot_general_cls is None and (recipe is None or not recipe.is_delayed):
         return fresh  # stateless: nothing but parameters
@@ -287,10 +278,10 @@ def file_batches(path: str, cfg, batch: int, n: int) -> list[dict]:
     L = cfg.seq + 1
     if data.ndim == 1:
         n_win = data.shape[0] // L
-        windows = lambda i: data[i * L:(i + 1) * L]  # noqa: E731
+        windows = lambda i: data[i * L:(i + 1) * L]
     elif data.ndim == 2 and data.shape[1] >= L:
         n_win = data.shape[0]
-        windows = lambda i: data[i, :L]  # noqa: E731
+        windows = lambda i: data[i, :L]
     else:
         raise ValueError(f"--data {path}: need a 1-D token stream or 2-D (rows, >= {L}) array, got {data.shape}")
     if n_win < 1:
@@ -397,7 +388,7 @@ def device_description() -> dict:
             "jax": jax.__version__, "description": f"{len(devs)}x {kind} ({jax.default_backend()}), jax {jax.__version__}"}
 
 
-def _peak_mem_gb() -> Optional[float]:
+def _peak_mem_gb() -> float | None:
     import jax
 
     try:
@@ -409,7 +400,7 @@ def _peak_mem_gb() -> Optional[float]:
     return stats["peak_bytes_in_use"] / 1e9
 
 
-def predicted_mem_gb(cfg, batch: int, saved: str, mu_dtype: Any = None) -> Optional[float]:
+def predicted_mem_gb(cfg, batch: int, saved: str, mu_dtype: Any = None) -> float | None:
     """:func:`mxprec.analysis.llama_memory` for one device (FSDP 1), in GB (1e9 bytes)."""
     import jax.numpy as jnp
 
@@ -428,8 +419,8 @@ def predicted_mem_gb(cfg, batch: int, saved: str, mu_dtype: Any = None) -> Optio
 
 
 def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3e-4, mu_dtype: Any = None,
-            data: Optional[str] = None, seed: int = 0, measure_gemms: bool = False, gemm_reps: int = 5,
-            progress: bool = True, compiler_options: Optional[dict] = None) -> dict:
+            data: str | None = None, seed: int = 0, measure_gemms: bool = False, gemm_reps: int = 5,
+            progress: bool = True, compiler_options: dict | None = None) -> dict:
     """Compiles and times one arm; returns its row (without the columns that need the BF16 arm).
 
     ``compiler_options``: XLA options for this compile (e.g. ``FAST_COMPILE``).
@@ -545,14 +536,14 @@ def markdown(result: dict) -> str:
     lines = [
         f"# Llama training step: `{result['config']}` on {result['device']}",
         "",
-        f"Model: D {m['d_model']}, F {m['d_ff']}, {m['n_layers']} layers, {m['n_heads']} heads / "
-        f"{m['n_kv_heads']} KV × {m['head_dim']}, vocab {m['vocab']}, seq {m['seq']}, batch {m['batch']}, "
-        f"{m['n_params'] / 1e6:.1f}M params; remat {m['remat']}, quantized groups {', '.join(m['quantize'])}; "
-        f"AdamW (mu {result['mu_dtype']}), {result['warmup']} warmup + {result['steps']} timed steps.",
+        (f"Model: D {m['d_model']}, F {m['d_ff']}, {m['n_layers']} layers, {m['n_heads']} heads / "
+         f"{m['n_kv_heads']} KV × {m['head_dim']}, vocab {m['vocab']}, seq {m['seq']}, batch {m['batch']}, "
+         f"{m['n_params'] / 1e6:.1f}M params; remat {m['remat']}, quantized groups {', '.join(m['quantize'])}; "
+         f"AdamW (mu {result['mu_dtype']}), {result['warmup']} warmup + {result['steps']} timed steps."),
         f"Command: `{result['command']}` ({result['date']})",
         "",
-        "| arm | step (ms) | std (ms) | TFLOP/s/device | tokens/s/device | expected speedup | speedup vs bf16 "
-        "| peak mem (GB) | predicted mem (GB) | compile (s) | backend |",
+        ("| arm | step (ms) | std (ms) | TFLOP/s/device | tokens/s/device | expected speedup | speedup vs bf16 "
+         "| peak mem (GB) | predicted mem (GB) | compile (s) | backend |"),
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in result["rows"]:
@@ -568,9 +559,9 @@ def markdown(result: dict) -> str:
     f = am["f_measured"]
     lines += [
         "",
-        f"Amdahl: S = 1/((1−f) + f/r), r = peak GEMM ratio over BF16 ({am['arch']}"
-        f"{'; ' + result['amdahl_note'] if result.get('amdahl_note') else ''}); "
-        f"f measured = {_fmt(f, '.3f')} (quantized-projection GEMMs timed standalone in BF16 / BF16 step).",
+        (f"Amdahl: S = 1/((1−f) + f/r), r = peak GEMM ratio over BF16 ({am['arch']}"
+         f"{'; ' + result['amdahl_note'] if result.get('amdahl_note') else ''}); "
+         f"f measured = {_fmt(f, '.3f')} (quantized-projection GEMMs timed standalone in BF16 / BF16 step)."),
         "",
         "| format | r | f=0.7 | f=0.8 | f=0.9 | f=measured |",
         "|---|---:|---:|---:|---:|---:|",
@@ -581,7 +572,7 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict, path: str) -> Optional[str]:
+def plot(result: dict, path: str) -> str | None:
     try:
         import matplotlib
 
@@ -594,7 +585,7 @@ def plot(result: dict, path: str) -> Optional[str]:
     if not rows:
         return None
     arms = [r["arm"] for r in rows]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(max(8.0, 1.3 * len(arms) * 2), 4.2))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(min(16.0, max(9.0, 1.6 * len(arms))), 4.5))
     a1.bar(arms, [r["tokens_per_s_per_device"] for r in rows], color="tab:blue")
     a1.set_ylabel("tokens/s/device")
     a1.set_title("throughput")
@@ -683,7 +674,7 @@ def _run_arm_safely(arm, args, cfg) -> dict:
         gc.collect()
 
 
-def _run_arm_in_child(arm, argv, progress) -> tuple[dict, Optional[dict]]:
+def _run_arm_in_child(arm, argv, progress) -> tuple[dict, dict | None]:
     """Runs one arm in a fresh process (its own peak memory); returns (row, device)."""
     import mxprec
 
@@ -706,19 +697,21 @@ def _run_arm_in_child(arm, argv, progress) -> tuple[dict, Optional[dict]]:
     return got["row"], got["device"]
 
 
-_ORIG_PREALLOCATE: Optional[str] = None
+_ORIG_PREALLOCATE: str | None = None
 
 
-def _strip_arms_flag(argv):
+def _child_argv(argv):
+    """``argv`` without the options the parent sets for each child (--arms, --isolate, ...)."""
+    with_value = ("--arms", "--isolate", "--child-json")
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
             continue
-        if a == "--arms":
+        if a in with_value:
             skip = True
             continue
-        if a.startswith("--arms=") or a.startswith("--isolate") or a.startswith("--child-json"):
+        if a == "--no-progress" or any(a.startswith(o + "=") for o in with_value):
             continue
         out.append(a)
     return out
@@ -751,7 +744,7 @@ def main(argv=None) -> dict:
 
             recipes.get(arm)  # fail fast on an unknown name
     isolate = args.isolate == "on" or (args.isolate == "auto" and jax.default_backend() != "cpu")
-    child_argv = [a for a in _strip_arms_flag(argv) if a != "--no-progress"]
+    child_argv = _child_argv(argv)
 
     t_start = time.perf_counter()
     rows, device = [], None
@@ -774,7 +767,7 @@ def main(argv=None) -> dict:
     result = {
         "device": device["description"],
         "command": "python -m mxprec.bench llama " + shlex.join(argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "model": model,
         "rows": rows,
         "config": args.config,

@@ -31,9 +31,11 @@ def ffi_available(platform: str | None = None) -> bool:
     return ffi.available(platform)
 
 
-# Platforms where "auto" prefers the native custom call. On CPU the C++ lowering exists to run the
-# exact custom-call path in CI (backend="ffi"); XLA's own CPU dot is faster, so "auto" uses XLA.
-_AUTO_FFI_PLATFORMS = ("gpu", "cuda", "rocm")
+# Platforms where "auto" prefers the native custom call: none yet. On CPU the C++ lowering exists
+# to run the exact custom-call path in CI (backend="ffi"); XLA's CPU dot is faster. On the H200 our
+# first CUTLASS sm_90a FP8 kernel measured ~390 TFLOP/s at 8192^3 against ~900-1290 for XLA's own
+# FP8 dot (benchmarks/results/h200_gemm.md), so "auto" keeps XLA until the kernel wins.
+_AUTO_FFI_PLATFORMS: tuple = ()
 
 
 def resolve_backend(backend: str) -> str:

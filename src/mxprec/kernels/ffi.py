@@ -28,7 +28,6 @@ import functools
 import math
 import pathlib
 import threading
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -43,15 +42,15 @@ from mxprec.quantize import _validate as _validate_quantize_args
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
 __all__ = [
-    "SCALED_GEMM_TARGET",
-    "QUANTIZE_TARGET",
-    "available",
-    "require",
-    "library_search_paths",
-    "scaled_gemm",
-    "quantize",
-    "KIND",
     "FMT",
+    "KIND",
+    "QUANTIZE_TARGET",
+    "SCALED_GEMM_TARGET",
+    "available",
+    "library_search_paths",
+    "quantize",
+    "require",
+    "scaled_gemm",
 ]
 
 SCALED_GEMM_TARGET = "mxprec_scaled_gemm"
@@ -68,8 +67,10 @@ _LIBRARIES = {
     "cpu": (
         "libmxprec_cpu.so",
         {SCALED_GEMM_TARGET: "MxprecScaledGemmCpu", QUANTIZE_TARGET: "MxprecQuantizeCpu"},
-        "`pip install .` (scikit-build-core builds it into mxprec/_lib/) or, in a source checkout, "
-        "`cmake -S . -B build && cmake --build build` (CMake option MXPREC_BUILD_CPU=ON)",
+        (
+            "`pip install .` (scikit-build-core builds it into mxprec/_lib/) or, in a source checkout, "
+            "`cmake -S . -B build && cmake --build build` (CMake option MXPREC_BUILD_CPU=ON)"
+        ),
     ),
 }
 _PLATFORM_ALIASES = {"cpu": "cpu", "host": "cpu", "gpu": "cuda", "cuda": "cuda", "rocm": "rocm"}
@@ -78,12 +79,12 @@ _PLATFORM_ALIASES = {"cpu": "cpu", "host": "cpu", "gpu": "cuda", "cuda": "cuda",
 # ----------------------------------------------------------------------------- loading
 
 
-def _normalize_platform(platform: Optional[str]) -> str:
+def _normalize_platform(platform: str | None) -> str:
     p = (platform or jax.default_backend()).lower()
     return _PLATFORM_ALIASES.get(p, p)
 
 
-def library_search_paths(platform: Optional[str] = None) -> list[pathlib.Path]:
+def library_search_paths(platform: str | None = None) -> list[pathlib.Path]:
     """Where the native library for ``platform`` is looked for, in order (may not exist)."""
     platform = _normalize_platform(platform)
     if platform not in _LIBRARIES:
@@ -98,15 +99,15 @@ def library_search_paths(platform: Optional[str] = None) -> list[pathlib.Path]:
 
 
 _lock = threading.Lock()
-_loaded: dict[str, tuple[Optional[ctypes.CDLL], str]] = {}
+_loaded: dict[str, tuple[ctypes.CDLL | None, str]] = {}
 
 
-def _load(platform: str) -> tuple[Optional[ctypes.CDLL], str]:
+def _load(platform: str) -> tuple[ctypes.CDLL | None, str]:
     """(library, "") once loaded and registered, else (None, reason). Cached per platform."""
     with _lock:
         if platform in _loaded:
             return _loaded[platform]
-        result: tuple[Optional[ctypes.CDLL], str]
+        result: tuple[ctypes.CDLL | None, str]
         if platform not in _LIBRARIES:
             result = (None, f"mxprec has no native kernels for platform {platform!r} in this build")
         else:
@@ -114,11 +115,12 @@ def _load(platform: str) -> tuple[Optional[ctypes.CDLL], str]:
             paths = library_search_paths(platform)
             found = next((p for p in paths if p.is_file()), None)
             if found is None:
-                result = (
-                    None,
-                    f"mxprec native library {name} for platform {platform!r} not found (looked in "
-                    f"{', '.join(str(p) for p in paths)}); build it with {hint}",
+                searched = ", ".join(str(p) for p in paths)
+                reason = (
+                    f"mxprec native library {name} for platform {platform!r} not found (looked in {searched}); "
+                    f"build it with {hint}"
                 )
+                result = (None, reason)
             else:
                 try:
                     lib = ctypes.CDLL(str(found))
@@ -128,17 +130,20 @@ def _load(platform: str) -> tuple[Optional[ctypes.CDLL], str]:
                         )
                     result = (lib, "")
                 except (OSError, AttributeError) as e:
-                    result = (None, f"mxprec native library {found} failed to load: {e}; rebuild it with {hint}")
+                    result = (
+                        None,
+                        f"mxprec native library {found} failed to load: {e}; rebuild it with {hint}",
+                    )
         _loaded[platform] = result
         return result
 
 
-def available(platform: Optional[str] = None) -> bool:
+def available(platform: str | None = None) -> bool:
     """Whether the mxprec custom calls are registered for ``platform`` (default: JAX's backend)."""
     return _load(_normalize_platform(platform))[0] is not None
 
 
-def require(platform: Optional[str] = None) -> None:
+def require(platform: str | None = None) -> None:
     """Loads the native library for ``platform`` or raises RuntimeError naming what to build."""
     lib, reason = _load(_normalize_platform(platform))
     if lib is None:
@@ -182,7 +187,11 @@ def _pmax_nan(v: jax.Array, axes: tuple) -> jax.Array:
 
 
 def _amax(x: jax.Array, axis=None, keepdims=False) -> jax.Array:
-    return jnp.max(jnp.abs(x.astype(jnp.float32)), axis=axis, keepdims=keepdims)
+    """max |x| as the kernel computes it: NaN (canonical) if the group holds a NaN (XLA's CPU max
+    reduction may drop it), a subnormal maximum flushed to +0 like XLA's runtime."""
+    x32 = x.astype(jnp.float32)
+    a = jnp.max(jnp.abs(x32), axis=axis, keepdims=keepdims)
+    return jnp.where(jnp.any(jnp.isnan(x32), axis=axis, keepdims=keepdims), jnp.float32(jnp.nan), a)
 
 
 # ----------------------------------------------------------------------------- scaled_gemm
@@ -220,8 +229,15 @@ class _GemmCfg:
     def attrs(self) -> dict:
         a = {}
         for name, o in (("lhs", self.lhs), ("rhs", self.rhs)):
-            a.update({f"{name}_kind": o.kind, f"{name}_fmt": o.fmt, f"{name}_block": o.block,
-                      f"{name}_tile_rows": o.tile_rows, f"{name}_contract": o.contract})
+            a.update(
+                {
+                    f"{name}_kind": o.kind,
+                    f"{name}_fmt": o.fmt,
+                    f"{name}_block": o.block,
+                    f"{name}_tile_rows": o.tile_rows,
+                    f"{name}_contract": o.contract,
+                }
+            )
         a["has_bias"] = int(self.has_bias)
         return {k: np.int32(v) for k, v in a.items()}
 
@@ -232,7 +248,9 @@ def _operand_buffers(op, contract: int, name: str):
     if isinstance(op, QTensor):
         spec = op.spec
         if op.axis != contract:
-            raise ValueError(f"scaled_gemm: {name} is quantized along axis {op.axis} but contracts axis {contract}")
+            raise ValueError(
+                f"scaled_gemm: {name} is quantized along axis {op.axis} but contracts axis {contract}"
+            )
         kind = KIND[spec.kind]
         block = spec.block if isinstance(spec, (MXScaling, NVFP4Scaling)) else 1
         tr = 1
@@ -307,7 +325,9 @@ class _GemmPlan:
     def arg_shardings(self):
         bias = NamedSharding(self.mesh, _pspec([self.n]) if self.cfg.has_bias else P())
         return tuple(
-            self._operand_shardings(self.cfg.lhs, self.m) + self._operand_shardings(self.cfg.rhs, self.n) + [bias]
+            self._operand_shardings(self.cfg.lhs, self.m)
+            + self._operand_shardings(self.cfg.rhs, self.n)
+            + [bias]
         )
 
     def result_sharding(self):
@@ -336,17 +356,16 @@ def _gemm_infer(cfg: _GemmCfg, mesh, arg_shapes, result_shape):
 
 def _dims_of(t) -> tuple:
     """Static shape of an MLIR tensor type (what custom_partitioning hands a sharding-rule callable)."""
-    from jax._src.lib.mlir import ir  # the rule callable receives ir.Type values
+    from jax.interpreters import mlir
 
-    return tuple(ir.RankedTensorType(t).shape)
+    return tuple(mlir.ir.RankedTensorType(t).shape)
 
 
 def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
     """Shardy rule: factors b, m, n, k (K in units of G elements) plus per-operand sub-factors."""
     shapes = [_dims_of(t) for t in value_types]
     ld, rd = shapes[0], shapes[3]
-    lc, rc = cfg.lhs.contract, cfg.rhs.contract
-    K = ld[lc] * 8 // cfg.lhs.bits
+    K = ld[cfg.lhs.contract] * 8 // cfg.lhs.bits
     G = math.lcm(cfg.lhs.group, cfg.rhs.group)
     kk = K // G if K % G == 0 else 0
     sizes: dict = {}
@@ -395,9 +414,6 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
     rule = ", ".join(lhs + rhs + [bias]) + f" -> b {mdim} {ndim}"
     if kk and "k" not in whole:
         sizes["k"] = kk
-    for f in ("m", "n"):
-        if f in sizes:  # pragma: no cover - m / n always appear whole (free dims, tile scales)
-            sizes.pop(f)
     return rule, dict(sizes, reduction_factors=("k",) if kk else ())
 
 
@@ -409,7 +425,7 @@ _gemm_cp.def_partition(
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gemm_vmappable(cfg: _GemmCfg):
     """The custom call with a batching rule: a vmapped axis folds into B (one call)."""
 
@@ -563,7 +579,9 @@ class _QuantPlan:
         row = 3 - cfg.axis
         tr = cfg.tile_rows if cfg.kind == 3 else 1
         units = {0: 1, cfg.axis: cfg.group, row: tr}
-        self.dims = [a if a and x.shape[d] % (_axes_size(mesh, a) * units[d]) == 0 else () for d, a in enumerate(dims)]
+        self.dims = [
+            a if a and x.shape[d] % (_axes_size(mesh, a) * units[d]) == 0 else () for d, a in enumerate(dims)
+        ]
         self.cfg = cfg
         self.mesh = mesh
 
@@ -663,7 +681,7 @@ _quant_cp.def_partition(
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _quant_vmappable(cfg: _QuantCfg):
     """The custom call with a batching rule: blockwise kinds fold the vmapped axis into B."""
 
@@ -677,7 +695,7 @@ def _quant_vmappable(cfg: _QuantCfg):
         if cfg.kind in (2, 3, 4) and not sb:
             xs = x if xb else jnp.broadcast_to(x, (axis_size,) + x.shape)
             data, scale, _, ts = f(xs.reshape((-1,) + xs.shape[2:]), scale_in)
-            unfold = lambda t: t.reshape((axis_size, t.shape[0] // axis_size) + t.shape[1:])  # noqa: E731
+            unfold = lambda t: t.reshape((axis_size, t.shape[0] // axis_size) + t.shape[1:])
             amax = _amax(xs, axis=(1, 2, 3))
             return (unfold(data), unfold(scale), amax, jnp.broadcast_to(ts, (axis_size,))), (True,) * 4
         xs = x if xb else jnp.broadcast_to(x, (axis_size,) + x.shape)
@@ -709,7 +727,9 @@ def _quant_cfg(spec, axis3: int) -> _QuantCfg:
         return _QuantCfg(4, fmt, spec.block, 1, {"rceil": 0, "floor": 1}[spec.scale_rule], 0, axis3, 0)
     if isinstance(spec, NVFP4Scaling):
         if spec.block != 16:
-            raise ValueError(f"quantize: the mxprec_quantize kernel supports NVFP4 block 16, got {spec.block}")
+            raise ValueError(
+                f"quantize: the mxprec_quantize kernel supports NVFP4 block 16, got {spec.block}"
+            )
         return _QuantCfg(5, fmt, 16, 1, 0, 0, axis3, 0)
     raise TypeError(f"quantize: spec must be a scaling spec, got {spec!r}")  # pragma: no cover
 
@@ -738,7 +758,9 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
     axis = _validate_quantize_args(x, spec, axis)
     if isinstance(spec, DelayedScaling):
         if state is None:
-            raise ValueError("quantize: DelayedScaling needs state=DelayedScalingState (DelayedScalingState.init(spec))")
+            raise ValueError(
+                "quantize: DelayedScaling needs state=DelayedScalingState (DelayedScalingState.init(spec))"
+            )
         scale_in = jnp.asarray(state.scale, jnp.float32).reshape(())
     else:
         scale_in = jnp.ones((), jnp.float32)

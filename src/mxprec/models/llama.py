@@ -14,7 +14,8 @@ listed in ``LlamaConfig.quantize`` take ``dot_general_cls`` from the recipe
 (``recipe.dot_general_cls()``); the others run plain ``lax.dot_general`` in the compute dtype.
 The attention core (QKᵀ, softmax, PV) always stays in the compute dtype (BF16): on GPU
 ``jax.nn.dot_product_attention(implementation=None)`` picks cuDNN flash attention when eligible
-and XLA otherwise (always XLA on CPU).
+and XLA otherwise; elsewhere :func:`xla_attention`, the same math as jax.nn's XLA path written
+to lower under strict dtype promotion (``LlamaConfig.attention_impl``; see :func:`attention_core`).
 
 Parameters are ``param_dtype`` (FP32 master weights); activations ``dtype`` (BF16, or FP16 for
 an FP16 run). RMSNorm, RoPE and the softmax statistics are computed in FP32.
@@ -43,30 +44,32 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
-from mxprec.recipes import Recipe, get as get_recipe
+from mxprec.recipes import Recipe
+from mxprec.recipes import get as get_recipe
 
 __all__ = [
+    "CONFIGS",
     "GROUPS",
-    "LlamaConfig",
     "Llama",
+    "LlamaConfig",
     "RMSNorm",
     "apply_rope",
     "count_params",
-    "tiny",
-    "micro",
-    "llama3_8b_4layer",
-    "h200_large",
-    "llama70b_layer",
-    "CONFIGS",
-    "get_config",
     "cross_entropy_loss",
+    "get_config",
+    "h200_large",
+    "llama3_8b_4layer",
+    "llama70b_layer",
+    "micro",
+    "tiny",
 ]
 
 GROUPS = ("mlp", "attn", "logits")
@@ -114,7 +117,7 @@ class LlamaConfig:
             raise ValueError(f"unknown projection groups {bad}; choose from {GROUPS}")
         object.__setattr__(self, "quantize", tuple(g for g in GROUPS if g in q))
 
-    def replace(self, **changes) -> "LlamaConfig":
+    def replace(self, **changes) -> LlamaConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -352,8 +355,8 @@ class Llama(nn.Module):
     """
 
     cfg: LlamaConfig
-    recipe: Optional[Any] = None
-    dot_general_cls: Optional[Any] = None
+    recipe: Any | None = None
+    dot_general_cls: Any | None = None
 
     def _dg_cls(self):
         if self.dot_general_cls is not None:
@@ -391,7 +394,7 @@ class Llama(nn.Module):
         return head(cfg.vocab, name="logits_dense")(x)
 
 
-def cross_entropy_loss(logits: jax.Array, targets: jax.Array, mask: Optional[jax.Array] = None):
+def cross_entropy_loss(logits: jax.Array, targets: jax.Array, mask: jax.Array | None = None):
     """Mean next-token cross entropy in FP32 over valid targets; returns ``(loss, n_valid)``."""
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     nll = -jnp.take_along_axis(logp, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
