@@ -21,7 +21,8 @@ import mxprec
 import reference as ref
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
-BACKENDS = ["xla"]
+BACKENDS = ["xla", pytest.param("ffi", marks=pytest.mark.skipif(
+    not mxprec.kernels.ffi_available("cpu"), reason="libmxprec_cpu.so not built (pip install . builds it)"))]
 QUANTIZED = ["fp8_current", "fp8_delayed", "fp8_rowwise", "fp8_block", "mxfp8", "mxfp8_floor", "mxfp6", "mxfp4", "nvfp4"]
 
 # (lhs shape, rhs shape, dimension_numbers): plain, batch dims, two contracting dims, odd orders.
@@ -359,3 +360,14 @@ def test_recipe_names_and_describe():
     assert r6.fprop_lhs.fmt == mxprec.formats.E2M3 and r6.dgrad_grad.fmt == mxprec.formats.E3M2
     text = mxprec.recipes.get("mxfp8").describe()
     assert "fprop_lhs" in text and "wgrad_grad" in text and "backend" in text
+
+
+@pytest.mark.skipif(not mxprec.kernels.ffi_available("cpu"), reason="libmxprec_cpu.so not built")
+def test_ffi_backend_runs_both_custom_calls():
+    r = mxprec.recipes.get("mxfp8", backend="ffi")
+    x, w, _ = _inputs((64, 128), (128, 128))
+    dn = (((1,), (0,)), ((), ()))
+    f = jax.jit(jax.grad(lambda x, w: jnp.sum(mxprec.dot_general(x, w, dn, recipe=r).astype(jnp.float32)), argnums=(0, 1)))
+    hlo = f.lower(x, w).compile().as_text()
+    assert "mxprec_scaled_gemm" in hlo and "mxprec_quantize" in hlo
+    assert "backend: ffi" in r.describe()

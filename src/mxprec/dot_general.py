@@ -144,16 +144,24 @@ def max_combining(tree):
     return _to_max_grad(tree)
 
 
-def _q(t, spec, axis, recipe: Recipe, state: Optional[DelayedScalingState] = None, key=None):
-    """Quantize ``t`` along ``axis`` per ``spec``; an unquantized role is cast to compute_dtype."""
+def _q(t, spec, axis, recipe: Recipe, state: Optional[DelayedScalingState] = None, key=None, backend="xla"):
+    """Quantize ``t`` along ``axis`` per ``spec``; an unquantized role is cast to compute_dtype.
+
+    With ``backend="ffi"`` on CPU the ``mxprec_quantize`` custom call runs (bit-identical to the
+    JAX quantizer); stochastic rounding (a PRNG key) always uses the JAX quantizer.
+    """
     if spec is None:
         return t if recipe.compute_dtype is None else t.astype(recipe.compute_dtype)
+    if backend == "ffi" and key is None and jax.default_backend() == "cpu":
+        from mxprec.kernels import ffi
+
+        return ffi.quantize(t, spec, axis, state=state if isinstance(spec, DelayedScaling) else None)
     if isinstance(spec, DelayedScaling):
         return quantize(t, spec, axis=axis, state=state)
     return quantize(t, spec, axis=axis, key=key)
 
 
-def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None):
+def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None, backend="xla"):
     """Per-tensor scaled copies are layout-free: reuse the other GEMM's copy instead of requantizing."""
     if (
         isinstance(q_prev, QTensor)
@@ -162,7 +170,7 @@ def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None):
         and key is None
     ):
         return dataclasses.replace(q_prev, axis=axis)
-    return _q(src, spec, axis, recipe, state, key)
+    return _q(src, spec, axis, recipe, state, key, backend)
 
 
 def _grad_keys(recipe: Recipe, g):
@@ -177,12 +185,13 @@ def _grad_keys(recipe: Recipe, g):
 def _fwd(meta: _Meta, x, w, state):
     r = meta.recipe
     st = _to_f32(state)
-    qx = _q(x, r.fprop_lhs, 2, r, st.lhs if st else None)
-    qw = _q(w, r.fprop_rhs, 1, r, st.rhs if st else None)
+    be = meta.backend
+    qx = _q(x, r.fprop_lhs, 2, r, st.lhs if st else None, backend=be)
+    qw = _q(w, r.fprop_rhs, 1, r, st.rhs if st else None, backend=be)
     y = kernels.scaled_gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=meta.out_dtype, backend=meta.backend)
     if r.residuals == "quantized":
-        rx = _reuse_or_quantize(x, qx, r.wgrad_lhs, 1, r, st.lhs if st else None)
-        rw = _reuse_or_quantize(w, qw, r.dgrad_rhs, 2, r, st.rhs if st else None)
+        rx = _reuse_or_quantize(x, qx, r.wgrad_lhs, 1, r, st.lhs if st else None, backend=be)
+        rw = _reuse_or_quantize(w, qw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be)
     else:
         rx, rw = x, w
     amax = None
@@ -196,11 +205,12 @@ def _bwd(meta: _Meta, res, g):
     rx, rw, amax, st = res
     k_dgrad, k_wgrad = _grad_keys(r, g)
     st_g = st.grad if st else None
-    qg_d = _q(g, r.dgrad_grad, 2, r, st_g, k_dgrad)
-    qw_d = rw if r.residuals == "quantized" else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None)
+    be = meta.backend
+    qg_d = _q(g, r.dgrad_grad, 2, r, st_g, k_dgrad, backend=be)
+    qw_d = rw if r.residuals == "quantized" else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be)
     dx = kernels.scaled_gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=meta.backend)
-    qx_w = rx if r.residuals == "quantized" else _q(rx, r.wgrad_lhs, 1, r, st.lhs if st else None)
-    qg_w = _reuse_or_quantize(g, qg_d, r.wgrad_grad, 1, r, st_g, k_wgrad)
+    qx_w = rx if r.residuals == "quantized" else _q(rx, r.wgrad_lhs, 1, r, st.lhs if st else None, backend=be)
+    qg_w = _reuse_or_quantize(g, qg_d, r.wgrad_grad, 1, r, st_g, k_wgrad, backend=be)
     dw = kernels.scaled_gemm(qx_w, qg_w, lhs_contract=1, rhs_contract=1, out_dtype=meta.w_dtype, backend=meta.backend)
     ct_state = None
     if st is not None:
