@@ -18,6 +18,31 @@
 #include "scaled_gemm.h"
 #include "xla/ffi/api/ffi.h"
 
+// The mxprec_scaled_gemm buffer and attribute order (csrc/common/scaled_gemm.h), appended to a
+// backend's binder (which may first bind its own contexts, e.g. a stream). Written once so every
+// backend's handler binds the same contract.
+#define MXPREC_SCALED_GEMM_BIND(binder)                                                    \
+  (binder)                                                                                 \
+      .Arg<xla::ffi::AnyBuffer>() /* lhs data */                                           \
+      .Arg<xla::ffi::AnyBuffer>() /* lhs scale */                                          \
+      .Arg<xla::ffi::AnyBuffer>() /* lhs tensor_scale f32 () */                            \
+      .Arg<xla::ffi::AnyBuffer>() /* rhs data */                                           \
+      .Arg<xla::ffi::AnyBuffer>() /* rhs scale */                                          \
+      .Arg<xla::ffi::AnyBuffer>() /* rhs tensor_scale f32 () */                            \
+      .Arg<xla::ffi::AnyBuffer>() /* bias f32 (N,) when has_bias */                        \
+      .Ret<xla::ffi::AnyBuffer>() /* out (B, M, N) f32|bf16|f16 */                         \
+      .Attr<int32_t>("lhs_kind")                                                           \
+      .Attr<int32_t>("lhs_fmt")                                                            \
+      .Attr<int32_t>("lhs_block")                                                          \
+      .Attr<int32_t>("lhs_tile_rows")                                                      \
+      .Attr<int32_t>("lhs_contract")                                                       \
+      .Attr<int32_t>("rhs_kind")                                                           \
+      .Attr<int32_t>("rhs_fmt")                                                            \
+      .Attr<int32_t>("rhs_block")                                                          \
+      .Attr<int32_t>("rhs_tile_rows")                                                      \
+      .Attr<int32_t>("rhs_contract")                                                       \
+      .Attr<int32_t>("has_bias")
+
 // Handler symbols are looked up with ctypes / dlsym: export them from a -fvisibility=hidden build.
 #if defined(_WIN32)
 #define MXPREC_EXPORT __declspec(dllexport)

@@ -318,23 +318,4 @@ ffi::Error ScaledGemmImpl(ffi::AnyBuffer lhs_data, ffi::AnyBuffer lhs_scale, ffi
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecScaledGemmCpu);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecScaledGemmCpu, mxprec::ScaledGemmImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()  // lhs data
-                                  .Arg<xla::ffi::AnyBuffer>()  // lhs scale
-                                  .Arg<xla::ffi::AnyBuffer>()  // lhs tensor_scale f32 ()
-                                  .Arg<xla::ffi::AnyBuffer>()  // rhs data
-                                  .Arg<xla::ffi::AnyBuffer>()  // rhs scale
-                                  .Arg<xla::ffi::AnyBuffer>()  // rhs tensor_scale f32 ()
-                                  .Arg<xla::ffi::AnyBuffer>()  // bias f32 (N,) when has_bias
-                                  .Ret<xla::ffi::AnyBuffer>()  // out (B, M, N) f32|bf16|f16
-                                  .Attr<int32_t>("lhs_kind")
-                                  .Attr<int32_t>("lhs_fmt")
-                                  .Attr<int32_t>("lhs_block")
-                                  .Attr<int32_t>("lhs_tile_rows")
-                                  .Attr<int32_t>("lhs_contract")
-                                  .Attr<int32_t>("rhs_kind")
-                                  .Attr<int32_t>("rhs_fmt")
-                                  .Attr<int32_t>("rhs_block")
-                                  .Attr<int32_t>("rhs_tile_rows")
-                                  .Attr<int32_t>("rhs_contract")
-                                  .Attr<int32_t>("has_bias"));
+                              MXPREC_SCALED_GEMM_BIND(xla::ffi::Ffi::Bind()));

@@ -10,8 +10,20 @@
 // -DMXPREC_SM100_MX_FORMAT=<n> (n from MxprecSm100MxFormat) compiles only that format (build_sm100.sh
 // compiles one object per format so that they build in parallel, and links one dispatcher object built
 // with -DMXPREC_SM100_MX_FORMAT=0); without the macro every format and the dispatcher are in this TU.
-// Every kernel is instantiated only when compiling for sm_100a (CUTLASS_ARCH_MMA_SM100A_ENABLED needs
-// __CUDA_ARCH_FEAT_SM100_ALL); for other targets the kernel bodies are empty and run() fails cleanly.
+// Compile for sm_100a only (`code=sm_100a`): the tcgen05 instructions are arch-conditional
+// (CUTE_ARCH_MMA_SM100A_ENABLED needs __CUDA_ARCH_FEAT_SM100_ALL); for any other target CuTe compiles
+// them to a printf + breakpoint, and an sm_100a cubin does not load on other GPUs anyway.
+#include "sm100_mx_gemm_blockscaled.h"
+
+#ifndef MXPREC_SM100_MX_FORMAT
+#define MXPREC_SM100_MX_ALL 1
+#define MXPREC_SM100_MX_WANT(f) 1
+#else
+#define MXPREC_SM100_MX_ALL 0
+#define MXPREC_SM100_MX_WANT(f) (MXPREC_SM100_MX_FORMAT == (f))
+#endif
+
+#if MXPREC_SM100_MX_ALL || MXPREC_SM100_MX_FORMAT != 0  // the dispatcher-only object needs no CUTLASS
 #include <cstddef>
 #include <cstdint>
 
@@ -29,15 +41,6 @@
 #include "cutlass/kernel_hardware_info.h"
 #include "cutlass/numeric_types.h"
 #include "cutlass/util/packed_stride.hpp"
-#include "sm100_mx_gemm_blockscaled.h"
-
-#ifndef MXPREC_SM100_MX_FORMAT
-#define MXPREC_SM100_MX_ALL 1
-#define MXPREC_SM100_MX_WANT(f) 1
-#else
-#define MXPREC_SM100_MX_ALL 0
-#define MXPREC_SM100_MX_WANT(f) (MXPREC_SM100_MX_FORMAT == (f))
-#endif
 
 namespace mxprec {
 namespace cuda {
@@ -189,6 +192,7 @@ MXPREC_SM100_MX_DEFINE(MXPREC_SM100_MXFP6_E2M3, mxfp6_e2m3)
 #if MXPREC_SM100_MX_WANT(3)  // MXPREC_SM100_MXFP4_E2M1
 MXPREC_SM100_MX_DEFINE(MXPREC_SM100_MXFP4_E2M1, mxfp4_e2m1)
 #endif
+#endif  // kernels
 
 // Dispatcher: in the all-formats TU, or in the split build's -DMXPREC_SM100_MX_FORMAT=0 object (which
 // then links against the per-format objects, all of which build_sm100.sh compiles).

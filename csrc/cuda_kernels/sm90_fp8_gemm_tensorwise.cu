@@ -233,25 +233,6 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecScaledGemmCuda);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecScaledGemmCuda, mxprec::cuda::ScaledGemmCudaImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<xla::ffi::ScratchAllocator>()
-                                  .Arg<xla::ffi::AnyBuffer>()  // lhs data (B, M, K) f8
-                                  .Arg<xla::ffi::AnyBuffer>()  // lhs scale f32 ()
-                                  .Arg<xla::ffi::AnyBuffer>()  // lhs tensor_scale f32 () (ignored)
-                                  .Arg<xla::ffi::AnyBuffer>()  // rhs data (B, N, K) f8
-                                  .Arg<xla::ffi::AnyBuffer>()  // rhs scale f32 ()
-                                  .Arg<xla::ffi::AnyBuffer>()  // rhs tensor_scale f32 () (ignored)
-                                  .Arg<xla::ffi::AnyBuffer>()  // bias f32 (N,) when has_bias
-                                  .Ret<xla::ffi::AnyBuffer>()  // out (B, M, N) bf16|f32
-                                  .Attr<int32_t>("lhs_kind")
-                                  .Attr<int32_t>("lhs_fmt")
-                                  .Attr<int32_t>("lhs_block")
-                                  .Attr<int32_t>("lhs_tile_rows")
-                                  .Attr<int32_t>("lhs_contract")
-                                  .Attr<int32_t>("rhs_kind")
-                                  .Attr<int32_t>("rhs_fmt")
-                                  .Attr<int32_t>("rhs_block")
-                                  .Attr<int32_t>("rhs_tile_rows")
-                                  .Attr<int32_t>("rhs_contract")
-                                  .Attr<int32_t>("has_bias"));
+                              MXPREC_SCALED_GEMM_BIND(xla::ffi::Ffi::Bind()
+                                                          .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                                          .Ctx<xla::ffi::ScratchAllocator>()));

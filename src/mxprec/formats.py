@@ -91,17 +91,12 @@ class ElementFormat:
     def grid(self) -> np.ndarray:
         """All non-negative finite values, ascending (float64)."""
         codes = np.arange(2 ** (self.bits - 1), dtype=np.uint8)
-        vals = codes.view(self.dtype) if self.bits == 8 else _decode_small(codes, self)
+        vals = codes.view(self.dtype)  # ml_dtypes holds FP6/FP4 one per byte, code in the low bits
         vals = np.asarray(vals, dtype=np.float64)
         return np.unique(vals[np.isfinite(vals)])
 
     def __repr__(self) -> str:
         return f"formats.{self.name.upper()}"
-
-
-def _decode_small(codes: np.ndarray, fmt: ElementFormat) -> np.ndarray:
-    # ml_dtypes holds sub-byte types one per byte with the code in the low bits.
-    return codes.astype(np.uint8).view(np.uint8).astype(np.uint8).view(fmt.dtype)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,82 @@
+"""quantize API behaviour beyond bit-exactness: SR statistics, byte accounting, bad input."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mxprec
+from mxprec import formats
+
+
+@pytest.mark.parametrize("spec", [mxprec.formats.MXFP4, mxprec.TensorScaling(formats.E5M2), mxprec.NVFP4Scaling()],
+                         ids=["mxfp4", "tensor_e5m2", "nvfp4"])
+def test_stochastic_rounding_is_unbiased(spec):
+    """Mean of many SR draws of the same tensor -> the exactly scaled value (RNE stays biased)."""
+    x = jax.random.uniform(jax.random.key(3), (4, 64), jnp.float32, minval=-3.0, maxval=3.0)
+    x = x.at[:, 0].set(jnp.float32(3.0))  # pin every block's amax so the scale is the same for every draw
+    n = 2048
+    keys = jax.random.split(jax.random.key(0), n)
+    deq = jax.jit(jax.vmap(lambda k: mxprec.dequantize(mxprec.quantize(x, spec, key=k))))(keys)
+    mean = np.asarray(jnp.mean(deq, axis=0))
+    rne = np.asarray(mxprec.dequantize(mxprec.quantize(x, spec)))
+    # grid spacing around each value bounds the per-draw error; the mean's std is <= spacing/(2 sqrt n)
+    # Elements whose draws never differ are on the grid or saturated (NVFP4's E4M3-rounded block
+    # scale can put |x| / scale above 6): SR makes no claim there.
+    spacing = np.abs(np.asarray(deq).max(axis=0) - np.asarray(deq).min(axis=0))
+    rounded = spacing > 0
+    z = np.abs(mean - np.asarray(x))[rounded] / (spacing[rounded] / (2 * np.sqrt(n)))
+    assert rounded.mean() > 0.5 and np.mean(z < 4.5) > 0.995, np.sort(z)[-5:]
+    assert np.abs(mean - np.asarray(x)).mean() < np.abs(rne - np.asarray(x)).mean() / 3
+
+
+def test_stochastic_rounding_is_deterministic_per_key():
+    x = jax.random.normal(jax.random.key(1), (8, 64), jnp.float32)
+    a = mxprec.quantize(x, formats.MXFP8, key=jax.random.key(7)).codes()
+    b = mxprec.quantize(x, formats.MXFP8, key=jax.random.key(7)).codes()
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_seed_byte_table():
+    """Bytes per value the seed tables use: BF16 2.0, per-tensor FP8 ~1.0, MX 8.25/6.25/4.25 bits."""
+    x = jnp.ones((4096, 4096), jnp.float32)
+    per_value = lambda q: mxprec.nbytes(q) / x.size  # noqa: E731
+    shapes = lambda spec: jax.eval_shape(lambda x: mxprec.quantize(x, spec), x)  # noqa: E731
+    assert x.astype(jnp.bfloat16).dtype.itemsize == 2
+    assert per_value(shapes(mxprec.TensorScaling(formats.E4M3))) == pytest.approx(1.0, abs=1e-6)
+    assert per_value(shapes(formats.MXFP8)) == 1.03125
+    assert per_value(shapes(formats.MXFP6_E2M3)) == 0.78125
+    assert per_value(shapes(formats.MXFP4)) == 0.53125
+    assert mxprec.bits_per_value(shapes(formats.MXFP8)) == 8.25
+    assert mxprec.bits_per_value(shapes(formats.MXFP6_E3M2)) == 6.25
+    assert mxprec.bits_per_value(shapes(formats.MXFP4)) == 4.25
+
+
+def test_mx_scale_dtype_and_shape():
+    x = jnp.ones((3, 64, 5), jnp.bfloat16)
+    q = mxprec.quantize(x, formats.MXFP4, axis=1)
+    assert q.scale.dtype == jnp.float8_e8m0fnu and q.scale.shape == (3, 2, 5)
+    assert q.data.shape == (3, 32, 5) and q.data.dtype == jnp.uint8
+    q6 = mxprec.quantize(x, formats.MXFP6_E2M3, axis=1)
+    assert q6.data.shape == (3, 48, 5) and q6.codes().shape == x.shape
+
+
+def test_bad_input_raises_before_compute():
+    with pytest.raises(ValueError, match=r"shape \(4, 40\) axis 1 has size 40, not a multiple of the mx block 32"):
+        mxprec.quantize(jnp.ones((4, 40), jnp.float32), formats.MXFP8)
+    with pytest.raises(TypeError, match="integer input dtype int32 for shape"):
+        mxprec.quantize(jnp.ones((4, 32), jnp.int32), formats.MXFP8)
+    with pytest.raises(ValueError, match=r"axis 2 is out of range for a tensor of shape \(4, 32\)"):
+        mxprec.quantize(jnp.ones((4, 32), jnp.float32), formats.MXFP8, axis=2)
+    with pytest.raises(ValueError, match="row axis 0 has size 100"):
+        mxprec.quantize(jnp.ones((100, 128), jnp.float32), mxprec.TileScaling(tile=(128, 128)))
+    with pytest.raises(ValueError, match="needs state"):
+        mxprec.quantize(jnp.ones((4, 32), jnp.float32), mxprec.DelayedScaling())
+    with pytest.raises(ValueError, match="FP8 element formats"):
+        mxprec.TensorScaling(formats.E2M1)
+    with pytest.raises(ValueError, match="scale_rule"):
+        mxprec.MXScaling(formats.E4M3, scale_rule="ceil")
+    with pytest.raises(ValueError, match="unknown element format 'e9m9'"):
+        mxprec.MXScaling("e9m9")
