@@ -23,9 +23,21 @@ HIPDIR = os.path.join(ROOT, "csrc", "hip_kernels")
 CLANG = os.environ.get("MXPREC_HIP_CLANG", "clang-22")
 OBJDUMP = os.environ.get("MXPREC_HIP_OBJDUMP", "llvm-objdump-22")
 # Same flags as csrc/hip_kernels/build.sh and the CMake MXPREC_BUILD_HIP section.
-FLAGS = ["-x", "hip", "--offload-arch=gfx950", "--cuda-device-only", "--no-gpu-bundle-output", "-nogpulib",
-         "-nogpuinc", "-include", "__clang_hip_runtime_wrapper.h", "-std=c++17", "-O3",
-         "-I" + os.path.join(ROOT, "csrc", "common"), "-I" + HIPDIR]
+FLAGS = [
+    "-x",
+    "hip",
+    "--offload-arch=gfx950",
+    "--cuda-device-only",
+    "--no-gpu-bundle-output",
+    "-nogpulib",
+    "-nogpuinc",
+    "-include",
+    "__clang_hip_runtime_wrapper.h",
+    "-std=c++17",
+    "-O3",
+    "-I" + os.path.join(ROOT, "csrc", "common"),
+    "-I" + HIPDIR,
+]
 SOURCES = ["gfx950_mx_gemm.hip", "gfx950_fp8_gemm.hip", "gfx950_mx_quantize.hip"]
 
 _missing = [t for t in (CLANG, OBJDUMP) if shutil.which(t) is None]
@@ -38,8 +50,17 @@ pytestmark = pytest.mark.skipif(
 CODE = {"e4m3": 0, "e5m2": 1, "e2m3": 2, "e3m2": 3, "e2m1": 4}
 BITS = {"e4m3": 8, "e5m2": 8, "e2m3": 6, "e3m2": 6, "e2m1": 4}
 OUTS = ["f32", "bf16", "f16"]
-MX_PAIRS = [("e4m3", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e4m3"), ("e5m2", "e5m2"), ("e2m3", "e2m3"),
-            ("e2m3", "e3m2"), ("e3m2", "e2m3"), ("e3m2", "e3m2"), ("e2m1", "e2m1")]
+MX_PAIRS = [
+    ("e4m3", "e4m3"),
+    ("e4m3", "e5m2"),
+    ("e5m2", "e4m3"),
+    ("e5m2", "e5m2"),
+    ("e2m3", "e2m3"),
+    ("e2m3", "e3m2"),
+    ("e3m2", "e2m3"),
+    ("e3m2", "e3m2"),
+    ("e2m1", "e2m1"),
+]
 FP8_PAIRS = MX_PAIRS[:4]
 INSN = {"16x16x128": "v_mfma_scale_f32_16x16x128_f8f6f4", "32x32x64": "v_mfma_scale_f32_32x32x64_f8f6f4"}
 
@@ -53,12 +74,19 @@ def _gemm_kernels():
     for fa, fb in FP8_PAIRS:
         ks += [(f"mxprec_gfx950_tensor_gemm_16x16x128_{fa}_{fb}_{o}", "16x16x128", fa, fb) for o in OUTS]
         for tra, trb in [(1, 128), (128, 1), (1, 1)]:
-            ks += [(f"mxprec_gfx950_tile_gemm_{tra}x128_{trb}x128_{fa}_{fb}_{o}", "16x16x128", fa, fb) for o in OUTS]
+            ks += [
+                (f"mxprec_gfx950_tile_gemm_{tra}x128_{trb}x128_{fa}_{fb}_{o}", "16x16x128", fa, fb)
+                for o in OUTS
+            ]
     return ks
 
 
-QUANT_KERNELS = [f"mxprec_gfx950_mx_quantize_{f}_{r}_{i}" for f in CODE for r in ("rceil", "floor")
-                 for i in ("f32", "bf16", "f16")] + ["mxprec_gfx950_quantize_init"]
+QUANT_KERNELS = [
+    f"mxprec_gfx950_mx_quantize_{f}_{r}_{i}"
+    for f in CODE
+    for r in ("rceil", "floor")
+    for i in ("f32", "bf16", "f16")
+] + ["mxprec_gfx950_quantize_init"]
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +96,25 @@ def disasm(tmp_path_factory):
     procs = []
     for src in SOURCES:
         co = str(out / (src.replace(".hip", ".co")))
-        procs.append((co, subprocess.Popen([CLANG] + FLAGS + ["-c", os.path.join(HIPDIR, src), "-o", co],
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        procs.append(
+            (
+                co,
+                subprocess.Popen(
+                    [CLANG] + FLAGS + ["-c", os.path.join(HIPDIR, src), "-o", co],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                ),
+            )
+        )
     funcs = {}
     for co, p in procs:
         _, err = p.communicate()
         assert p.returncode == 0, f"{CLANG} failed for {co}:\n{err}"
         text = subprocess.run([OBJDUMP, "-d", co], check=True, capture_output=True, text=True).stdout
-        for m in re.finditer(r"^[0-9a-f]+ <([^>]+)>:\n(.*?)(?=^[0-9a-f]+ <|\Z)", text, re.S | re.M):
+        for m in re.finditer(
+            r"^[0-9a-f]+ <([^>]+)>:\n(.*?)(?=^[0-9a-f]+ <|\Z)", text, re.DOTALL | re.MULTILINE
+        ):
             funcs[m.group(1)] = m.group(2)
         nm = shutil.which(OBJDUMP.replace("objdump", "nm"))
         if nm:  # a code object with unresolved calls (e.g. a device-library math function) would not load
@@ -84,7 +123,9 @@ def disasm(tmp_path_factory):
     return funcs
 
 
-@pytest.mark.parametrize("name,shape,fa,fb", [pytest.param(*k, id=k[0][len("mxprec_gfx950_"):]) for k in _gemm_kernels()])
+@pytest.mark.parametrize(
+    "name,shape,fa,fb", [pytest.param(*k, id=k[0][len("mxprec_gfx950_") :]) for k in _gemm_kernels()]
+)
 def test_gemm_uses_scaled_mfma(disasm, name, shape, fa, fb):
     assert name in disasm, f"kernel {name} not in the code object"
     lines = [ln for ln in disasm[name].splitlines() if "v_mfma" in ln]

@@ -44,6 +44,7 @@ SRC="$ROOT/csrc/cuda_kernels/sm100_mx_gemm_blockscaled.cu"
 
 start=$(date +%s)
 pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT  # a failed TU stops the others
 objs=()
 running=0
 for f in 0 $FORMATS; do  # 0: the dispatcher (no CUTLASS), n: one MX format's kernel
@@ -55,6 +56,8 @@ for f in 0 $FORMATS; do  # 0: the dispatcher (no CUTLASS), n: one MX format's ke
   if [ "$running" -ge "$JOBS" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); running=$((running - 1)); fi
 done
 for p in "${pids[@]}"; do wait "$p"; done
+pids=()
+trap - EXIT
 "$NVCC" -shared "$GENCODE" "${objs[@]}" -o "$OUT/libmxprec_cuda_sm100.so"
 echo "built $OUT/libmxprec_cuda_sm100.so in $(( $(date +%s) - start )) s"
 

@@ -23,6 +23,21 @@
 #define MXPREC_SM100_MX_WANT(f) (MXPREC_SM100_MX_FORMAT == (f))
 #endif
 
+// Per-format C entry points (each object of a split build defines its own format's pair).
+#define MXPREC_SM100_MX_DEFINE(F, NAME)                                                                    \
+  extern "C" size_t mxprec_sm100_mx_gemm_workspace_##NAME(const MxprecSm100MxGemmArgs* args) {            \
+    return mxprec::cuda::sm100::Sm100MxGemm<F>::workspace(*args);                                          \
+  }                                                                                                       \
+  extern "C" const char* mxprec_sm100_mx_gemm_run_##NAME(const MxprecSm100MxGemmArgs* args, void* ws,     \
+                                                         cudaStream_t stream) {                           \
+    return mxprec::cuda::sm100::Sm100MxGemm<F>::run(*args, ws, stream);                                    \
+  }
+
+#define MXPREC_SM100_MX_DECLARE(NAME)                                                                       \
+  extern "C" size_t mxprec_sm100_mx_gemm_workspace_##NAME(const MxprecSm100MxGemmArgs* args);              \
+  extern "C" const char* mxprec_sm100_mx_gemm_run_##NAME(const MxprecSm100MxGemmArgs* args, void* ws,     \
+                                                         cudaStream_t stream);
+
 #if MXPREC_SM100_MX_ALL || MXPREC_SM100_MX_FORMAT != 0  // the dispatcher-only object needs no CUTLASS
 #include <cstddef>
 #include <cstdint>
@@ -167,21 +182,6 @@ struct Sm100MxGemm {
 }  // namespace sm100
 }  // namespace cuda
 }  // namespace mxprec
-
-// Per-format C entry points (each object of a split build defines its own format's pair).
-#define MXPREC_SM100_MX_DEFINE(F, NAME)                                                                    \
-  extern "C" size_t mxprec_sm100_mx_gemm_workspace_##NAME(const MxprecSm100MxGemmArgs* args) {            \
-    return mxprec::cuda::sm100::Sm100MxGemm<F>::workspace(*args);                                          \
-  }                                                                                                       \
-  extern "C" const char* mxprec_sm100_mx_gemm_run_##NAME(const MxprecSm100MxGemmArgs* args, void* ws,     \
-                                                         cudaStream_t stream) {                           \
-    return mxprec::cuda::sm100::Sm100MxGemm<F>::run(*args, ws, stream);                                    \
-  }
-
-#define MXPREC_SM100_MX_DECLARE(NAME)                                                                       \
-  extern "C" size_t mxprec_sm100_mx_gemm_workspace_##NAME(const MxprecSm100MxGemmArgs* args);              \
-  extern "C" const char* mxprec_sm100_mx_gemm_run_##NAME(const MxprecSm100MxGemmArgs* args, void* ws,     \
-                                                         cudaStream_t stream);
 
 #if MXPREC_SM100_MX_WANT(1)  // MXPREC_SM100_MXFP8_E4M3 (enums are invisible to #if)
 MXPREC_SM100_MX_DEFINE(MXPREC_SM100_MXFP8_E4M3, mxfp8_e4m3)

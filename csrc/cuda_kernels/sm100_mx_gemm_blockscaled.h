@@ -32,6 +32,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#if defined(__GNUC__)
+#define MXPREC_SM100_EXPORT __attribute__((visibility("default")))  // the .so is built -fvisibility=hidden
+#else
+#define MXPREC_SM100_EXPORT
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -57,17 +63,17 @@ typedef struct MxprecSm100MxGemmArgs {
 
 // Shape constraints of a format (TMA: 16-byte rows; FP6 needs 96-byte K rows in the f8f6f4 path):
 // K % 32 == 0 (MXFP8, MXFP4) / K % 128 == 0 (MXFP6); N % 8 == 0 (bf16 D). Returns 1 if supported.
-int mxprec_sm100_mx_gemm_supported(int format, int64_t m, int64_t n, int64_t k);
+MXPREC_SM100_EXPORT int mxprec_sm100_mx_gemm_supported(int format, int64_t m, int64_t n, int64_t k);
 
-// 1 if `format` was compiled into this object (see MXPREC_SM100_MX_FORMAT in the .cu).
-int mxprec_sm100_mx_gemm_compiled(int format);
+// 1 if `format` is a format this library provides (a build links all three; see build_sm100.sh).
+MXPREC_SM100_EXPORT int mxprec_sm100_mx_gemm_compiled(int format);
 
 // Bytes of device workspace the kernel needs (may be 0); (size_t)-1 if the format is not compiled.
-size_t mxprec_sm100_mx_gemm_workspace(int format, const MxprecSm100MxGemmArgs* args);
+MXPREC_SM100_EXPORT size_t mxprec_sm100_mx_gemm_workspace(int format, const MxprecSm100MxGemmArgs* args);
 
 // Launches the GEMM on `stream`. NULL on success, else a static error string.
-const char* mxprec_sm100_mx_gemm_run(int format, const MxprecSm100MxGemmArgs* args, void* workspace,
-                                     cudaStream_t stream);
+MXPREC_SM100_EXPORT const char* mxprec_sm100_mx_gemm_run(int format, const MxprecSm100MxGemmArgs* args,
+                                                         void* workspace, cudaStream_t stream);
 
 // Byte offset of the scale of (batch l, row r, scale column c = k / 32) in the interleaved layout,
 // for a matrix of `rows` rows and K = 32 * `scale_cols` (scale_cols = K / 32).

@@ -1,0 +1,198 @@
+"""ISA checks of the CUDA kernels that need no GPU (docs/backends/cuda.md, "sm_100a block-scaled MX GEMM").
+
+- the sm_100a block-scaled MX GEMM (csrc/cuda_kernels/sm100_mx_gemm_blockscaled.cu) compiles to PTX
+  with the block-scaled tcgen05 MMA `tcgen05.mma.cta_group::2.kind::mxf8f6f4.block_scale` (MXFP8);
+- the interleaved 128x4 E8M0 scale layout documented in sm100_mx_gemm_blockscaled.h (closed form and
+  numpy reorder recipe) equals CUTLASS's `Sm1xxBlockScaledConfig<32>::tile_atom_to_shape_SF{A,B}`;
+- if objects were built and cuobjdump + nvdisasm are available: the SASS has UTCQMMA (sm_100a) /
+  QGMMA + FADD promotion (sm_90a).
+
+Skipped unless nvcc and the CUTLASS headers (<repo>/.deps/cutlass_library/source/include, or
+$MXPREC_CUTLASS_INCLUDE) are present. The PTX test runs cicc over CUTLASS: ~1.5-2 min on 2 cores.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "csrc" / "cuda_kernels"
+SM100_SRC = KERNELS / "sm100_mx_gemm_blockscaled.cu"
+
+
+def _slow(f):
+    # pytest.mark.slow where the marker is registered (pyproject); unregistered marks are errors here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pytest.PytestUnknownMarkWarning)
+        try:
+            return pytest.mark.slow(f)
+        except pytest.PytestUnknownMarkWarning:
+            return f
+
+
+def _nvcc():
+    return os.environ.get("NVCC") or shutil.which("nvcc")
+
+
+def _cutlass_include():
+    env = os.environ.get("MXPREC_CUTLASS_INCLUDE")
+    inc = Path(env) if env else ROOT / ".deps" / "cutlass_library" / "source" / "include"
+    return inc if (inc / "cutlass" / "cutlass.h").is_file() else None
+
+
+def _cuobjdump():
+    """(cuobjdump, env) with nvdisasm on PATH, or None."""
+    extra = ROOT / ".deps" / "cuobjdump" / "nvidia" / "cu13" / "bin"
+    path = f"{extra}{os.pathsep}{os.environ.get('PATH', '')}"
+    exe = shutil.which("cuobjdump", path=path)
+    if exe is None or shutil.which("nvdisasm", path=path) is None:
+        return None
+    return exe, {**os.environ, "PATH": path}
+
+
+needs_toolchain = pytest.mark.skipif(
+    _nvcc() is None or _cutlass_include() is None,
+    reason="needs nvcc and CUTLASS 4.2 headers (.deps/cutlass_library/source/include or $MXPREC_CUTLASS_INCLUDE)",
+)
+
+
+def _nvcc_flags():
+    inc = _cutlass_include()
+    flags = ["-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", f"-I{KERNELS}", "-isystem", str(inc)]
+    util = inc.parent / "tools" / "util" / "include"
+    if util.is_dir():
+        flags += ["-isystem", str(util)]
+    return flags
+
+
+# --- scale layout -------------------------------------------------------------------------------
+
+
+def _sf_offset(l, r, c, rows, scale_cols):
+    """mxprec_sm100_sf_offset() of sm100_mx_gemm_blockscaled.h."""
+    row_blocks, col_blocks = -(-rows // 128), -(-scale_cols // 4)
+    return ((l * row_blocks + r // 128) * col_blocks + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+
+
+def _reorder(s):
+    """The numpy recipe of sm100_mx_gemm_blockscaled.h: row-major (L, rows, K/32) -> interleaved bytes."""
+    L, rows, cols = s.shape
+    R, C = -(-rows // 128) * 128, -(-cols // 4) * 4
+    s = np.pad(s, ((0, 0), (0, R - rows), (0, C - cols)), constant_values=0x7F)
+    return s.reshape(L, R // 128, 4, 32, C // 4, 4).transpose(0, 1, 4, 3, 2, 5).reshape(L * R * C)
+
+
+@pytest.mark.parametrize("shape", [(1, 128, 4), (2, 200, 3), (3, 300, 17), (1, 1, 1), (2, 257, 128)])
+def test_sm100_scale_reorder_recipe_matches_offset_formula(shape):
+    L, rows, cols = shape
+    rng = np.random.default_rng(0)
+    s = rng.integers(0, 0xFF, size=shape, dtype=np.uint8)  # 0..254: no NaN scale
+    out = _reorder(s)
+    R, C = -(-rows // 128) * 128, -(-cols // 4) * 4
+    assert out.size == L * R * C
+    l, r, c = np.meshgrid(np.arange(L), np.arange(rows), np.arange(cols), indexing="ij")
+    np.testing.assert_array_equal(out[_sf_offset(l, r, c, rows, cols)], s)
+    filled = np.zeros(out.size, bool)
+    filled[_sf_offset(l, r, c, rows, cols).ravel()] = True
+    assert np.all(out[~filled] == 0x7F)  # padding: 1.0, never 0xFF (NaN)
+
+
+_LAYOUT_PROG = r"""
+#include <cstdio>
+#include "cutlass/detail/sm100_blockscaled_layout.hpp"
+#include "sm100_mx_gemm_blockscaled.h"
+using namespace cute;
+int main() {
+  using Cfg = cutlass::detail::Sm1xxBlockScaledConfig<32>;
+  const int shapes[][4] = {{128, 128, 128, 1}, {200, 72, 96, 2}, {300, 8, 544, 3}, {1, 8, 32, 1}, {257, 16, 4096, 2}};
+  long bad = 0, checked = 0;
+  for (const auto& s : shapes) {
+    const int M = s[0], N = s[1], K = s[2], L = s[3];
+    auto la = Cfg::tile_atom_to_shape_SFA(make_shape(M, N, K, L));
+    auto lb = Cfg::tile_atom_to_shape_SFB(make_shape(M, N, K, L));
+    for (int l = 0; l < L; ++l)
+      for (int k = 0; k < K; ++k) {
+        for (int m = 0; m < M; ++m, ++checked) bad += la(m, k, l) != mxprec_sm100_sf_offset(l, m, k / 32, M, K / 32);
+        for (int n = 0; n < N; ++n, ++checked) bad += lb(n, k, l) != mxprec_sm100_sf_offset(l, n, k / 32, N, K / 32);
+      }
+    bad += cosize(la) != mxprec_sm100_sf_bytes(L, M, K / 32);
+    bad += cosize(lb) != mxprec_sm100_sf_bytes(L, N, K / 32);
+  }
+  printf("checked %ld mismatches %ld\n", checked, bad);
+  return bad != 0;
+}
+"""
+
+
+@needs_toolchain
+def test_sm100_scale_layout_matches_cutlass(tmp_path):
+    """The header's closed form == CuTe's layout, element by element (host program, ~30 s to build)."""
+    src = tmp_path / "layout.cu"
+    src.write_text(_LAYOUT_PROG)
+    exe = tmp_path / "layout"
+    subprocess.run([_nvcc(), *_nvcc_flags(), str(src), "-o", str(exe)], check=True, capture_output=True, text=True)
+    res = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert re.search(r"checked \d+ mismatches 0", res.stdout), res.stdout
+
+
+# --- PTX / SASS ---------------------------------------------------------------------------------
+
+
+@_slow
+@needs_toolchain
+def test_sm100_mxfp8_ptx_has_block_scaled_tcgen05_mma(tmp_path):
+    """cicc over the MXFP8 kernel (~1.5-2 min): the PTX must issue the block-scaled tcgen05 MMA."""
+    ptx = tmp_path / "sm100_mxfp8.ptx"
+    cmd = [_nvcc(), *_nvcc_flags(), "-gencode=arch=compute_100a,code=compute_100a", "-DMXPREC_SM100_MX_FORMAT=1",
+           "-ptx", str(SM100_SRC), "-o", str(ptx)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-4000:]
+    text = ptx.read_text()
+    mmas = re.findall(r"tcgen05\.mma[\w:.]*", text)
+    assert any("kind::mxf8f6f4.block_scale" in m for m in mmas), sorted(set(mmas))
+    assert all("block_scale" in m for m in mmas), sorted(set(mmas))  # no unscaled MMA sneaked in
+    assert "tcgen05.mma.cta_group::2.kind::mxf8f6f4.block_scale" in text  # the 2-SM schedule
+    assert "tcgen05.cp" in text  # scale factors smem -> tensor memory (UTCCP)
+
+
+def _sass(path):
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("needs cuobjdump and nvdisasm (pip download nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    exe, env = tool
+    res = subprocess.run([exe, "--dump-sass", str(path)], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def _first_existing(*paths):
+    for p in paths:
+        if p.is_file():
+            return p
+    pytest.skip(f"not built: {paths[0]}")
+
+
+def test_sm100_sass_has_utcqmma():
+    """On a built library (bash csrc/cuda_kernels/build_sm100.sh): UTCQMMA (mxf8f6f4) + UTCOMMA (mxf4)."""
+    lib = _first_existing(ROOT / "build-cuda" / "libmxprec_cuda_sm100.so",
+                          ROOT / "build-cuda" / "obj" / "sm100_mx_gemm_blockscaled_f1.o")
+    sass = _sass(lib)
+    assert re.search(r"UTCQMMA\.2CTA ", sass), "no block-scaled 2-CTA tcgen05 MMA in the SASS"
+    assert "UTCCP" in sass  # scale factors copied to tensor memory
+
+
+def test_sm90_sass_has_qgmma_and_fp32_promotion():
+    """On the built sm_90a library: FP8 wgmma (QGMMA) and FADDs (the FP32 promotion, not fast-accum)."""
+    obj = _first_existing(ROOT / "build-cuda" / "obj" / "sm90_fp8_gemm_tensorwise_bf16.o",
+                          ROOT / "build-cuda" / "libmxprec_cuda.so")
+    sass = _sass(obj)
+    for pair in ("E4M3.E4M3", "E5M2.E4M3", "E4M3.E5M2"):
+        assert re.search(rf"QGMMA\.64x\d+x32\.F32\.{pair}", sass), pair
+    assert len(re.findall(r"\bFADD\b", sass)) >= 256
