@@ -757,9 +757,24 @@ def main(argv=None) -> dict:
         else:
             row = _run_arm_safely(arm, args, cfg)
         rows.append(row)
+        # A run stopped early (time limit, OOM-killed process) still leaves every finished arm on disk.
+        print(f"arm {arm}: " + json.dumps({k: row.get(k) for k in ("step_s_mean", "step_s_std", "compile_s",
+                                                                    "peak_mem_gb", "error")}), flush=True)
+        _write_results(args, argv, cfg, rows, device or device_description(), isolate,
+                       time.perf_counter() - t_start, partial=len(rows) < len(args.arms))
     bar.close()
     device = device or device_description()
     wall_s = time.perf_counter() - t_start
+    result, stem, md = _write_results(args, argv, cfg, rows, device, isolate, wall_s, partial=False, final=True)
+    print(md)
+    print(f"wrote {stem}.json, {stem}.md" + (f", {stem}.png" if os.path.exists(stem + ".png") else "")
+          + f" (wall {wall_s:.1f} s)")
+    return result
+
+
+def _write_results(args, argv, cfg, rows, device, isolate, wall_s, partial: bool, final: bool = False):
+    """Writes <out>/llama_<config>.{json,md} (and the PNG when final); returns (result, stem, md)."""
+    rows = [dict(r) for r in rows]
 
     arch, note = amdahl_arch(device["device_kind"])
     amdahl = finish_rows(rows, arch)
@@ -780,6 +795,7 @@ def main(argv=None) -> dict:
         "isolated": isolate,
         "fast_compile": args.fast_compile,
         "wall_s": wall_s,
+        "partial": partial,
         "device_info": device,
     }
     os.makedirs(args.out, exist_ok=True)
@@ -789,10 +805,9 @@ def main(argv=None) -> dict:
         json.dump(result, fh, indent=1, default=str)
     with open(stem + ".md", "w") as fh:
         fh.write(md)
-    png = plot(result, stem + ".png")
-    print(md)
-    print(f"wrote {stem}.json, {stem}.md" + (f", {png}" if png else "") + f" (wall {wall_s:.1f} s)")
-    return result
+    if final:
+        plot(result, stem + ".png")
+    return result, stem, md
 
 
 if __name__ == "__main__":
