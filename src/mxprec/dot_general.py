@@ -37,7 +37,7 @@ from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
 from mxprec import kernels
-from mxprec.quantize import QTensor, quantize
+from mxprec.quantize import QTensor, quantize, tensor_amax
 from mxprec.recipes import Recipe, get as get_recipe
 from mxprec.scaling import DelayedScaling, DelayedScalingState, TensorScaling, update_delayed_state
 
@@ -196,7 +196,7 @@ def _fwd(meta: _Meta, x, w, state):
         rx, rw = x, w
     amax = None
     if state is not None:
-        amax = (jnp.max(jnp.abs(x)).astype(jnp.float32), jnp.max(jnp.abs(w)).astype(jnp.float32))
+        amax = (tensor_amax(x), tensor_amax(w))
     return y, (rx, rw, amax, st)
 
 
@@ -214,7 +214,7 @@ def _bwd(meta: _Meta, res, g):
     dw = kernels.scaled_gemm(qx_w, qg_w, lhs_contract=1, rhs_contract=1, out_dtype=meta.w_dtype, backend=meta.backend)
     ct_state = None
     if st is not None:
-        amax_g = jnp.max(jnp.abs(g)).astype(jnp.float32)
+        amax_g = tensor_amax(g)
         new = {}
         for name, a in (("lhs", amax[0]), ("rhs", amax[1]), ("grad", amax_g)):
             sub = getattr(st, name)

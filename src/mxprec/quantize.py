@@ -43,6 +43,7 @@ __all__ = [
     "dequantize",
     "nbytes",
     "bits_per_value",
+    "tensor_amax",
     "round_to_grid",
     "encode",
     "decode",
@@ -241,6 +242,11 @@ def _validate(x, spec, axis: int) -> int:
 
 
 # ----------------------------------------------------------------------------- quantize
+
+
+def tensor_amax(x: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
+    """float32 max |x| over ``axis``; NaN when the group holds a NaN (XLA CPU's max may drop it)."""
+    return _amax(x.astype(jnp.float32), axis, keepdims)
 
 
 def _amax(x32: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
