@@ -64,7 +64,15 @@ needs_toolchain = pytest.mark.skipif(
 
 def _nvcc_flags():
     inc = _cutlass_include()
-    flags = ["-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", f"-I{KERNELS}", "-isystem", str(inc)]
+    flags = [
+        "-std=c++17",
+        "-O3",
+        "-DNDEBUG",
+        "--expt-relaxed-constexpr",
+        f"-I{KERNELS}",
+        "-isystem",
+        str(inc),
+    ]
     util = inc.parent / "tools" / "util" / "include"
     if util.is_dir():
         flags += ["-isystem", str(util)]
@@ -77,7 +85,12 @@ def _nvcc_flags():
 def _sf_offset(l, r, c, rows, scale_cols):
     """mxprec_sm100_sf_offset() of sm100_mx_gemm_blockscaled.h."""
     row_blocks, col_blocks = -(-rows // 128), -(-scale_cols // 4)
-    return ((l * row_blocks + r // 128) * col_blocks + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+    return (
+        ((l * row_blocks + r // 128) * col_blocks + c // 4) * 512
+        + (r % 32) * 16
+        + ((r % 128) // 32) * 4
+        + c % 4
+    )
 
 
 def _reorder(s):
@@ -136,8 +149,10 @@ def test_sm100_scale_layout_matches_cutlass(tmp_path):
     src = tmp_path / "layout.cu"
     src.write_text(_LAYOUT_PROG)
     exe = tmp_path / "layout"
-    subprocess.run([_nvcc(), *_nvcc_flags(), str(src), "-o", str(exe)], check=True, capture_output=True, text=True)
-    res = subprocess.run([str(exe)], capture_output=True, text=True)
+    subprocess.run(
+        [_nvcc(), *_nvcc_flags(), str(src), "-o", str(exe)], check=True, capture_output=True, text=True
+    )
+    res = subprocess.run([str(exe)], check=False, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert re.search(r"checked \d+ mismatches 0", res.stdout), res.stdout
 
@@ -150,9 +165,17 @@ def test_sm100_scale_layout_matches_cutlass(tmp_path):
 def test_sm100_mxfp8_ptx_has_block_scaled_tcgen05_mma(tmp_path):
     """cicc over the MXFP8 kernel (~1.5-2 min): the PTX must issue the block-scaled tcgen05 MMA."""
     ptx = tmp_path / "sm100_mxfp8.ptx"
-    cmd = [_nvcc(), *_nvcc_flags(), "-gencode=arch=compute_100a,code=compute_100a", "-DMXPREC_SM100_MX_FORMAT=1",
-           "-ptx", str(SM100_SRC), "-o", str(ptx)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = [
+        _nvcc(),
+        *_nvcc_flags(),
+        "-gencode=arch=compute_100a,code=compute_100a",
+        "-DMXPREC_SM100_MX_FORMAT=1",
+        "-ptx",
+        str(SM100_SRC),
+        "-o",
+        str(ptx),
+    ]
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-4000:]
     text = ptx.read_text()
     mmas = re.findall(r"tcgen05\.mma[\w:.]*", text)
@@ -167,7 +190,9 @@ def _sass(path):
     if tool is None:
         pytest.skip("needs cuobjdump and nvdisasm (pip download nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
     exe, env = tool
-    res = subprocess.run([exe, "--dump-sass", str(path)], capture_output=True, text=True, env=env)
+    res = subprocess.run(
+        [exe, "--dump-sass", str(path)], check=False, capture_output=True, text=True, env=env
+    )
     assert res.returncode == 0, res.stderr
     return res.stdout
 
@@ -181,8 +206,10 @@ def _first_existing(*paths):
 
 def test_sm100_sass_has_utcqmma():
     """On a built library (bash csrc/cuda_kernels/build_sm100.sh): UTCQMMA (mxf8f6f4) + UTCOMMA (mxf4)."""
-    lib = _first_existing(ROOT / "build-cuda" / "libmxprec_cuda_sm100.so",
-                          ROOT / "build-cuda" / "obj" / "sm100_mx_gemm_blockscaled_f1.o")
+    lib = _first_existing(
+        ROOT / "build-cuda" / "libmxprec_cuda_sm100.so",
+        ROOT / "build-cuda" / "obj" / "sm100_mx_gemm_blockscaled_f1.o",
+    )
     sass = _sass(lib)
     assert re.search(r"UTCQMMA\.2CTA ", sass), "no block-scaled 2-CTA tcgen05 MMA in the SASS"
     assert "UTCCP" in sass  # scale factors copied to tensor memory
@@ -190,8 +217,10 @@ def test_sm100_sass_has_utcqmma():
 
 def test_sm90_sass_has_qgmma_and_fp32_promotion():
     """On the built sm_90a library: FP8 wgmma (QGMMA) and FADDs (the FP32 promotion, not fast-accum)."""
-    obj = _first_existing(ROOT / "build-cuda" / "obj" / "sm90_fp8_gemm_tensorwise_bf16.o",
-                          ROOT / "build-cuda" / "libmxprec_cuda.so")
+    obj = _first_existing(
+        ROOT / "build-cuda" / "obj" / "sm90_fp8_gemm_tensorwise_bf16.o",
+        ROOT / "build-cuda" / "libmxprec_cuda.so",
+    )
     sass = _sass(obj)
     for pair in ("E4M3.E4M3", "E5M2.E4M3", "E4M3.E5M2"):
         assert re.search(rf"QGMMA\.64x\d+x32\.F32\.{pair}", sass), pair

@@ -7,7 +7,8 @@
 //
 // A: (L, M, K) K contiguous; B: (L, N, K) K contiguous ("TN"); D: (L, M, N) bf16, N contiguous.
 // Sub-byte operands are packed densely along K (FP4: 2 per byte, low nibble first; FP6: 4 per 3 bytes,
-// little-endian bit order), i.e. exactly the bytes CUTLASS's `float_e2m1_t` / `float_e2m3_t` arrays hold.
+// LSB first) -- mxprec.quantize.pack's layout, and CUTLASS's little-endian sub-byte packing as we read
+// it (the TMA "16U4"/"16U6" formats); unverified on hardware, like everything here.
 // SA / SB: one E8M0 byte (2^(e-127), 0xFF = NaN) per 32 consecutive K elements of a row, NOT row-major:
 // CUTLASS's interleaved "128x4" layout (Sm1xxBlockScaledConfig<32>::tile_atom_to_shape_SF{A,B}):
 //
