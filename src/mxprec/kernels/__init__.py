@@ -23,9 +23,9 @@ def ffi_available(platform: str | None = None) -> bool:
     """Whether mxprec's native custom calls are registered for ``platform`` (default: current)."""
     platform = platform or jax.default_backend()
     if platform == "gpu":
-        from mxprec.kernels import cuda
+        from mxprec.kernels import cuda, hip
 
-        return cuda.available()
+        return hip.available() if hip.is_rocm() else cuda.available()
     from mxprec.kernels import ffi
 
     return ffi.available(platform)
@@ -49,9 +49,9 @@ def resolve_backend(backend: str) -> str:
         return "auto" if platform in _AUTO_FFI_PLATFORMS and ffi_available(platform) else "xla"
     if backend == "ffi":
         if jax.default_backend() == "gpu":
-            from mxprec.kernels import cuda
+            from mxprec.kernels import cuda, hip
 
-            cuda.require()
+            hip.require() if hip.is_rocm() else cuda.require()
             return "ffi"
         from mxprec.kernels import ffi
 

@@ -19,7 +19,8 @@ which :func:`reference_scaled_gemm` implements; it is the oracle for every backe
   and tile-scaled operands are dequantized (FP32 on CPU; BF16 on GPU, exact for every element
   format unless a scaled value falls below 2**-126) and run a wide dot with FP32 accumulation.
 * ``"ffi"``: the ``mxprec_scaled_gemm`` custom call: the C++ lowering on CPU (mxprec.kernels.ffi),
-  the CUTLASS sm_90a kernels on GPU (mxprec.kernels.cuda; per-tensor FP8 pairs), raising
+  the CUTLASS sm_90a kernels on NVIDIA GPUs (mxprec.kernels.cuda; per-tensor FP8 pairs), the
+  gfx950 kernels on ROCm (mxprec.kernels.hip; compiled, never run), raising
   NotImplementedError for operands no kernel serves.
 * ``"auto"``: on GPU the custom call where a kernel serves the operands, else the exact XLA path;
   on CPU the XLA path (faster than the C++ reference lowering).
@@ -136,7 +137,15 @@ def scaled_gemm(
     if backend not in ("xla", "ffi", "auto"):
         raise ValueError(f"scaled_gemm: backend must be 'auto', 'xla' or 'ffi', got {backend!r}")
     if jax.default_backend() == "gpu" and backend != "xla":
-        from mxprec.kernels import cuda
+        from mxprec.kernels import cuda, hip
+
+        if hip.is_rocm():  # gfx950 kernels: compiled and ISA-checked, never run (docs/backends/hip.md)
+            if hip.available() and hip.supports(lhs, rhs, **kw):
+                return hip.scaled_gemm(lhs, rhs, **kw)
+            if backend == "ffi":
+                reason = hip.why_unsupported(lhs, rhs, **kw) if hip.available() else "libmxprec_hip.so is not loaded"
+                raise NotImplementedError(f"scaled_gemm: backend='ffi' on ROCm cannot run these operands: {reason}")
+            return _xla_scaled_gemm(lhs, rhs, lhs_contract, rhs_contract, out_dtype)
 
         if cuda.available() and cuda.supports(lhs, rhs, **kw):
             return cuda.scaled_gemm(lhs, rhs, **kw)

@@ -1,0 +1,355 @@
+"""ROCm (gfx950 / MI355X) lowering of ``mxprec_scaled_gemm`` and ``mxprec_quantize``.
+
+**Compile-checked only: never run.** ``libmxprec_hip.so`` (csrc/hip_kernels/, built with
+``bash csrc/hip_kernels/build_host.sh`` or ``cmake -S . -B build -DMXPREC_BUILD_HIP=ON``) has been
+compiled against Debian's ROCm 5.2 HIP headers with clang-22 for gfx950, but we have no AMD GPU:
+neither the handlers nor this wrapper have executed (docs/backends/hip.md).
+
+The library exports the C symbols ``MxprecScaledGemmHip`` and ``MxprecQuantizeHip``, XLA FFI
+handlers for the custom-call targets ``mxprec_scaled_gemm`` / ``mxprec_quantize`` on platform
+``"ROCM"`` (the contracts of csrc/common/scaled_gemm.h / quantize.h). It is loaded lazily with
+ctypes, and only on a machine whose JAX has a ROCm backend.
+
+What the gfx950 kernels serve (anything else: :func:`supports` is False; called anyway, the handler
+returns ``Unimplemented``):
+
+* both operands MX (``MXScaling``, block 32) of one family: FP8 x FP8 (e4m3 / e5m2, all pairs,
+  so HYBRID), FP6 x FP6 (e2m3 / e3m2), e2m1 x e2m1; K % 32 == 0;
+* both per-tensor FP8 (``TensorScaling`` / ``DelayedScaling``), any e4m3 / e5m2 pair; K % 32 == 0;
+* both ``TileScaling`` FP8 with tiles 1x128 / 128x128 (not both 128x128); K % 128 == 0;
+* output float32 / bfloat16 / float16, optional f32 ``(N,)`` bias; any M, N.
+
+The kernels read K-major operands only (``lhs (B, M, K')``, ``rhs (B, N, K')``: contract 2 for
+both). An operand whose contraction axis is 1 is **transposed by this wrapper** (its data bytes and
+its MX / tile scales; FP4 / FP6 packing along K is preserved by a transpose of the packed bytes)
+before the call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import pathlib
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mxprec.quantize import QTensor
+from mxprec.scaling import DelayedScaling, MXScaling, TensorScaling, TileScaling
+
+__all__ = [
+    "LIBRARY_NAME",
+    "SYMBOLS",
+    "available",
+    "is_rocm",
+    "library_search_paths",
+    "quantize",
+    "require",
+    "scaled_gemm",
+    "supports",
+    "why_unsupported",
+]
+
+LIBRARY_NAME = "libmxprec_hip.so"
+SCALED_GEMM_TARGET = "mxprec_scaled_gemm"
+QUANTIZE_TARGET = "mxprec_quantize"
+SYMBOLS = {SCALED_GEMM_TARGET: "MxprecScaledGemmHip", QUANTIZE_TARGET: "MxprecQuantizeHip"}
+PLATFORM = "ROCM"
+BUILD_HINT = (
+    "`bash csrc/hip_kernels/build_host.sh` (writes build-hip/libmxprec_hip.so; needs clang-22 and the "
+    "HIP runtime headers, see docs/backends/hip.md) or `cmake -S . -B build -DMXPREC_BUILD_HIP=ON`"
+)
+
+_FMT = {"e4m3": 0, "e5m2": 1, "e2m3": 2, "e3m2": 3, "e2m1": 4}
+_BITS = {"e4m3": 8, "e5m2": 8, "e2m3": 6, "e3m2": 6, "e2m1": 4}
+_KIND = {"tensor": 1, "tile": 3, "mx": 4}
+OUT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+MX_BLOCK = 32
+
+
+def library_search_paths() -> list[pathlib.Path]:
+    """Where ``libmxprec_hip.so`` is looked for, in order (may not exist)."""
+    pkg = pathlib.Path(__file__).resolve().parent.parent  # .../mxprec
+    paths = [pkg / "_lib" / LIBRARY_NAME]
+    root = pkg.parent.parent
+    if (root / "pyproject.toml").is_file() and (root / "src" / "mxprec") == pkg:
+        paths += [root / "build-hip" / LIBRARY_NAME, root / "build" / LIBRARY_NAME]
+    return paths
+
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def is_rocm() -> bool:
+    """Whether JAX has a ROCm backend with devices here."""
+    try:
+        if jax.devices("rocm"):
+            return True
+    except RuntimeError:
+        pass
+    try:
+        devs = jax.devices("gpu")
+    except RuntimeError:
+        return False
+    return bool(devs) and "rocm" in str(getattr(devs[0].client, "platform_version", "")).lower()
+
+
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    """(library, "") once loaded and registered for "ROCM", else (None, reason). Cached."""
+    with _lock:
+        if "result" in _state:
+            return _state["result"]
+        if not is_rocm():
+            result = (
+                None,
+                (
+                    f"JAX has no ROCm backend here (default backend {jax.default_backend()!r}); the HIP kernels "
+                    f"need an AMD gfx950 GPU (MI355X) and {LIBRARY_NAME}, built with {BUILD_HINT}"
+                ),
+            )
+        else:
+            paths = library_search_paths()
+            found = next((p for p in paths if p.is_file()), None)
+            if found is None:
+                result = (
+                    None,
+                    f"{LIBRARY_NAME} not found (looked in {', '.join(str(p) for p in paths)}); build it with {BUILD_HINT}",
+                )
+            else:
+                try:
+                    lib = ctypes.CDLL(str(found))
+                    for target, symbol in SYMBOLS.items():
+                        jax.ffi.register_ffi_target(
+                            target, jax.ffi.pycapsule(getattr(lib, symbol)), platform=PLATFORM
+                        )
+                    result = (lib, "")
+                except (OSError, AttributeError, RuntimeError, ValueError) as e:
+                    result = (None, f"{found} failed to load: {e}; rebuild it with {BUILD_HINT}")
+        _state["result"] = result
+        return result
+
+
+def available() -> bool:
+    """Whether the ROCm handlers are loaded and registered (JAX has a ROCm backend)."""
+    return _load()[0] is not None
+
+
+def require() -> None:
+    """Loads ``libmxprec_hip.so`` or raises RuntimeError naming what to build."""
+    lib, reason = _load()
+    if lib is None:
+        raise RuntimeError(f"mxprec HIP (ROCm) kernels are unavailable: {reason}")
+
+
+def _gemm_kind(q: QTensor) -> str | None:
+    s = q.spec
+    if isinstance(s, (TensorScaling, DelayedScaling)):
+        return "tensor"
+    if isinstance(s, TileScaling):
+        return "tile"
+    if isinstance(s, MXScaling):
+        return "mx"
+    return None
+
+
+def why_unsupported(
+    lhs,
+    rhs,
+    *,
+    lhs_contract: int | None = None,
+    rhs_contract: int | None = None,
+    out_dtype=jnp.bfloat16,
+    check_library: bool = True,
+) -> str:
+    """Empty string when :func:`scaled_gemm` can run these operands, else the reason."""
+    for name, q in (("lhs", lhs), ("rhs", rhs)):
+        if not isinstance(q, QTensor):
+            return f"{name} is not a QTensor"
+        if _gemm_kind(q) is None:
+            return f"{name} has {type(q.spec).__name__}; only MXScaling, TensorScaling / DelayedScaling and TileScaling are implemented"
+        if len(q.shape) != 3:
+            return f"{name} must be 3-D, got shape {q.shape}"
+    lc = lhs.axis if lhs_contract is None else lhs_contract
+    rc = rhs.axis if rhs_contract is None else rhs_contract
+    if lc not in (1, 2) or rc not in (1, 2):
+        return f"contraction axes must be 1 or 2, got {lc} / {rc}"
+    if lhs.axis != lc or rhs.axis != rc:
+        return "operands must be quantized along their contraction axis"
+    lk, rk = _gemm_kind(lhs), _gemm_kind(rhs)
+    if lk != rk:
+        return f"mixed scaling kinds {lk} x {rk} are not implemented"
+    lf, rf = lhs.spec.fmt.name, rhs.spec.fmt.name
+    if lk == "mx":
+        if lhs.spec.block != MX_BLOCK or rhs.spec.block != MX_BLOCK:
+            return f"MX block {lhs.spec.block} / {rhs.spec.block} is not implemented (32)"
+        if _BITS[lf] != _BITS[rf]:
+            return f"MX pair {lf} x {rf} mixes element widths (FP8 x FP8, FP6 x FP6, e2m1 x e2m1 only)"
+    elif _BITS[lf] != 8 or _BITS[rf] != 8:
+        return f"{lk} scaling needs FP8 operands, got {lf} x {rf}"
+    if lk == "tile":
+        (tra, tca), (trb, tcb) = lhs.spec.tile, rhs.spec.tile
+        if (
+            tca != 128
+            or tcb != 128
+            or tra not in (1, 128)
+            or trb not in (1, 128)
+            or (tra == 128 and trb == 128)
+        ):
+            return f"tiles {tra}x{tca} x {trb}x{tcb} are not implemented (1x128 / 128x128, not both 128x128)"
+    od = jnp.dtype(out_dtype)
+    if od not in OUT_DTYPES:
+        return f"out_dtype {od} is not built (float32, bfloat16, float16)"
+    b, k = lhs.shape[0], lhs.shape[lc]
+    if rhs.shape[0] != b or rhs.shape[rc] != k:
+        return f"lhs {lhs.shape} and rhs {rhs.shape} disagree on B or K"
+    unit = 128 if lk == "tile" else 32
+    if k % unit:
+        return f"K={k} must be a multiple of {unit} for {lk} operands"
+    if check_library and not available():
+        return _load()[1]
+    return ""
+
+
+def supports(
+    lhs, rhs, *, lhs_contract=None, rhs_contract=None, out_dtype=jnp.bfloat16, check_library=True
+) -> bool:
+    """Whether :func:`scaled_gemm` runs these operands on the gfx950 kernels (library loaded on ROCm)."""
+    return not why_unsupported(
+        lhs,
+        rhs,
+        lhs_contract=lhs_contract,
+        rhs_contract=rhs_contract,
+        out_dtype=out_dtype,
+        check_library=check_library,
+    )
+
+
+def _k_major(q: QTensor, contract: int, kind: str) -> tuple[jax.Array, jax.Array]:
+    """(data, scale) with K on axis 2: transposes data and MX / tile scales when contract == 1."""
+    if kind == "tensor":
+        scale = jnp.asarray(q.scale, jnp.float32).reshape(())
+    else:
+        scale = jnp.asarray(q.scale)
+    if contract == 2:
+        return q.data, scale
+    data = jnp.swapaxes(q.data, 1, 2)
+    return data, scale if kind == "tensor" else jnp.swapaxes(scale, 1, 2)
+
+
+def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: int, out_dtype, bias=None):
+    """``out[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n] (+ bias[n])`` on the gfx950 kernels.
+
+    Args:
+      lhs: QTensor ``(B, M, K)`` (lhs_contract=2) or ``(B, K, M)`` (=1).
+      rhs: QTensor ``(B, N, K)`` (rhs_contract=2) or ``(B, K, N)`` (=1).
+      out_dtype: float32, bfloat16 or float16.
+      bias: optional float32 ``(N,)``, added in FP32 before the output cast.
+
+    Operands with contraction axis 1 are transposed here so the kernel sees K contiguous. Raises
+    ValueError when :func:`supports` is False. Never run (no AMD GPU): docs/backends/hip.md.
+    """
+    reason = why_unsupported(
+        lhs, rhs, lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype
+    )
+    if reason:
+        raise ValueError(f"mxprec.kernels.hip.scaled_gemm: {reason}")
+    out_dtype = jnp.dtype(out_dtype)
+    kind = _gemm_kind(lhs)
+    a, sa = _k_major(lhs, lhs_contract, kind)
+    b, sb = _k_major(rhs, rhs_contract, kind)
+    bsz, m, _ = a.shape
+    n = b.shape[1]
+    if bias is None:
+        bias_buf = jnp.zeros((), jnp.float32)
+    else:
+        bias_buf = jnp.asarray(bias)
+        if bias_buf.shape != (n,) or bias_buf.dtype != jnp.float32:
+            raise ValueError(
+                f"scaled_gemm: bias must be float32 ({n},), got {bias_buf.dtype} {bias_buf.shape}"
+            )
+
+    def op_attrs(q: QTensor) -> tuple[int, int]:  # (block, tile_rows)
+        if kind == "mx":
+            return q.spec.block, 1
+        if kind == "tile":
+            return q.spec.tile[1], q.spec.tile[0]
+        return 1, 1
+
+    (lb, ltr), (rb, rtr) = op_attrs(lhs), op_attrs(rhs)
+    attrs = {
+        "lhs_kind": _KIND[kind],
+        "lhs_fmt": _FMT[lhs.spec.fmt.name],
+        "lhs_block": lb,
+        "lhs_tile_rows": ltr,
+        "lhs_contract": 2,
+        "rhs_kind": _KIND[kind],
+        "rhs_fmt": _FMT[rhs.spec.fmt.name],
+        "rhs_block": rb,
+        "rhs_tile_rows": rtr,
+        "rhs_contract": 2,
+        "has_bias": int(bias is not None),
+    }
+    attrs = {k: np.int32(v) for k, v in attrs.items()}
+    one = jnp.ones((), jnp.float32)
+    call = jax.ffi.ffi_call(
+        SCALED_GEMM_TARGET, jax.ShapeDtypeStruct((bsz, m, n), out_dtype), vmap_method="sequential"
+    )
+    return call(a, sa, one, b, sb, one, bias_buf, **attrs)
+
+
+def quantize(x: jax.Array, spec: MXScaling) -> QTensor:
+    """MX quantize along the last axis on the gfx950 kernel (bit-identical to :func:`mxprec.quantize`
+    by construction; never run). Only ``MXScaling`` with block 32 along the last (contiguous) axis,
+    x float32 / bfloat16 / float16 of rank >= 1 with ``shape[-1] % 32 == 0``.
+    """
+    if not isinstance(spec, MXScaling) or spec.block != MX_BLOCK:
+        raise ValueError(f"mxprec.kernels.hip.quantize: only MXScaling block 32 is implemented, got {spec!r}")
+    dtype = jnp.dtype(x.dtype)
+    if dtype not in OUT_DTYPES:
+        raise TypeError(f"mxprec.kernels.hip.quantize: x must be float32/bfloat16/float16, got {dtype}")
+    shape = tuple(x.shape)
+    if len(shape) == 0 or shape[-1] % MX_BLOCK:
+        raise ValueError(
+            f"mxprec.kernels.hip.quantize: shape {shape}: the last axis must be a multiple of 32"
+        )
+    require()
+    c = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+    fmt = spec.fmt.name
+    data_c = c * _BITS[fmt] // 8
+    data_dtype = {"e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}.get(fmt, jnp.uint8)
+    outs = (
+        jax.ShapeDtypeStruct((1, rows, data_c), data_dtype),
+        jax.ShapeDtypeStruct((1, rows, c // MX_BLOCK), jnp.float8_e8m0fnu),
+        jax.ShapeDtypeStruct((), jnp.float32),
+        jax.ShapeDtypeStruct((), jnp.float32),
+    )
+    attrs = {
+        "kind": 4,
+        "fmt": _FMT[fmt],
+        "block": MX_BLOCK,
+        "tile_rows": 1,
+        "scale_rule": {"rceil": 0, "floor": 1}[spec.scale_rule],
+        "power_of_two": 0,
+        "axis": 2,
+        "delayed": 0,
+        "amax_mode": 0,
+    }
+    call = jax.ffi.ffi_call(QUANTIZE_TARGET, outs, vmap_method="sequential")
+    one = jnp.ones((), jnp.float32)
+    zero = jnp.zeros((), jnp.float32)
+    data, scale, amax, _ = call(
+        x.reshape(1, rows, c), one, zero, **{k: np.int32(v) for k, v in attrs.items()}
+    )
+    return QTensor(
+        data=data.reshape(shape[:-1] + (data_c,)),
+        scale=scale.reshape(shape[:-1] + (c // MX_BLOCK,)),
+        amax=amax,
+        tensor_scale=None,
+        spec=spec,
+        axis=len(shape) - 1,
+        shape=shape,
+        dtype=dtype,
+    )
