@@ -34,14 +34,11 @@ operands XLA gathers them). :mod:`mxprec.kernels.ffi` supplies sharding rules fo
 
 from __future__ import annotations
 
-import ctypes
-import pathlib
-import threading
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor
 from mxprec.scaling import DelayedScaling, TensorScaling
 
@@ -71,64 +68,27 @@ PAIRS = (("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2"))
 OUT_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))
 
 
-def library_search_paths() -> list[pathlib.Path]:
-    """Where ``libmxprec_cuda.so`` is looked for, in order (may not exist)."""
-    pkg = pathlib.Path(__file__).resolve().parent.parent  # .../mxprec
-    paths = [pkg / "_lib" / LIBRARY_NAME]
-    root = pkg.parent.parent
-    if (root / "pyproject.toml").is_file() and (root / "src" / "mxprec") == pkg:
-        paths += [root / "build-cuda" / LIBRARY_NAME, root / "build" / LIBRARY_NAME]
-    return paths
-
-
-_lock = threading.Lock()
-_state: dict = {}
-
-
-def _has_gpu() -> bool:
+def _gpu_precondition():
     try:
-        return len(jax.devices("gpu")) > 0
+        return None if jax.devices("gpu") else "JAX has no GPU backend here"
     except RuntimeError:
-        return False
+        return "JAX has no GPU backend here"
 
 
-def _load() -> tuple[ctypes.CDLL | None, str]:
-    """(library, "") once loaded and registered for "CUDA", else (None, reason). Cached."""
-    with _lock:
-        if "result" in _state:
-            return _state["result"]
-        if not _has_gpu():
-            result = (None, "JAX has no GPU backend here")
-        else:
-            paths = library_search_paths()
-            found = next((p for p in paths if p.is_file()), None)
-            if found is None:
-                result = (
-                    None,
-                    f"{LIBRARY_NAME} not found (looked in {', '.join(str(p) for p in paths)}); build it with {BUILD_HINT}",
-                )
-            else:
-                try:
-                    lib = ctypes.CDLL(str(found))
-                    jax.ffi.register_ffi_target(
-                        TARGET, jax.ffi.pycapsule(getattr(lib, SYMBOL)), platform="CUDA"
-                    )
-                    result = (lib, "")
-                except (OSError, AttributeError, RuntimeError, ValueError) as e:
-                    result = (None, f"{found} failed to load: {e}; rebuild it with {BUILD_HINT}")
-        _state["result"] = result
-        return result
+_LIB = NativeLibrary(file=LIBRARY_NAME, symbols={TARGET: SYMBOL}, platform="CUDA", build_hint=BUILD_HINT,
+                     build_dirs=("build-cuda", "build"), precondition=_gpu_precondition)
+_load = _LIB.load
+_state = _LIB.state
+library_search_paths = _LIB.search_paths
 
 
 def available() -> bool:
     """Whether the CUDA ``mxprec_scaled_gemm`` handler is loaded and registered (a GPU is present)."""
-    return _load()[0] is not None
+    return _LIB.available()
 
 
 def require() -> None:
-    lib, reason = _load()
-    if lib is None:
-        raise RuntimeError(f"mxprec CUDA kernels are unavailable: {reason}")
+    _LIB.require("mxprec CUDA kernels")
 
 
 def _contract_of(q: QTensor, contract: int | None) -> int:

@@ -27,14 +27,11 @@ before the call.
 
 from __future__ import annotations
 
-import ctypes
-import pathlib
-import threading
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor
 from mxprec.scaling import DelayedScaling, MXScaling, TensorScaling, TileScaling
 
@@ -68,20 +65,6 @@ OUT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.flo
 MX_BLOCK = 32
 
 
-def library_search_paths() -> list[pathlib.Path]:
-    """Where ``libmxprec_hip.so`` is looked for, in order (may not exist)."""
-    pkg = pathlib.Path(__file__).resolve().parent.parent  # .../mxprec
-    paths = [pkg / "_lib" / LIBRARY_NAME]
-    root = pkg.parent.parent
-    if (root / "pyproject.toml").is_file() and (root / "src" / "mxprec") == pkg:
-        paths += [root / "build-hip" / LIBRARY_NAME, root / "build" / LIBRARY_NAME]
-    return paths
-
-
-_lock = threading.Lock()
-_state: dict = {}
-
-
 def is_rocm() -> bool:
     """Whether JAX has a ROCm backend with devices here."""
     try:
@@ -96,51 +79,28 @@ def is_rocm() -> bool:
     return bool(devs) and "rocm" in str(getattr(devs[0].client, "platform_version", "")).lower()
 
 
-def _load() -> tuple[ctypes.CDLL | None, str]:
-    """(library, "") once loaded and registered for "ROCM", else (None, reason). Cached."""
-    with _lock:
-        if "result" in _state:
-            return _state["result"]
-        if not is_rocm():
-            result = (
-                None,
-                (
-                    f"JAX has no ROCm backend here (default backend {jax.default_backend()!r}); the HIP kernels "
-                    f"need an AMD gfx950 GPU (MI355X) and {LIBRARY_NAME}, built with {BUILD_HINT}"
-                ),
-            )
-        else:
-            paths = library_search_paths()
-            found = next((p for p in paths if p.is_file()), None)
-            if found is None:
-                result = (
-                    None,
-                    f"{LIBRARY_NAME} not found (looked in {', '.join(str(p) for p in paths)}); build it with {BUILD_HINT}",
-                )
-            else:
-                try:
-                    lib = ctypes.CDLL(str(found))
-                    for target, symbol in SYMBOLS.items():
-                        jax.ffi.register_ffi_target(
-                            target, jax.ffi.pycapsule(getattr(lib, symbol)), platform=PLATFORM
-                        )
-                    result = (lib, "")
-                except (OSError, AttributeError, RuntimeError, ValueError) as e:
-                    result = (None, f"{found} failed to load: {e}; rebuild it with {BUILD_HINT}")
-        _state["result"] = result
-        return result
+def _rocm_precondition():
+    if is_rocm():
+        return None
+    return (f"JAX has no ROCm backend here (default backend {jax.default_backend()!r}); the HIP kernels "
+            f"need an AMD gfx950 GPU (MI355X) and {LIBRARY_NAME}, built with {BUILD_HINT}")
+
+
+_LIB = NativeLibrary(file=LIBRARY_NAME, symbols=SYMBOLS, platform=PLATFORM, build_hint=BUILD_HINT,
+                     build_dirs=("build-hip", "build"), precondition=_rocm_precondition)
+_load = _LIB.load
+_state = _LIB.state
+library_search_paths = _LIB.search_paths
 
 
 def available() -> bool:
     """Whether the ROCm handlers are loaded and registered (JAX has a ROCm backend)."""
-    return _load()[0] is not None
+    return _LIB.available()
 
 
 def require() -> None:
     """Loads ``libmxprec_hip.so`` or raises RuntimeError naming what to build."""
-    lib, reason = _load()
-    if lib is None:
-        raise RuntimeError(f"mxprec HIP (ROCm) kernels are unavailable: {reason}")
+    _LIB.require("mxprec HIP (ROCm) kernels")
 
 
 def _gemm_kind(q: QTensor) -> str | None:
