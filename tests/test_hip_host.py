@@ -14,7 +14,11 @@ them, built here with g++, and this file compares the results with the numpy ref
 * the GEMM kernel's wave loop (tile assignment, per-lane fragment and scale-byte loads, partial
   K steps, M/N edges, epilogue scatter, tensor / tile scale application) with the scaled MFMA
   emulated in FP64 from its ISA definition equals the dequantized reference GEMM;
-* the MX quantize kernel's per-block body is bit-exact with the reference quantizer + packing.
+* the MX quantize kernel's per-block body is bit-exact with the reference quantizer + packing;
+* the FP32-scaled quantize kernels' bodies (scaled_group.h: tensor, delayed, row, tile 1x128 /
+  128x128 with plain / power-of-two scales, NVFP4), run thread by thread, are bit-exact with
+  ref_tensor / ref_delayed / ref_row / ref_tile / ref_nvfp4 on random and adversarial inputs
+  (round-half-even ties, zero groups, NaN / Inf).
 
 What this cannot show: that the hardware implements the documented layout (it is the CDNA4 ISA
 guide's; see docs/backends/hip.md).
@@ -318,15 +322,209 @@ def test_mx_quantize_nan(exe, tmp_path):
     assert np.frombuffer(raw[66:70], "<u4")[0] == 0x7FC00000  # canonical NaN amax
 
 
+# ------------------------------------------------------------------------------ FP32-scaled quantize
+
+FP8 = ["e4m3", "e5m2"]
+
+
+def _squant(exe, tmp_path, kind, fmt, x, tr=1, tc=1, pow2=False, scale_in=None):
+    """Runs the gfx950_scaled_quantize.hip bodies on x (rows, L) -> (data, scale, amax, tensor_scale)."""
+    rows, L = x.shape
+    payload = x.astype(np.float32).tobytes() + (b"" if scale_in is None else np.float32(scale_in).tobytes())
+    raw = _run(exe, tmp_path, ["squant", kind, fmt, rows, L, tr, tc, int(pow2)], payload)
+    if kind == "nvfp4":
+        nd, ns, sdt = rows * L // 2, rows * L // 16, np.uint8
+    elif kind in ("tensor", "delayed"):
+        nd, ns, sdt = rows * L, 1, np.float32
+    elif kind == "row":
+        nd, ns, sdt = rows * L, rows, np.float32
+    else:
+        nd, ns, sdt = rows * L, (rows // tr) * (L // tc), np.float32
+    data = np.frombuffer(raw[:nd], np.uint8)
+    sb = np.dtype(sdt).itemsize * ns
+    scale = np.frombuffer(raw[nd : nd + sb], sdt)
+    amax, ts = np.frombuffer(raw[nd + sb :], "<f4")
+    assert len(raw) == nd + sb + 8
+    return data, scale, amax, ts
+
+
+def _bits(a):
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def _same_f32(a, b):
+    """Bit-equal, or both NaN (NaN payload / sign are unspecified by the contract)."""
+    a, b = np.asarray(a, np.float32).reshape(-1), np.asarray(b, np.float32).reshape(-1)
+    return a.shape == b.shape and bool(np.all((_bits(a) == _bits(b)) | (np.isnan(a) & np.isnan(b))))
+
+
+def _same_codes(got, want, fmt):
+    """Equal codes, except that where the reference's code is a NaN any NaN code is accepted (its
+    NaN code is 'the first NaN of the table', E5M2 0x7D; XLA's conversion, hence formats.h and
+    the CPU lowering, writes 0x7E)."""
+    got, want = np.asarray(got, np.uint8).reshape(-1), np.asarray(want, np.uint8).reshape(-1)
+    if got.shape != want.shape:
+        return False
+    nan_w = np.isnan(R.decode(want, FMTS[fmt]))
+    nan_g = np.isnan(R.decode(got, FMTS[fmt]))
+    return bool(np.all(np.where(nan_w, nan_g, got == want)))
+
+
+def _ties(fmt, n, rng):
+    """n values exactly halfway between adjacent grid points (and the grid points), random signs:
+    with a group amax of max_finite the scale is 1 and these are round-half-even ties."""
+    g = R.grid(FMTS[fmt])
+    g = np.unique(np.abs(g[np.isfinite(g)])).astype(np.float64)
+    mids = (g[:-1] + g[1:]) / 2
+    v = np.concatenate([mids, g])
+    v = rng.choice(v, size=n) * rng.choice([-1.0, 1.0], size=n)
+    return v.astype(np.float32)
+
+
+def _adversarial(fmt, rows, L, rng):
+    x = _x(rng, (rows, L))
+    mf = np.float32(R.get_format(FMTS[fmt]).max_finite) if fmt in FMTS else np.float32(448)
+    x[1] = _ties(fmt, L, rng)
+    x[1, 3] = mf  # row amax == max_finite: scale 1, the ties stay ties
+    x[2] = 0.0  # zero group
+    x[2, 7] = -0.0
+    x[3, :: L // 4] *= np.float32(2.0**60)  # saturating / wide-range values
+    return x
+
+
+def _amax_bits(x):
+    a = R.ref_amax(x)
+    return 0x7FC00000 if np.isnan(a) else int(_bits(a))
+
+
+@pytest.mark.parametrize("fmt", FP8)
+def test_tensor_quantize(exe, tmp_path, fmt):
+    rng = np.random.default_rng(10)
+    mf = np.float32(R.get_format(FMTS[fmt]).max_finite)
+    cases = []
+    x = _adversarial(fmt, 6, 96, rng)
+    cases.append(x)
+    t = _ties(fmt, 6 * 96, rng).reshape(6, 96)
+    t[0, 0] = -mf  # tensor amax == max_finite: s = 1, every tie is a tie
+    cases.append(t)
+    cases.append(np.zeros((2, 32), np.float32))  # amax 0: s = 1, codes 0 (and -0)
+    y = _x(rng, (3, 64))
+    y[1, 9] = np.nan
+    cases.append(y)  # NaN amax: s = NaN, every element NaN
+    z = _x(rng, (3, 64))
+    z[2, 4] = -np.inf
+    cases.append(z)  # Inf amax: s = Inf, finite -> 0, Inf / Inf -> default NaN
+    for x in cases:
+        data, scale, amax, ts = _squant(exe, tmp_path, "tensor", fmt, x)
+        codes, s = R.ref_tensor(x, FMTS[fmt])
+        assert _same_codes(data, codes, fmt)
+        assert _same_f32(scale, s)
+        assert int(_bits(amax)) == _amax_bits(x) and ts == 1.0
+
+
+@pytest.mark.parametrize("fmt", FP8)
+def test_delayed_quantize(exe, tmp_path, fmt):
+    rng = np.random.default_rng(11)
+    x = _adversarial(fmt, 4, 64, rng)
+    for s in [0.37, 1.0, 2.0**-10, 3.0e5, 0.0, np.inf, np.nan]:
+        data, scale, amax, ts = _squant(exe, tmp_path, "delayed", fmt, x, scale_in=s)
+        assert _same_codes(data, R.ref_delayed(x, FMTS[fmt], np.float32(s)), fmt), s
+        assert _same_f32(scale, np.float32(s))  # the scale result is scale_in
+        assert int(_bits(amax)) == _amax_bits(x) and ts == 1.0  # the amax pass still runs
+
+
+@pytest.mark.parametrize("fmt", FP8)
+def test_row_quantize(exe, tmp_path, fmt):
+    rng = np.random.default_rng(12)
+    x = _adversarial(fmt, 7, 160, rng)
+    x[4, 11] = np.nan  # NaN row: s = NaN
+    x[5, 20] = np.inf  # Inf row: s = Inf
+    x[6] = _x(rng, 160) * np.float32(2.0**-20)
+    data, scale, amax, ts = _squant(exe, tmp_path, "row", fmt, x)
+    codes, s = R.ref_row(x, FMTS[fmt], axis=-1)
+    assert _same_codes(data, codes, fmt)
+    assert _same_f32(scale, s)
+    assert int(_bits(amax)) == 0x7FC00000 and ts == 1.0
+
+
+@pytest.mark.parametrize("pow2", [False, True])
+@pytest.mark.parametrize("tr", [1, 128])
+@pytest.mark.parametrize("fmt", FP8)
+def test_tile_quantize(exe, tmp_path, fmt, tr, pow2):
+    rng = np.random.default_rng(13)
+    rows, L = (256, 384) if tr == 128 else (6, 384)
+    x = _x(rng, (rows, L))
+    mf = np.float32(R.get_format(FMTS[fmt]).max_finite)
+    x[1, 128:256] = _ties(fmt, 128, rng)  # tile amax == max_finite (plain scale 1; rceil 2^0 too)
+    x[1, 130] = mf
+    x[2, 0:128] = 0.0  # zero tile (1x128); with 128x128 tiles x[0:128, 0:128] is not all zero
+    if tr == 128:
+        x[128:256, 256:384] = 0.0  # zero 128x128 tile
+        x[130:256, 0:128] = _ties(fmt, 126 * 128, rng).reshape(126, 128)
+        x[129, 5] = mf
+    x[3, 300] = np.nan  # NaN tile: scale NaN (plain and power-of-two)
+    if not pow2:  # Inf amax: plain s = Inf (power-of-two Inf: the reference returns NaN, the
+        x[4, 10] = -np.inf  # contract and the CPU lowering pass Inf through; not compared)
+    data, scale, amax, ts = _squant(exe, tmp_path, "tile", fmt, x, tr=tr, tc=128, pow2=pow2)
+    codes, s = R.ref_tile(x, FMTS[fmt], axis=-1, tile=(tr, 128), power_of_two=pow2)
+    assert _same_codes(data, codes, fmt)
+    assert _same_f32(scale, s)
+    assert int(_bits(amax)) == 0x7FC00000 and ts == 1.0
+
+
+def test_nvfp4_quantize(exe, tmp_path):
+    rng = np.random.default_rng(14)
+    rows, L = 6, 128
+    x = _x(rng, (rows, L))
+    x[0, 0:16] = 0.0  # zero block: s_b = 0, codes 0
+    x[1, 16:32] *= np.float32(1e-6)  # s_b rounds to 0 in E4M3: eff == 0, codes 0
+    x[2, 0:16] = _ties("e2m1", 16, rng)  # E2M1 ties (scale products are not powers of two here)
+    x[3, :] = _ties("e2m1", L, rng) * np.float32(2.0**3)
+    x[4, 32:48] = np.float32(-6.0 * 448.0)
+    cases = [x]
+    y = x.copy()
+    y[5, 70] = np.nan  # s_t NaN
+    cases.append(y)
+    z = x.copy()
+    z[5, 70] = np.inf  # s_t Inf
+    cases.append(z)
+    cases.append(np.zeros((2, 32), np.float32))
+    # a tensor with amax 2688: s_t = 1, block scales are the E4M3 values of amax_b / 6 and
+    # elements of blocks with amax 6 * 2^k are exact E2M1 ties
+    w = (
+        _ties("e2m1", 4 * 64, rng).reshape(4, 64) * np.exp2(rng.integers(0, 4, size=(4, 4)).repeat(16, 1))
+    ).astype(np.float32)
+    w[0, 0] = 2688.0
+    cases.append(w)
+    for x in cases:
+        data, scale, amax, ts = _squant(exe, tmp_path, "nvfp4", "e2m1", x)
+        codes, sbytes, s_t = R.ref_nvfp4(x, axis=-1)
+        got = R.ref_unpack_fp4(data.reshape(x.shape[0], -1), axis=-1)
+        # E2M1 has no NaN: where x / eff is NaN the code is unspecified (reference: 0; formats.h /
+        # the CPU lowering: the sign alone). Those elements must still have zero magnitude.
+        with np.errstate(all="ignore"):
+            eff = (R.decode(sbytes, R.E4M3) * np.float32(s_t)).astype(np.float32)
+            q = x.reshape(x.shape[0], -1, 16) / eff[..., None]
+        nanq = np.isnan(q).reshape(x.shape) & (eff != 0).repeat(16, axis=-1)
+        assert np.array_equal(np.where(nanq, 0, got), np.where(nanq, 0, codes))
+        assert np.all((got[nanq] & 7) == 0)
+        if not nanq.any():
+            assert np.array_equal(data, R.ref_pack(codes, R.E2M1, axis=-1).reshape(-1).astype(np.uint8))
+        assert _same_codes(scale, sbytes, "e4m3")  # E4M3 block scale codes
+        assert _same_f32(ts, s_t)
+        assert int(_bits(amax)) == _amax_bits(x)
+
+
 # ------------------------------------------------------------------------------ kernel names
 
 
 def test_kernel_names(exe):
     names = subprocess.run([exe, "names"], check=True, capture_output=True, text=True).stdout.split()
-    assert len(names) == len(set(names)) == 9 * 2 * 3 + 4 * 4 * 3 + 5 * 2 * 3 + 1
+    assert len(names) == len(set(names)) == 9 * 2 * 3 + 4 * 4 * 3 + 5 * 2 * 3 + 1 + 3 * (2 + 3 * 2)
     from test_hip_isa import QUANT_KERNELS, _gemm_kernels  # the symbols the ISA test requires
 
     assert set(names) == {k[0] for k in _gemm_kernels()} | set(QUANT_KERNELS)
     assert "mxprec_gfx950_mx_gemm_16x16x128_e4m3_e5m2_bf16" in names
     assert "mxprec_gfx950_tile_gemm_1x128_128x128_e4m3_e4m3_f32" in names
     assert "mxprec_gfx950_mx_quantize_e2m1_rceil_bf16" in names
+    assert "mxprec_gfx950_tile_quantize_e5m2_f16" in names and "mxprec_gfx950_nvfp4_quantize_f32" in names

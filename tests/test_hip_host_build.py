@@ -56,7 +56,8 @@ FP8_PAIRS = [("e4m3", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e4m3"), ("e5m2", "e5m
 
 
 def expected_kernels() -> set[str]:
-    """The kernel names gfx950_kernels.h's gemm_kernel_name / quantize_kernel_name spell."""
+    """The kernel names gfx950_kernels.h's gemm_kernel_name / quantize_kernel_name /
+    scaled_quantize_kernel_name / amax_kernel_name spell."""
     k = set()
     for fa, fb in MX_PAIRS:
         for shape in ("16x16x128", "32x32x64"):
@@ -68,6 +69,10 @@ def expected_kernels() -> set[str]:
     for f in ("e4m3", "e5m2", "e2m3", "e3m2", "e2m1"):
         for r in ("rceil", "floor"):
             k |= {f"mxprec_gfx950_mx_quantize_{f}_{r}_{i}" for i in ("f32", "bf16", "f16")}
+    for i in ("f32", "bf16", "f16"):
+        k |= {f"mxprec_gfx950_amax_{i}", f"mxprec_gfx950_nvfp4_quantize_{i}"}
+        for f in ("e4m3", "e5m2"):
+            k |= {f"mxprec_gfx950_{kind}_quantize_{f}_{i}" for kind in ("tensor", "row", "tile")}
     return k | {"mxprec_gfx950_quantize_init"}
 
 

@@ -6,7 +6,7 @@ We have no AMD GPU: this compiles the device code for gfx950 with a stock clang 
 shape and format selectors (cbsz = A's format, blgp = B's; FP6 / FP4 operands in 6 / 4 VGPRs).
 It fails if the instruction disappears (e.g. a refactor that falls back to a dequantize loop).
 Skips when the toolchain is absent. Tools: $MXPREC_HIP_CLANG / $MXPREC_HIP_OBJDUMP override the
-names. The three translation units compile in parallel.
+names. The four translation units compile in parallel.
 """
 
 from __future__ import annotations
@@ -38,7 +38,12 @@ FLAGS = [
     "-I" + os.path.join(ROOT, "csrc", "common"),
     "-I" + HIPDIR,
 ]
-SOURCES = ["gfx950_mx_gemm.hip", "gfx950_fp8_gemm.hip", "gfx950_mx_quantize.hip"]
+SOURCES = [
+    "gfx950_mx_gemm.hip",
+    "gfx950_fp8_gemm.hip",
+    "gfx950_mx_quantize.hip",
+    "gfx950_scaled_quantize.hip",
+]
 
 _missing = [t for t in (CLANG, OBJDUMP) if shutil.which(t) is None]
 pytestmark = pytest.mark.skipif(
@@ -81,12 +86,19 @@ def _gemm_kernels():
     return ks
 
 
-QUANT_KERNELS = [
-    f"mxprec_gfx950_mx_quantize_{f}_{r}_{i}"
-    for f in CODE
-    for r in ("rceil", "floor")
-    for i in ("f32", "bf16", "f16")
-] + ["mxprec_gfx950_quantize_init"]
+INS = ("f32", "bf16", "f16")
+MX_QUANT_KERNELS = [
+    f"mxprec_gfx950_mx_quantize_{f}_{r}_{i}" for f in CODE for r in ("rceil", "floor") for i in INS
+]
+# gfx950_scaled_quantize.hip (gfx950_kernels.h scaled_quantize_kernel_name / amax_kernel_name)
+AMAX_KERNELS = [f"mxprec_gfx950_amax_{i}" for i in INS]
+TENSOR_QUANT_KERNELS = [f"mxprec_gfx950_tensor_quantize_{f}_{i}" for f in ("e4m3", "e5m2") for i in INS]
+GROUP_QUANT_KERNELS = [
+    f"mxprec_gfx950_{k}_quantize_{f}_{i}" for k in ("row", "tile") for f in ("e4m3", "e5m2") for i in INS
+]
+NVFP4_QUANT_KERNELS = [f"mxprec_gfx950_nvfp4_quantize_{i}" for i in INS]
+SCALED_QUANT_KERNELS = AMAX_KERNELS + TENSOR_QUANT_KERNELS + GROUP_QUANT_KERNELS + NVFP4_QUANT_KERNELS
+QUANT_KERNELS = MX_QUANT_KERNELS + ["mxprec_gfx950_quantize_init"] + SCALED_QUANT_KERNELS
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +158,24 @@ def test_gemm_uses_scaled_mfma(disasm, name, shape, fa, fb):
 def test_quantize_kernels(disasm):
     for name in QUANT_KERNELS:
         assert name in disasm, f"kernel {name} not in the code object"
-    for name in QUANT_KERNELS[:-1]:
+    for name in MX_QUANT_KERNELS:
         assert "global_atomic_umax" in disasm[name], f"{name}: tensor amax atomic missing"
+
+
+def test_scaled_quantize_kernels(disasm):
+    """tensor / row / tile / nvfp4 / amax kernels: present, amaxes reduced in LDS then one global
+    atomic umax per workgroup, FP32 divisions correctly rounded (v_div_fixup_f32: the IEEE division
+    the contract needs, not a reciprocal multiply)."""
+    for name in SCALED_QUANT_KERNELS:
+        assert name in disasm, f"kernel {name} not in the code object"
+    for name in AMAX_KERNELS + GROUP_QUANT_KERNELS:
+        assert "global_atomic_umax" in disasm[name], f"{name}: tensor amax atomic missing"
+        assert "ds_max_u32" in disasm[name] or "ds_max_rtn_u32" in disasm[name], f"{name}: LDS amax missing"
+        assert "s_barrier" in disasm[name], f"{name}: workgroup barrier missing"
+    for name in TENSOR_QUANT_KERNELS + GROUP_QUANT_KERNELS + NVFP4_QUANT_KERNELS:
+        assert "v_div_fixup_f32" in disasm[name], f"{name}: no IEEE FP32 division"
+    for name in TENSOR_QUANT_KERNELS + NVFP4_QUANT_KERNELS:  # the amax comes from the amax pass
+        assert "global_atomic" not in disasm[name], f"{name}: unexpected atomic"
 
 
 def test_no_other_kernels(disasm):

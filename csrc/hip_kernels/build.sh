@@ -20,7 +20,7 @@ mkdir -p "$OUT"
 FLAGS=(-x hip --offload-arch="$ARCH" --cuda-device-only --no-gpu-bundle-output -nogpulib -nogpuinc
        -include __clang_hip_runtime_wrapper.h -std=c++17 -O3
        -I"$ROOT/csrc/common" -I"$ROOT/csrc/hip_kernels" ${EXTRA_FLAGS:-})
-SRCS=(gfx950_mx_gemm gfx950_fp8_gemm gfx950_mx_quantize)
+SRCS=(gfx950_mx_gemm gfx950_fp8_gemm gfx950_mx_quantize gfx950_scaled_quantize)
 start=$(date +%s)
 pids=()
 for s in "${SRCS[@]}"; do

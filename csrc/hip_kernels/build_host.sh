@@ -39,7 +39,7 @@ start=$(date +%s)
 pids=()
 # Kernel units: host + device (the host side registers the embedded gfx950 code object and defines
 # the kernel handles the handlers launch).
-for s in gfx950_mx_gemm gfx950_fp8_gemm gfx950_mx_quantize; do
+for s in gfx950_mx_gemm gfx950_fp8_gemm gfx950_mx_quantize gfx950_scaled_quantize; do
   "$CLANG" "${FLAGS[@]}" -c "$ROOT/csrc/hip_kernels/$s.hip" -o "$OUT/host/$s.o" &
   pids+=($!)
 done
@@ -50,7 +50,7 @@ pids+=($!)
 for p in "${pids[@]}"; do wait "$p"; done
 # Export only the handlers, the kernel handles and HIP's per-unit ids (not libstdc++ templates).
 printf '{ global: Mxprec*; mxprec_gfx950_*; __hip_cuid_*; local: *; };\n' > "$OUT/host/exports.map"
-"$CLANG" -shared -fPIC -Wl,--version-script="$OUT/host/exports.map" -o "$OUT/libmxprec_hip.so" "$OUT"/host/{gfx950_handlers,gfx950_mx_gemm,gfx950_fp8_gemm,gfx950_mx_quantize}.o \
+"$CLANG" -shared -fPIC -Wl,--version-script="$OUT/host/exports.map" -o "$OUT/libmxprec_hip.so" "$OUT"/host/{gfx950_handlers,gfx950_mx_gemm,gfx950_fp8_gemm,gfx950_mx_quantize,gfx950_scaled_quantize}.o \
   "${HIP_LIB_FLAGS[@]}" -lamdhip64 -lstdc++ -Wl,--no-undefined
 exported="$("$NM" -D --defined-only "$OUT/libmxprec_hip.so")"
 for sym in MxprecScaledGemmHip MxprecQuantizeHip; do

@@ -1,7 +1,8 @@
 // XLA FFI handlers for platform "ROCM" (exported C symbols MxprecScaledGemmHip, MxprecQuantizeHip):
 // `mxprec_scaled_gemm` (contract: csrc/common/scaled_gemm.h) and `mxprec_quantize`
 // (csrc/common/quantize.h) on the gfx950 (MI355X) kernels of gfx950_mx_gemm.hip,
-// gfx950_fp8_gemm.hip and gfx950_mx_quantize.hip, launched on the hipStream_t XLA passes.
+// gfx950_fp8_gemm.hip, gfx950_mx_quantize.hip and gfx950_scaled_quantize.hip, launched on the
+// hipStream_t XLA passes.
 //
 // COMPILE-CHECKED ONLY. This file and libmxprec_hip.so are compiled (clang-22 -x hip, gfx950)
 // against Debian's ROCm 5.2 libamdhip64-dev headers; nothing here has run: we have no AMD GPU, and
@@ -20,16 +21,23 @@
 //       K % 128 == 0;
 //     * output f32 / bf16 / f16, optional f32 (N,) bias; any M, N (edge tiles masked).
 //     Not served: kind none / row / nvfp4, mixed kinds, mixed families (FP8 x FP4, ...).
-//   mxprec_quantize
-//     * kind mx, block 32, axis 2 (the contiguous axis), amax_mode 0, not delayed; every element
-//       format, scale rule rceil / floor, x f32 / bf16 / f16.
-//     Not served: axis 1, kinds tensor / row / tile / nvfp4, amax_mode 1 / 2.
+//   mxprec_quantize (x f32 / bf16 / f16, axis 2 = the contiguous axis only)
+//     * kind mx, block 32, amax_mode 0, not delayed; every element format, scale rule rceil / floor;
+//     * kind tensor (e4m3 / e5m2): current scaling (amax pass + cast pass), delayed (scale_in),
+//       amax_mode 0 / 1;
+//     * kind row (e4m3 / e5m2), amax_mode 0 / 2;
+//     * kind tile (e4m3 / e5m2) 1x128 and 128x128, plain or power-of-two scales, amax_mode 0 / 2;
+//     * kind nvfp4 (e2m1, block 16, E4M3 block scales, FP32 tensor scale; amax pass + block
+//       pass), amax_mode 0 / 1.
+//     Not served: axis 1 (any kind), other tile shapes, mx amax_mode 1 / 2.
 //
 // Kernels are launched with hipLaunchKernel (what hipLaunchKernelGGL / <<<>>> lower to) through
 // their host-side handles, looked up by the names gfx950_kernels.h spells (gemm_kernel_name,
-// quantize_kernel_name), with the single by-value argument GemmArgs / QuantizeArgs.
+// quantize_kernel_name, scaled_quantize_kernel_name, amax_kernel_name), with the single by-value
+// argument GemmArgs / QuantizeArgs / ScaledQuantizeArgs.
 #include <hip/hip_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -67,14 +75,23 @@
   X(mxprec_gfx950_mx_quantize_##fmt##_##rule##_bf16)                                     \
   X(mxprec_gfx950_mx_quantize_##fmt##_##rule##_f16)
 #define MXH_QUANT_FMT(X, fmt) MXH_QUANT_INS(X, fmt, rceil) MXH_QUANT_INS(X, fmt, floor)
+// gfx950_scaled_quantize.hip MXPREC_SQ_IN: amax / nvfp4 per input type, tensor / row / tile per
+// FP8 format and input type.
+#define MXH_SQ_FP8(X, fmt, in) \
+  X(mxprec_gfx950_tensor_quantize_##fmt##_##in) X(mxprec_gfx950_row_quantize_##fmt##_##in) X(mxprec_gfx950_tile_quantize_##fmt##_##in)
+#define MXH_SQ_IN(X, in) \
+  X(mxprec_gfx950_amax_##in) X(mxprec_gfx950_nvfp4_quantize_##in) MXH_SQ_FP8(X, e4m3, in) MXH_SQ_FP8(X, e5m2, in)
 #define MXH_QUANT_KERNELS(X)                                                                 \
   MXH_QUANT_FMT(X, e4m3) MXH_QUANT_FMT(X, e5m2) MXH_QUANT_FMT(X, e2m3) MXH_QUANT_FMT(X, e3m2) \
   MXH_QUANT_FMT(X, e2m1)
+#define MXH_SCALED_QUANT_KERNELS(X) MXH_SQ_IN(X, f32) MXH_SQ_IN(X, bf16) MXH_SQ_IN(X, f16)
 
 #define MXH_DECLARE_GEMM(name) extern "C" __global__ void name(::mxprec::hip::GemmArgs);
 #define MXH_DECLARE_QUANT(name) extern "C" __global__ void name(::mxprec::hip::QuantizeArgs);
 MXH_GEMM_KERNELS(MXH_DECLARE_GEMM)
 MXH_QUANT_KERNELS(MXH_DECLARE_QUANT)
+#define MXH_DECLARE_SQUANT(name) extern "C" __global__ void name(::mxprec::hip::ScaledQuantizeArgs);
+MXH_SCALED_QUANT_KERNELS(MXH_DECLARE_SQUANT)
 extern "C" __global__ void mxprec_gfx950_quantize_init(float* amax, float* tensor_scale);
 
 namespace mxprec {
@@ -92,7 +109,8 @@ const KernelTable& gemm_kernels() {
   return *t;
 }
 const KernelTable& quantize_kernels() {
-  static const KernelTable* t = new KernelTable{MXH_QUANT_KERNELS(MXH_TABLE_ENTRY)};
+  static const KernelTable* t =
+      new KernelTable{MXH_QUANT_KERNELS(MXH_TABLE_ENTRY) MXH_SCALED_QUANT_KERNELS(MXH_TABLE_ENTRY)};
   return *t;
 }
 
@@ -252,14 +270,125 @@ ffi::Error ScaledGemmHipImpl(hipStream_t stream, ffi::AnyBuffer ld, ffi::AnyBuff
 
 // ------------------------------------------------------------------------------ quantize
 
+// Kinds tensor (current / delayed), row, tile, nvfp4 (gfx950_scaled_quantize.hip); the
+// attributes are already validated by QuantizeHipImpl. Launch sequence on `stream`:
+//   quantize_init (amax = +0, tensor_scale = 1); tensor / nvfp4: amax pass, then the cast / block
+//   pass (which reads the amax, or amax_in with amax_mode 1); row / tile: one pass (per-group
+//   amax in LDS, atomic tensor amax), amax_in per group with amax_mode 2.
+ffi::Error QuantizeScaledHip(hipStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffer amax_in,
+                             ffi::Result<ffi::AnyBuffer> data, ffi::Result<ffi::AnyBuffer> scale,
+                             ffi::Result<ffi::AnyBuffer> amax_out, ffi::Result<ffi::AnyBuffer> tensor_scale_out,
+                             ScalingKind k, ElemFormat f, int32_t block, int32_t tile_rows, int32_t power_of_two,
+                             int32_t axis, int32_t delayed, int32_t amax_mode) {
+  const char* op = kQuantOp;
+  const QuantizeDesc d{k, f, (k == ScalingKind::kTile || k == ScalingKind::kNVFP4) ? block : 1,
+                       k == ScalingKind::kTile ? tile_rows : 1, ScaleRule::kRceil, power_of_two == 1, axis,
+                       delayed == 1, static_cast<AmaxMode>(amax_mode)};
+  if (d.delayed && k != ScalingKind::kTensor)
+    return invalid(std::string(op) + ": delayed=1 needs kind 1 (tensor), got " + scaling_kind_name(k));
+  if (d.amax_mode == AmaxMode::kTensor && !(k == ScalingKind::kTensor || k == ScalingKind::kNVFP4))
+    return invalid(std::string(op) + ": amax_mode=1 (tensor amax) needs kind tensor or nvfp4");
+  if (d.amax_mode == AmaxMode::kPerGroup && !(k == ScalingKind::kRow || k == ScalingKind::kTile))
+    return invalid(std::string(op) + ": amax_mode=2 (per-group amax) needs kind row or tile");
+  if (!scaled_quantize_supported(k, f))
+    return invalid(std::string(op) + ": " + scaling_kind_name(k) + " does not take format " + format_name(f));
+  if (axis != 2)
+    return unimplemented(op, "axis=1 (strided) quantization is not implemented: quantize along the contiguous axis 2");
+  if (k == ScalingKind::kTile && !((tile_rows == 1 || tile_rows == 128) && block == 128))
+    return unimplemented(op, "tile " + std::to_string(tile_rows) + "x" + std::to_string(block) +
+                                 " is not implemented (1x128 and 128x128 only)");
+
+  const auto xd = x.dimensions();
+  if (xd.size() != 3 || !is_wide_float(x.element_type()))
+    return invalid(std::string(op) + ": x must be a 3-D float32/bfloat16/float16 array, got shape " + dims_str(xd) +
+                   " dtype " + dtype_name(x.element_type()));
+  const int64_t B = xd[0], R = xd[1], C = xd[2];
+  if (C % d.block != 0 || C % pack_unit(f) != 0) {
+    std::ostringstream os;
+    os << op << ": x " << dims_str(xd) << " axis 2 has size " << C << ", not a multiple of the block " << d.block;
+    return invalid(os.str());
+  }
+  if (R % d.tile_rows != 0) {
+    std::ostringstream os;
+    os << op << ": x " << dims_str(xd) << " row axis has size " << R << ", not a multiple of tile_rows " << d.tile_rows;
+    return invalid(os.str());
+  }
+  const Dims3 scalar{0, {0, 0, 0}};
+  const Dims3 sdims = quantize_scale_dims(d, B, R, C);
+  if (d.delayed) {
+    if (auto e = check_buffer(op, "scale_in (delayed scale)", scale_in, scalar, ffi::DataType::F32); e.failure())
+      return e;
+  }
+  if (d.amax_mode == AmaxMode::kTensor) {
+    if (auto e = check_buffer(op, "amax_in (tensor amax)", amax_in, scalar, ffi::DataType::F32); e.failure()) return e;
+  } else if (d.amax_mode == AmaxMode::kPerGroup) {
+    if (auto e = check_buffer(op, "amax_in (per-group amax)", amax_in, sdims, ffi::DataType::F32); e.failure())
+      return e;
+  }
+  if (auto e = check_buffer(op, "data", *data, quantize_data_dims(d, B, R, C), data_dtype(f)); e.failure()) return e;
+  if (auto e = check_buffer(op, "scale", *scale, sdims, scale_dtype(k)); e.failure()) return e;
+  if (auto e = check_buffer(op, "amax", *amax_out, scalar, ffi::DataType::F32); e.failure()) return e;
+  if (auto e = check_buffer(op, "tensor_scale", *tensor_scale_out, scalar, ffi::DataType::F32); e.failure()) return e;
+
+  const int32_t in_type = x.element_type() == ffi::DataType::F32 ? 0 : (x.element_type() == ffi::DataType::BF16 ? 1 : 2);
+  float* amax_p = static_cast<float*>(amax_out->untyped_data());
+  float* ts_p = static_cast<float*>(tensor_scale_out->untyped_data());
+  {
+    void* params[] = {&amax_p, &ts_p};
+    hipError_t e = hipLaunchKernel(reinterpret_cast<const void*>(&mxprec_gfx950_quantize_init), dim3(1), dim3(kWaveSize),
+                                   params, 0, stream);
+    if (e != hipSuccess) return hip_error(op, "mxprec_gfx950_quantize_init", e);
+  }
+  const int64_t rows = B * R, n = rows * C;
+  ScaledQuantizeArgs args{};
+  args.x = x.untyped_data();
+  args.data = static_cast<uint8_t*>(data->untyped_data());
+  args.scale = scale->untyped_data();
+  args.amax = amax_p;
+  args.tensor_scale = ts_p;
+  args.amax_src = d.amax_mode == AmaxMode::kTensor ? static_cast<const float*>(amax_in.untyped_data()) : amax_p;
+  args.scale_src = d.delayed ? static_cast<const float*>(scale_in.untyped_data()) : nullptr;
+  args.group_amax = d.amax_mode == AmaxMode::kPerGroup ? static_cast<const float*>(amax_in.untyped_data()) : nullptr;
+  args.rows = rows;
+  args.l = C;
+  args.tr = k == ScalingKind::kTile ? d.tile_rows : 1;
+  args.tc = k == ScalingKind::kTile ? d.block : C;
+  args.power_of_two = power_of_two;
+  const int64_t stride_groups =
+      std::min<int64_t>(kElementwiseMaxGroups, std::max<int64_t>(1, (n + kScaledGroupSize - 1) / kScaledGroupSize));
+  args.stride = stride_groups * kScaledGroupSize;
+
+  auto run = [&](const std::string& name, int64_t groups) -> ffi::Error {
+    const void* kernel = find_kernel(quantize_kernels(), name);
+    if (kernel == nullptr) return ffi::Error::Internal(std::string(op) + ": kernel " + name + " is not in libmxprec_hip.so");
+    if (groups * kScaledGroupSize > kMaxGridThreads)
+      return unimplemented(op, "grid of " + std::to_string(groups) + " workgroups exceeds the 2**32-thread grid limit");
+    if (hipError_t e = launch(kernel, groups, kScaledGroupSize, args, stream); e != hipSuccess)
+      return hip_error(op, name.c_str(), e);
+    return ffi::Error::Success();
+  };
+  const std::string name = scaled_quantize_kernel_name(k, f, in_type);
+  if (k == ScalingKind::kTensor || k == ScalingKind::kNVFP4) {
+    // amax pass (the amax result; also the scale's amax unless amax_mode 1), then the cast pass,
+    // which also writes the scale (tensor) / tensor_scale (nvfp4) even for an empty x.
+    if (n > 0)
+      if (auto e = run(amax_kernel_name(in_type), stride_groups); e.failure()) return e;
+    const int64_t groups = k == ScalingKind::kTensor
+                               ? stride_groups
+                               : std::max<int64_t>(1, (n / kNvfp4Block + kScaledGroupSize - 1) / kScaledGroupSize);
+    return run(name, groups);
+  }
+  // row / tile: one workgroup per group (row: also for C == 0, whose scales are 1)
+  const int64_t ngroups = k == ScalingKind::kRow ? rows : (rows / args.tr) * (C / args.tc);
+  if (ngroups == 0) return ffi::Error::Success();
+  return run(name, ngroups);
+}
+
 ffi::Error QuantizeHipImpl(hipStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffer amax_in,
                            ffi::Result<ffi::AnyBuffer> data, ffi::Result<ffi::AnyBuffer> scale,
                            ffi::Result<ffi::AnyBuffer> amax_out, ffi::Result<ffi::AnyBuffer> tensor_scale_out,
                            int32_t kind, int32_t fmt, int32_t block, int32_t tile_rows, int32_t scale_rule,
                            int32_t power_of_two, int32_t axis, int32_t delayed, int32_t amax_mode) {
-  (void)scale_in;  // delayed: refused below
-  (void)amax_in;   // amax_mode 0 only
-  (void)power_of_two;
   const char* op = kQuantOp;
   if (kind == static_cast<int32_t>(ScalingKind::kNone))
     return invalid(std::string(op) + ": kind=0 (none) does not quantize; use kind 1..5");
@@ -276,7 +405,8 @@ ffi::Error QuantizeHipImpl(hipStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   const auto k = static_cast<ScalingKind>(kind);
   const auto f = static_cast<ElemFormat>(fmt);
   if (k != ScalingKind::kMX)
-    return unimplemented(op, std::string("kind ") + scaling_kind_name(k) + " is not implemented (mx only)");
+    return QuantizeScaledHip(stream, x, scale_in, amax_in, data, scale, amax_out, tensor_scale_out, k, f, block,
+                             tile_rows, power_of_two, axis, delayed, amax_mode);
   if (block != kMxBlock) return unimplemented(op, "MX block " + std::to_string(block) + " is not implemented (32 only)");
   if (axis != 2)
     return unimplemented(op, "axis=1 (strided) quantization is not implemented: quantize along the contiguous axis 2");

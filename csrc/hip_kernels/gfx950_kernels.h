@@ -17,6 +17,8 @@ namespace hip {
 constexpr int32_t kGemmWavesPerGroup = 4;  // 4 waves (tiles) per 256-thread workgroup
 constexpr int32_t kGemmGroupSize = kGemmWavesPerGroup * kWaveSize;
 constexpr int32_t kQuantizeGroupSize = 256;  // one MX block of 32 per thread
+constexpr int32_t kScaledGroupSize = 256;    // FP32-scaled quantize kernels (gfx950_scaled_quantize.hip)
+constexpr int64_t kElementwiseMaxGroups = 65536;  // grid-stride kernels (amax, tensor cast): grid cap
 
 enum class OutType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 // How the GEMM applies operand scales:
@@ -48,6 +50,31 @@ struct QuantizeArgs {
   uint8_t* scale;      // (rows, L / 32) E8M0
   float* amax;         // () tensor amax; must hold +0.0 before the launch (see *_init kernel)
   int64_t rows, l;
+};
+
+// Single kernel argument of the FP32-scaled quantize kernels (gfx950_scaled_quantize.hip): x
+// (rows, L) row-major, quantized along L (contract axis = 2, rows = B * R, L = C).
+//   mxprec_gfx950_amax_<in>:               amax = max |x| (atomic umax; one per workgroup)
+//   mxprec_gfx950_tensor_quantize_<f>_<in>: data = FP8 codes of x / s, s = scale_src ? *scale_src
+//                                           (delayed) : tensor_scale(*amax_src); scale = s
+//   mxprec_gfx950_{row,tile}_quantize_<f>_<in>: one workgroup per (tr x tc) group (row: 1 x L);
+//                                           scale[g] = group_scale(amax_g); amax atomically maxed;
+//                                           group_amax (amax_mode 2) replaces amax_g in the scale
+//   mxprec_gfx950_nvfp4_quantize_<in>:     one thread per block of 16: data packed E2M1 (rows, L/2),
+//                                           scale E4M3 (rows, L/16); tensor_scale = s_t(*amax_src)
+struct ScaledQuantizeArgs {
+  const void* x;            // f32 / bf16 / f16
+  uint8_t* data;            // FP8 (rows, L) / NVFP4 packed (rows, L / 2)
+  void* scale;              // tensor: f32 (); row / tile: f32 per group; nvfp4: u8 E4M3 (rows, L / 16)
+  float* amax;              // () tensor amax: the amax kernel and row / tile kernels max into it
+  float* tensor_scale;      // () NVFP4 s_t (written by nvfp4); else unused
+  const float* amax_src;    // tensor / nvfp4: the amax the scale is computed from (amax, or amax_in)
+  const float* scale_src;   // tensor delayed: scale_in; else nullptr
+  const float* group_amax;  // row / tile amax_mode 2: amax_in (scale-shaped); else nullptr
+  int64_t rows, l;          // x (rows, L); also n = rows * l for the amax / tensor kernels
+  int64_t tr, tc;           // row / tile group extent (row: 1, L); unused otherwise
+  int64_t stride;           // amax / tensor kernels (grid-stride loops): threads in the launch
+  int32_t power_of_two;     // tile
 };
 
 inline const char* out_type_name(OutType o) {
@@ -89,6 +116,20 @@ inline std::string quantize_kernel_name(ElemFormat f, ScaleRule r, int32_t in_ty
   return std::string("mxprec_gfx950_mx_quantize_") + format_name(f) + (r == ScaleRule::kRceil ? "_rceil_" : "_floor_") +
          in_type_name(in_type);
 }
+
+// FP32-scaled quantize kernels (gfx950_scaled_quantize.hip): kinds tensor / row / tile take an
+// FP8 format; nvfp4 is E2M1 only. e.g. mxprec_gfx950_tensor_quantize_e4m3_bf16,
+// mxprec_gfx950_tile_quantize_e5m2_f32, mxprec_gfx950_nvfp4_quantize_f16, mxprec_gfx950_amax_f32.
+inline bool scaled_quantize_supported(ScalingKind k, ElemFormat f) {
+  if (k == ScalingKind::kNVFP4) return f == ElemFormat::kE2M1;
+  return (k == ScalingKind::kTensor || k == ScalingKind::kRow || k == ScalingKind::kTile) && is_fp8(f);
+}
+inline std::string scaled_quantize_kernel_name(ScalingKind k, ElemFormat f, int32_t in_type) {
+  if (k == ScalingKind::kNVFP4) return std::string("mxprec_gfx950_nvfp4_quantize_") + in_type_name(in_type);
+  const char* kn = k == ScalingKind::kTensor ? "tensor" : (k == ScalingKind::kRow ? "row" : "tile");
+  return std::string("mxprec_gfx950_") + kn + "_quantize_" + format_name(f) + "_" + in_type_name(in_type);
+}
+inline std::string amax_kernel_name(int32_t in_type) { return std::string("mxprec_gfx950_amax_") + in_type_name(in_type); }
 
 }  // namespace hip
 }  // namespace mxprec

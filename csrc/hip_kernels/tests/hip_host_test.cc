@@ -17,6 +17,12 @@
 //   hip_host_test quant FMT RULE ROWS L IN OUT
 //       IN: f32 (ROWS, L). OUT: data u8 (ROWS, L'), scale u8 (ROWS, L/32), amax f32 (the
 //       kernel's per-block quantize_mx_block + unsigned-bits atomic max).
+//   hip_host_test squant KIND FMT ROWS L TR TC POW2 IN OUT
+//       KIND tensor | delayed | row | tile | nvfp4 (FMT e2m1). IN: f32 (ROWS, L), then (delayed)
+//       the f32 scale_in. OUT: data u8 (ROWS, L) FP8 codes / (ROWS, L/2) packed E2M1; scale
+//       (tensor / delayed f32 (); row f32 (ROWS); tile f32 (ROWS/TR, L/TC); nvfp4 u8 (ROWS, L/16));
+//       amax f32; tensor_scale f32: the gfx950_scaled_quantize.hip kernel bodies (scaled_group.h)
+//       run on the CPU, thread by thread (grid-stride amax, per-workgroup LDS umax + atomic umax).
 //   hip_host_test names
 //       every kernel symbol the host selects (gemm_supported / gemm_kernel_name /
 //       quantize_kernel_name), one per line.
@@ -36,6 +42,7 @@
 #include "gfx950_kernels.h"
 #include "mfma_layout.h"
 #include "mx_block.h"
+#include "scaled_group.h"
 
 using namespace mxprec;
 using namespace mxprec::hip;
@@ -248,6 +255,86 @@ int cmd_quant(char** a) {
   return 0;
 }
 
+// The amax pass (mxprec_gfx950_amax_*): `threads` grid-stride threads, each amax_combine over its
+// elements, finished, then max of the keys (LDS ds_max_u32 + global_atomic_umax).
+uint32_t emulate_amax_pass(const std::vector<float>& x, int64_t threads) {
+  uint32_t key = 0;  // mxprec_gfx950_quantize_init: +0
+  for (int64_t t = 0; t < threads; ++t) {
+    float acc = 0.0f;
+    for (int64_t i = t; i < static_cast<int64_t>(x.size()); i += threads) acc = amax_combine(acc, x[i]);
+    key = std::max(key, amax_key(amax_finish(acc)));
+  }
+  return key;
+}
+
+int cmd_squant(char** a) {
+  const std::string kind = a[0];
+  const ElemFormat f = parse_fmt(a[1]);
+  const int64_t rows = std::atoll(a[2]), L = std::atoll(a[3]), tr = std::atoll(a[4]), tc = std::atoll(a[5]);
+  const bool pow2 = std::atoi(a[6]) != 0;
+  const auto in = read_all(a[7]);
+  Reader r{in};
+  const int64_t n = rows * L;
+  std::vector<float> x(n);
+  std::memcpy(x.data(), r.take(4 * n), 4 * n);
+  Writer w;
+  float tensor_scale_out = 1.0f;
+  if (kind == "tensor" || kind == "delayed") {
+    float scale_in = 0.0f;
+    if (kind == "delayed") std::memcpy(&scale_in, r.take(4), 4);
+    const uint32_t amax = emulate_amax_pass(x, 3 * kScaledGroupSize);
+    // tensor_body: s from scale_src (delayed) or the amax; every thread encodes its elements
+    const float s = kind == "delayed" ? scale_in : tensor_scale(bits_f32(amax), f);
+    for (int64_t i = 0; i < n; ++i) w.put(encode_scaled(x[i], s, f));
+    w.put(s);
+    w.put(amax);
+  } else if (kind == "row" || kind == "tile") {
+    const bool tile = kind == "tile";
+    const int64_t gtr = tile ? tr : 1, gtc = tile ? tc : L;
+    const int64_t ngroups = tile ? (rows / tr) * (L / tc) : rows;
+    std::vector<uint8_t> data(n, 0xAA);
+    std::vector<float> scale(ngroups);
+    uint32_t amax = 0;
+    for (int64_t g = 0; g < ngroups; ++g) {  // group_body, one workgroup per group
+      const int64_t ng = gtr * gtc;
+      uint32_t red = 0;
+      for (int64_t t = 0; t < kScaledGroupSize; ++t) {
+        float acc = 0.0f;
+        for (int64_t j = t; j < ng; j += kScaledGroupSize) acc = amax_combine(acc, x[tile_elem_offset(g, j, L, gtr, gtc)]);
+        red = std::max(red, amax_key(amax_finish(acc)));
+      }
+      const float s = group_scale(bits_f32(red), f, tile && pow2);
+      scale[g] = s;
+      amax = std::max(amax, red);
+      for (int64_t j = 0; j < ng; ++j) {
+        const int64_t off = tile_elem_offset(g, j, L, gtr, gtc);
+        data[off] = encode_scaled(x[off], s, f);
+      }
+    }
+    for (uint8_t v : data) w.put(v);
+    for (float v : scale) w.put(v);
+    w.put(amax);
+  } else if (kind == "nvfp4") {
+    const uint32_t amax = emulate_amax_pass(x, 2 * kScaledGroupSize + 5);
+    const float ts = nvfp4_tensor_scale(bits_f32(amax));
+    const int64_t nb = n / kNvfp4Block;
+    std::vector<uint8_t> data(n / 2), sbytes(nb);
+    for (int64_t blk = 0; blk < nb; ++blk) {  // nvfp4_body, one thread per block
+      const float* xb = x.data() + blk * kNvfp4Block;
+      sbytes[blk] = quantize_nvfp4_block_load([xb](int32_t i) { return xb[i]; }, ts, data.data() + blk * 8).scale_byte;
+    }
+    for (uint8_t v : data) w.put(v);
+    for (uint8_t v : sbytes) w.put(v);
+    w.put(amax);
+    tensor_scale_out = ts;
+  } else {
+    die("bad kind " + kind);
+  }
+  w.put(tensor_scale_out);
+  w.save(a[8]);
+  return 0;
+}
+
 int cmd_names() {
   const ElemFormat all[] = {ElemFormat::kE4M3, ElemFormat::kE5M2, ElemFormat::kE2M3, ElemFormat::kE3M2,
                             ElemFormat::kE2M1};
@@ -270,6 +357,12 @@ int cmd_names() {
     for (ScaleRule r : {ScaleRule::kRceil, ScaleRule::kFloor})
       for (int i = 0; i < 3; ++i) std::cout << quantize_kernel_name(f, r, i) << "\n";
   std::cout << "mxprec_gfx950_quantize_init\n";
+  for (int i = 0; i < 3; ++i) {
+    std::cout << amax_kernel_name(i) << "\n";
+    for (ScalingKind k : {ScalingKind::kTensor, ScalingKind::kRow, ScalingKind::kTile, ScalingKind::kNVFP4})
+      for (ElemFormat f : all)
+        if (scaled_quantize_supported(k, f)) std::cout << scaled_quantize_kernel_name(k, f, i) << "\n";
+  }
   return 0;
 }
 
@@ -282,6 +375,7 @@ int main(int argc, char** argv) {
   if (cmd == "lanes" && argc == 4) return cmd_lanes(argv + 2);
   if (cmd == "gemm" && argc == 15) return cmd_gemm(argv + 2);
   if (cmd == "quant" && argc == 8) return cmd_quant(argv + 2);
+  if (cmd == "squant" && argc == 11) return cmd_squant(argv + 2);
   if (cmd == "names") return cmd_names();
   die("bad arguments for " + cmd);
 }
