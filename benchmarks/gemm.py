@@ -24,7 +24,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 import mxprec
@@ -90,7 +89,7 @@ def torch_rows(m, k, n, iters):
 
     def run(name, recipe, sa, sb):
         try:
-            f = lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)  # noqa: E731
+            f = lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
             for _ in range(3):
                 f()
             torch.cuda.synchronize()

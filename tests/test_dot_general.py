@@ -167,7 +167,7 @@ def test_quantized_residuals_equal_wide_residuals(name):
     grads = {}
     for policy in ("wide", "quantized"):
         r = mxprec.recipes.get(name, residuals=policy)
-        f = lambda x, w: jnp.sum(mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=r) ** 2)  # noqa: E731
+        f = lambda x, w: jnp.sum(mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=r) ** 2)
         grads[policy] = jax.jit(jax.grad(f, argnums=(0, 1)))(x, w)
     for a, b in zip(grads["wide"], grads["quantized"]):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -177,12 +177,12 @@ def test_vmap_and_checkpoint():
     r = mxprec.recipes.get("mxfp8")
     x, w, _ = _inputs((3, 64, 128), (128, 128))
     dn = (((1,), (0,)), ((), ()))
-    f = lambda x, w: mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=r)  # noqa: E731
+    f = lambda x, w: mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=r)
     batched = jax.vmap(f, in_axes=(0, None))(x, w)
     looped = jnp.stack([f(x[i], w) for i in range(3)])
     np.testing.assert_array_equal(np.asarray(batched), np.asarray(looped))
 
-    loss = lambda x, w: jnp.sum(f(x[0], w) ** 2)  # noqa: E731
+    loss = lambda x, w: jnp.sum(f(x[0], w) ** 2)
     plain = jax.grad(loss, argnums=1)(x, w)
     for policy in (jax.checkpoint_policies.nothing_saveable, mxprec.training.remat_policy(save_gemm_outputs=True)):
         remat = jax.grad(jax.checkpoint(loss, policy=policy), argnums=1)(x, w)

@@ -251,4 +251,4 @@ def test_rocm_lowering_is_k_major(monkeypatch):
     text = lower(lambda v: hip.quantize(v, MXScaling(fmt="e3m2", scale_rule="floor")).data, x)
     call = next(line for line in text.splitlines() if "stablehlo.custom_call @mxprec_quantize" in line)
     assert "axis = 2" in call and "kind = 4" in call and "scale_rule = 1" in call and "fmt = 3" in call
-    assert "tensor<1x15x48xui8>" in call and "tensor<1x15x2xf8E8M0FNU>" in call
+    assert "tensor<3x5x48xui8>" in call and "tensor<3x5x2xf8E8M0FNU>" in call

@@ -42,8 +42,8 @@ def test_stochastic_rounding_is_deterministic_per_key():
 def test_seed_byte_table():
     """Bytes per value the seed tables use: BF16 2.0, per-tensor FP8 ~1.0, MX 8.25/6.25/4.25 bits."""
     x = jnp.ones((4096, 4096), jnp.float32)
-    per_value = lambda q: mxprec.nbytes(q) / x.size  # noqa: E731
-    shapes = lambda spec: jax.eval_shape(lambda x: mxprec.quantize(x, spec), x)  # noqa: E731
+    per_value = lambda q: mxprec.nbytes(q) / x.size
+    shapes = lambda spec: jax.eval_shape(lambda x: mxprec.quantize(x, spec), x)
     assert x.astype(jnp.bfloat16).dtype.itemsize == 2
     assert per_value(shapes(mxprec.TensorScaling(formats.E4M3))) == pytest.approx(1.0, abs=1e-6)
     assert per_value(shapes(formats.MXFP8)) == 1.03125

@@ -25,7 +25,7 @@ import mxprec
 from mxprec import formats
 
 sys.path.insert(0, os.path.dirname(__file__))
-import reference as R  # noqa: E402
+import reference as R
 
 FP8 = ["E4M3", "E5M2"]
 MX_FMTS = ["E4M3", "E5M2", "E2M3", "E3M2", "E2M1"]

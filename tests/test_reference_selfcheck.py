@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-import reference as R  # noqa: E402
+import reference as R
 
 ALL = [R.E4M3, R.E5M2, R.E2M3, R.E3M2, R.E2M1]
 

@@ -3,7 +3,7 @@
 Public API only (re-exports); logic lives in the modules named after each concept.
 """
 
-from mxprec import formats, recipes
+from mxprec import analysis, flax, formats, recipes, training
 from mxprec.dot_general import DotGeneralState, dot_general, max_combining
 from mxprec.info import info
 from mxprec.kernels import scaled_gemm
@@ -19,14 +19,32 @@ from mxprec.scaling import (
     TileScaling,
     update_delayed_state,
 )
-from mxprec import analysis, flax, training  # noqa: E402  (after the core: they import it)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "formats", "recipes", "analysis", "flax", "training",
-    "DotGeneralState", "dot_general", "max_combining", "info", "scaled_gemm",
-    "QTensor", "bits_per_value", "dequantize", "nbytes", "quantize", "Recipe",
-    "DelayedScaling", "DelayedScalingState", "MXScaling", "NVFP4Scaling", "RowScaling",
-    "TensorScaling", "TileScaling", "update_delayed_state",
+    "DelayedScaling",
+    "DelayedScalingState",
+    "DotGeneralState",
+    "MXScaling",
+    "NVFP4Scaling",
+    "QTensor",
+    "Recipe",
+    "RowScaling",
+    "TensorScaling",
+    "TileScaling",
+    "analysis",
+    "bits_per_value",
+    "dequantize",
+    "dot_general",
+    "flax",
+    "formats",
+    "info",
+    "max_combining",
+    "nbytes",
+    "quantize",
+    "recipes",
+    "scaled_gemm",
+    "training",
+    "update_delayed_state",
 ]

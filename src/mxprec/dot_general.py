@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,10 +38,11 @@ from jax.ad_checkpoint import checkpoint_name
 
 from mxprec import kernels
 from mxprec.quantize import QTensor, quantize, tensor_amax
-from mxprec.recipes import Recipe, get as get_recipe
+from mxprec.recipes import Recipe
+from mxprec.recipes import get as get_recipe
 from mxprec.scaling import DelayedScaling, DelayedScalingState, TensorScaling, update_delayed_state
 
-__all__ = ["dot_general", "DotGeneralState", "max_combining", "canonicalize", "CHECKPOINT_NAME"]
+__all__ = ["CHECKPOINT_NAME", "DotGeneralState", "canonicalize", "dot_general", "max_combining"]
 
 CHECKPOINT_NAME = "mxprec_gemm"
 
@@ -51,12 +52,12 @@ CHECKPOINT_NAME = "mxprec_gemm"
 class DotGeneralState:
     """Delayed-scaling state of X (``lhs``), W (``rhs``) and dY (``grad``); None where unused."""
 
-    lhs: Optional[DelayedScalingState] = None
-    rhs: Optional[DelayedScalingState] = None
-    grad: Optional[DelayedScalingState] = None
+    lhs: DelayedScalingState | None = None
+    rhs: DelayedScalingState | None = None
+    grad: DelayedScalingState | None = None
 
     @classmethod
-    def init(cls, recipe: Recipe) -> Optional["DotGeneralState"]:
+    def init(cls, recipe: Recipe) -> DotGeneralState | None:
         """Fresh float32 state for ``recipe`` (zeros history, scale 1), or None if stateless."""
         if not recipe.is_delayed:
             return None
@@ -102,7 +103,7 @@ def canonicalize(lhs_shape, rhs_shape, dimension_numbers) -> Canonical:
             raise ValueError(f"dot_general: batch sizes differ (lhs dim {a}, rhs dim {b}): {desc}")
     lf = tuple(d for d in range(ln) if d not in lc and d not in lb)
     rf = tuple(d for d in range(rn) if d not in rc and d not in rb)
-    size = lambda shape, dims: math.prod(shape[d] for d in dims)  # noqa: E731
+    size = lambda shape, dims: math.prod(shape[d] for d in dims)
     out_shape = tuple(lhs_shape[d] for d in lb + lf) + tuple(rhs_shape[d] for d in rf)
     return Canonical(
         lhs_perm=lb + lf + lc,
@@ -144,18 +145,27 @@ def max_combining(tree):
     return _to_max_grad(tree)
 
 
-def _q(t, spec, axis, recipe: Recipe, state: Optional[DelayedScalingState] = None, key=None, backend="xla"):
+def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, key=None, backend="xla"):
     """Quantize ``t`` along ``axis`` per ``spec``; an unquantized role is cast to compute_dtype.
 
-    With ``backend="ffi"`` on CPU the ``mxprec_quantize`` custom call runs (bit-identical to the
-    JAX quantizer); stochastic rounding (a PRNG key) always uses the JAX quantizer.
+    With ``backend="ffi"`` the ``mxprec_quantize`` custom call runs where a quantize kernel exists
+    (the C++ lowering on CPU; the gfx950 kernels on ROCm), bit-identical to the JAX quantizer.
+    Stochastic rounding (a PRNG key), and CUDA (no quantize kernel yet), use the JAX quantizer.
     """
     if spec is None:
         return t if recipe.compute_dtype is None else t.astype(recipe.compute_dtype)
-    if backend == "ffi" and key is None and jax.default_backend() == "cpu":
-        from mxprec.kernels import ffi
+    delayed_state = state if isinstance(spec, DelayedScaling) else None
+    if backend == "ffi" and key is None:
+        platform = jax.default_backend()
+        if platform == "cpu":
+            from mxprec.kernels import ffi
 
-        return ffi.quantize(t, spec, axis, state=state if isinstance(spec, DelayedScaling) else None)
+            return ffi.quantize(t, spec, axis, state=delayed_state)
+        if platform == "gpu":
+            from mxprec.kernels import hip
+
+            if hip.is_rocm() and hip.available() and hip.supports_quantize(spec):
+                return hip.quantize(t, spec, axis, state=delayed_state)
     if isinstance(spec, DelayedScaling):
         return quantize(t, spec, axis=axis, state=state)
     return quantize(t, spec, axis=axis, key=key)
@@ -261,7 +271,7 @@ def dot_general(
     out_sharding=None,
     *,
     recipe: Recipe | str,
-    state: Optional[DotGeneralState] = None,
+    state: DotGeneralState | None = None,
 ) -> jax.Array:
     """Drop-in ``lax.dot_general`` whose GEMMs follow ``recipe`` (see module docstring).
 

@@ -15,17 +15,17 @@ import ml_dtypes
 import numpy as np
 
 __all__ = [
-    "ElementFormat",
-    "ScaleFormat",
-    "E4M3",
-    "E5M2",
+    "E2M1",
     "E2M3",
     "E3M2",
-    "E2M1",
-    "E8M0",
+    "E4M3",
     "E4M3_SCALE",
-    "FP32",
+    "E5M2",
+    "E8M0",
     "ELEMENT_FORMATS",
+    "FP32",
+    "ElementFormat",
+    "ScaleFormat",
     "element_format",
 ]
 

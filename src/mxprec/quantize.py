@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -38,18 +38,18 @@ from mxprec.scaling import (
 )
 
 __all__ = [
-    "QTensor",
-    "quantize",
-    "dequantize",
-    "nbytes",
-    "bits_per_value",
-    "tensor_amax",
-    "round_to_grid",
-    "encode",
-    "decode",
-    "pack",
-    "unpack",
     "SUPPORTED_INPUT_DTYPES",
+    "QTensor",
+    "bits_per_value",
+    "decode",
+    "dequantize",
+    "encode",
+    "nbytes",
+    "pack",
+    "quantize",
+    "round_to_grid",
+    "tensor_amax",
+    "unpack",
 ]
 
 SUPPORTED_INPUT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
@@ -76,7 +76,7 @@ class QTensor:
     data: jax.Array
     scale: jax.Array
     amax: jax.Array
-    tensor_scale: Optional[jax.Array]
+    tensor_scale: jax.Array | None
     spec: Any = dataclasses.field(metadata=dict(static=True))
     axis: int = dataclasses.field(metadata=dict(static=True))
     shape: tuple = dataclasses.field(metadata=dict(static=True))
@@ -105,7 +105,7 @@ class QTensor:
 # ----------------------------------------------------------------------------- element rounding
 
 
-def round_to_grid(v: jax.Array, fmt: ElementFormat, uniform: Optional[jax.Array] = None) -> jax.Array:
+def round_to_grid(v: jax.Array, fmt: ElementFormat, uniform: jax.Array | None = None) -> jax.Array:
     """Saturate FP32 ``v`` to ±max_finite and round onto ``fmt``'s grid (FP32 result, exact).
 
     Round-to-nearest-even by default; with ``uniform`` (FP32 draws in [0, 1), shape of v),
@@ -289,8 +289,8 @@ def quantize(
     spec: ScalingSpec,
     *,
     axis: int = -1,
-    key: Optional[jax.Array] = None,
-    state: Optional[DelayedScalingState] = None,
+    key: jax.Array | None = None,
+    state: DelayedScalingState | None = None,
 ) -> QTensor:
     """Quantizes ``x`` (any rank; float32/bfloat16/float16) along ``axis`` according to ``spec``.
 

@@ -31,7 +31,7 @@ fp8_current, te_mxfp8 → mxfp8, te_nvfp4 → nvfp4, aiter_fp4 → mxfp4, fp8 �
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Optional
+from typing import Literal
 
 import jax.numpy as jnp
 
@@ -46,7 +46,7 @@ from mxprec.scaling import (
     TileScaling,
 )
 
-__all__ = ["Recipe", "get", "names", "ROLES", "aliases"]
+__all__ = ["ROLES", "Recipe", "aliases", "get", "names"]
 
 ROLES = ("fprop_lhs", "fprop_rhs", "dgrad_grad", "dgrad_rhs", "wgrad_lhs", "wgrad_grad")
 _GEMM_OF_ROLE = {
@@ -65,18 +65,18 @@ class Recipe:
 
     name: str = "custom"
     # Forward pass (fprop): Y = X · W, contracting K.
-    fprop_lhs: Optional[ScalingSpec] = None
-    fprop_rhs: Optional[ScalingSpec] = None
+    fprop_lhs: ScalingSpec | None = None
+    fprop_rhs: ScalingSpec | None = None
     # Backward pass (dgrad): dX = dY · Wᵀ, contracting N.
-    dgrad_grad: Optional[ScalingSpec] = None
-    dgrad_rhs: Optional[ScalingSpec] = None
+    dgrad_grad: ScalingSpec | None = None
+    dgrad_rhs: ScalingSpec | None = None
     # Backward pass (wgrad): dW = Xᵀ · dY, contracting M (the tokens).
-    wgrad_lhs: Optional[ScalingSpec] = None
-    wgrad_grad: Optional[ScalingSpec] = None
+    wgrad_lhs: ScalingSpec | None = None
+    wgrad_grad: ScalingSpec | None = None
     # Numerics.
-    compute_dtype: Optional[jnp.dtype] = jnp.bfloat16  # dtype of unquantized operands (None: keep)
+    compute_dtype: jnp.dtype | None = jnp.bfloat16  # dtype of unquantized operands (None: keep)
     accumulation_dtype: jnp.dtype = jnp.float32
-    output_dtype: Optional[jnp.dtype] = jnp.bfloat16  # None: the lhs input dtype
+    output_dtype: jnp.dtype | None = jnp.bfloat16  # None: the lhs input dtype
     stochastic_grad_rounding: bool = False
     # Memory / execution.
     residuals: Literal["wide", "quantized"] = "wide"
@@ -95,7 +95,7 @@ class Recipe:
                 raise TypeError(f"Recipe.{role} must be a scaling spec or None, got {spec!r}")
 
     # ------------------------------------------------------------------ queries
-    def spec(self, role: str) -> Optional[ScalingSpec]:
+    def spec(self, role: str) -> ScalingSpec | None:
         return getattr(self, role)
 
     @property
@@ -108,7 +108,7 @@ class Recipe:
         """Whether any role uses delayed scaling (the recipe then needs state)."""
         return any(isinstance(getattr(self, r), DelayedScaling) for r in ROLES)
 
-    def delayed_spec(self, tensor: Literal["lhs", "rhs", "grad"]) -> Optional[DelayedScaling]:
+    def delayed_spec(self, tensor: Literal["lhs", "rhs", "grad"]) -> DelayedScaling | None:
         """The DelayedScaling of X ("lhs"), W ("rhs") or dY ("grad"), if any."""
         roles = {"lhs": ("fprop_lhs", "wgrad_lhs"), "rhs": ("fprop_rhs", "dgrad_rhs"),
                  "grad": ("dgrad_grad", "wgrad_grad")}[tensor]
@@ -117,7 +117,7 @@ class Recipe:
                 return getattr(self, r)
         return None
 
-    def replace(self, **changes) -> "Recipe":
+    def replace(self, **changes) -> Recipe:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
@@ -150,7 +150,7 @@ class Recipe:
         return stateless_dot_general(self)
 
 
-def _uniform(name, fwd: Optional[ScalingSpec], grad: Optional[ScalingSpec], **kw) -> Recipe:
+def _uniform(name, fwd: ScalingSpec | None, grad: ScalingSpec | None, **kw) -> Recipe:
     return Recipe(name=name, fprop_lhs=fwd, fprop_rhs=fwd, dgrad_grad=grad, dgrad_rhs=fwd,
                   wgrad_lhs=fwd, wgrad_grad=grad, **kw)
 

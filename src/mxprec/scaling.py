@@ -17,18 +17,18 @@ from mxprec import formats
 from mxprec.formats import ElementFormat
 
 __all__ = [
-    "TensorScaling",
     "DelayedScaling",
-    "RowScaling",
-    "TileScaling",
+    "DelayedScalingState",
     "MXScaling",
     "NVFP4Scaling",
+    "RowScaling",
     "ScalingSpec",
-    "DelayedScalingState",
-    "update_delayed_state",
-    "floor_log2",
+    "TensorScaling",
+    "TileScaling",
     "exact_div",
+    "floor_log2",
     "mx_exponent",
+    "update_delayed_state",
 ]
 
 _FP8_ONLY = ("e4m3", "e5m2")
@@ -264,7 +264,7 @@ class DelayedScalingState:
     scale: jax.Array
 
     @classmethod
-    def init(cls, spec: DelayedScaling) -> "DelayedScalingState":
+    def init(cls, spec: DelayedScaling) -> DelayedScalingState:
         return cls(
             amax_history=jnp.zeros((spec.history_len,), jnp.float32),
             scale=jnp.ones((), jnp.float32),

@@ -3,5 +3,5 @@
 Imports nothing from mxprec and nothing from jax.
 """
 
-from .quantizers import *  # noqa: F401,F403
+from .quantizers import *
 from .quantizers import __all__  # noqa: F401

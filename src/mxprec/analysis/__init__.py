@@ -15,19 +15,19 @@ from mxprec.analysis.memory import (
 )
 
 __all__ = [
-    "PEAK_RATIO",
-    "amdahl_speedup",
-    "amdahl_table",
-    "peak_ratio",
-    "llama_train_flops",
-    "mfu",
     "BYTES_PER_VALUE",
     "FORMAT_BITS",
+    "PEAK_RATIO",
     "RECIPE_SAVED_FORMAT",
     "MemoryEstimate",
+    "amdahl_speedup",
+    "amdahl_table",
     "bytes_per_value",
     "format_bytes_per_value",
     "llama_layer_saved_values",
     "llama_memory",
+    "llama_train_flops",
+    "mfu",
+    "peak_ratio",
     "seed_memory",
 ]

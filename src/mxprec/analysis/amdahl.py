@@ -15,7 +15,7 @@ Example: r = 2 → 1.54, 1.67, 1.82 for f = 0.7, 0.8, 0.9; r = 4 → 2.11, 2.50,
 
 from __future__ import annotations
 
-__all__ = ["PEAK_RATIO", "peak_ratio", "amdahl_speedup", "amdahl_table"]
+__all__ = ["PEAK_RATIO", "amdahl_speedup", "amdahl_table", "peak_ratio"]
 
 PEAK_RATIO: dict[str, dict[str, float]] = {
     "hopper": {"bf16": 1.0, "fp8": 2.0, "mxfp8": 2.0, "mxfp6": 2.0, "mxfp4": 2.0, "nvfp4": 2.0},

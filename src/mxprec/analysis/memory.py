@@ -29,9 +29,9 @@ __all__ = [
     "MemoryEstimate",
     "bytes_per_value",
     "format_bytes_per_value",
-    "seed_memory",
     "llama_layer_saved_values",
     "llama_memory",
+    "seed_memory",
 ]
 
 GB = 1e9

@@ -6,11 +6,11 @@ from mxprec.flax.owg import apply_updates_with_owg, split_owg
 
 __all__ = [
     "OVERWRITE_WITH_GRADIENT",
+    "DelayedDotGeneral",
     "MxDotGeneral",
+    "apply_updates_with_owg",
     "make_dot_general_cls",
     "max_combine_owg",
-    "DelayedDotGeneral",
-    "stateless_dot_general",
-    "apply_updates_with_owg",
     "split_owg",
+    "stateless_dot_general",
 ]

@@ -16,7 +16,7 @@ import jax
 
 from mxprec.kernels.scaled_gemm import reference_scaled_gemm, scaled_gemm
 
-__all__ = ["scaled_gemm", "reference_scaled_gemm", "resolve_backend", "backend_report", "ffi_available"]
+__all__ = ["backend_report", "ffi_available", "reference_scaled_gemm", "resolve_backend", "scaled_gemm"]
 
 
 def ffi_available(platform: str | None = None) -> bool:

@@ -23,6 +23,11 @@ The kernels read K-major operands only (``lhs (B, M, K')``, ``rhs (B, N, K')``: 
 both). An operand whose contraction axis is 1 is **transposed by this wrapper** (its data bytes and
 its MX / tile scales; FP4 / FP6 packing along K is preserved by a transpose of the packed bytes)
 before the call.
+
+:func:`quantize` (the twin of :func:`mxprec.quantize`) serves MX block 32 (all formats), tensor /
+delayed / row / tile 1x128, 128x128 (FP8) and NVFP4 along any axis: the handler quantizes along the
+contiguous axis only, so another axis is moved last before the call and the outputs moved back
+(:func:`supports_quantize` says what is served; stochastic rounding is not).
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mxprec.kernels.ffi import _quant_cfg, _quant_ffi, _view3
 from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor
-from mxprec.scaling import DelayedScaling, MXScaling, TensorScaling, TileScaling
+from mxprec.quantize import _validate as _validate_quantize_args
+from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
 __all__ = [
     "LIBRARY_NAME",
@@ -45,6 +52,8 @@ __all__ = [
     "require",
     "scaled_gemm",
     "supports",
+    "supports_quantize",
+    "why_quantize_unsupported",
     "why_unsupported",
 ]
 
@@ -259,57 +268,102 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     return call(a, sa, one, b, sb, one, bias_buf, **attrs)
 
 
-def quantize(x: jax.Array, spec: MXScaling) -> QTensor:
-    """MX quantize along the last axis on the gfx950 kernel (bit-identical to :func:`mxprec.quantize`
-    by construction; never run). Only ``MXScaling`` with block 32 along the last (contiguous) axis,
-    x float32 / bfloat16 / float16 of rank >= 1 with ``shape[-1] % 32 == 0``.
+def why_quantize_unsupported(spec, key=None) -> str:
+    """Empty string when :func:`quantize` serves ``spec`` on the gfx950 kernels, else the reason
+    (shape checks are :func:`mxprec.quantize`'s; the library is not checked here)."""
+    if key is not None:
+        return "stochastic rounding (key=...) is not implemented by the gfx950 quantize kernels (RNE only)"
+    fmt = getattr(getattr(spec, "fmt", None), "name", None)
+    if isinstance(spec, MXScaling):
+        if spec.block != MX_BLOCK:
+            return f"MX block {spec.block} is not implemented (32 only)"
+        return ""
+    if isinstance(spec, NVFP4Scaling):
+        if spec.block != 16 or fmt != "e2m1":
+            return f"NVFP4 {fmt} block {spec.block} is not implemented (e2m1 block 16 only)"
+        return ""
+    if isinstance(spec, (TensorScaling, DelayedScaling, RowScaling, TileScaling)):
+        if fmt not in ("e4m3", "e5m2"):
+            return f"{type(spec).__name__} needs an FP8 format (e4m3 / e5m2), got {fmt}"
+        if isinstance(spec, TileScaling):
+            tr, tc = spec.tile
+            if tc != 128 or tr not in (1, 128):
+                return f"tile {tr}x{tc} is not implemented (1x128 and 128x128 only)"
+        return ""
+    return f"{type(spec).__name__} is not a scaling spec the gfx950 quantize kernels serve"
+
+
+def supports_quantize(spec, key=None) -> bool:
+    """Whether :func:`quantize` serves ``spec`` (False for stochastic rounding, i.e. a ``key``, and
+    for kinds / formats / blocks / tiles the gfx950 kernels do not implement). Does not check that
+    the library is loaded: see :func:`available`."""
+    return not why_quantize_unsupported(spec, key)
+
+
+def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
+    """:func:`mxprec.quantize` on the gfx950 ``mxprec_quantize`` handler (bit-identical to it by
+    construction; never run: no AMD GPU).
+
+    Serves ``MXScaling`` block 32 (every format, rceil / floor), ``TensorScaling``, ``DelayedScaling``
+    (``state.scale`` goes in the ``scale_in`` buffer with attribute ``delayed=1``), ``RowScaling``,
+    ``TileScaling`` 1x128 / 128x128 (FP8; power_of_two either way) and ``NVFP4Scaling`` (e2m1,
+    block 16); RNE only (see :func:`supports_quantize`). x float32 / bfloat16 / float16 of rank >= 1.
+
+    The handler quantizes along the contiguous axis of its ``(B, R, C)`` view only, so when ``axis``
+    is not the last it is moved last here (``jnp.moveaxis``: a transpose) and data / scales are moved
+    back after. For tile rows > 1 the view's R is the row axis of :func:`mxprec.quantize` (the last
+    axis other than ``axis``). Buffers and attributes: csrc/common/quantize.h, as
+    :func:`mxprec.kernels.ffi.quantize` builds them. Raises ValueError for an unsupported spec
+    (or a DelayedScaling without ``state``), RuntimeError when the library is not loaded.
     """
-    if not isinstance(spec, MXScaling) or spec.block != MX_BLOCK:
-        raise ValueError(f"mxprec.kernels.hip.quantize: only MXScaling block 32 is implemented, got {spec!r}")
-    dtype = jnp.dtype(x.dtype)
-    if dtype not in OUT_DTYPES:
-        raise TypeError(f"mxprec.kernels.hip.quantize: x must be float32/bfloat16/float16, got {dtype}")
-    shape = tuple(x.shape)
-    if len(shape) == 0 or shape[-1] % MX_BLOCK:
-        raise ValueError(
-            f"mxprec.kernels.hip.quantize: shape {shape}: the last axis must be a multiple of 32"
-        )
+    reason = why_quantize_unsupported(spec)
+    if reason:
+        raise ValueError(f"mxprec.kernels.hip.quantize: {reason}")
+    try:
+        axis = _validate_quantize_args(x, spec, axis)
+    except ValueError as e:
+        msg = str(e).removeprefix("quantize: ")
+        raise ValueError(f"mxprec.kernels.hip.quantize: {msg}") from None
+    if isinstance(spec, DelayedScaling):
+        if state is None:
+            raise ValueError(
+                "mxprec.kernels.hip.quantize: DelayedScaling needs state=DelayedScalingState "
+                "(DelayedScalingState.init(spec))"
+            )
+        scale_in = jnp.asarray(state.scale, jnp.float32).reshape(())
+    else:
+        scale_in = jnp.ones((), jnp.float32)
     require()
-    c = shape[-1]
-    rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
-    fmt = spec.fmt.name
-    data_c = c * _BITS[fmt] // 8
-    data_dtype = {"e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}.get(fmt, jnp.uint8)
-    outs = (
-        jax.ShapeDtypeStruct((1, rows, data_c), data_dtype),
-        jax.ShapeDtypeStruct((1, rows, c // MX_BLOCK), jnp.float8_e8m0fnu),
-        jax.ShapeDtypeStruct((), jnp.float32),
-        jax.ShapeDtypeStruct((), jnp.float32),
-    )
-    attrs = {
-        "kind": 4,
-        "fmt": _FMT[fmt],
-        "block": MX_BLOCK,
-        "tile_rows": 1,
-        "scale_rule": {"rceil": 0, "floor": 1}[spec.scale_rule],
-        "power_of_two": 0,
-        "axis": 2,
-        "delayed": 0,
-        "amax_mode": 0,
-    }
-    call = jax.ffi.ffi_call(QUANTIZE_TARGET, outs, vmap_method="sequential")
-    one = jnp.ones((), jnp.float32)
-    zero = jnp.zeros((), jnp.float32)
-    data, scale, amax, _ = call(
-        x.reshape(1, rows, c), one, zero, **{k: np.int32(v) for k, v in attrs.items()}
-    )
+    shape = tuple(x.shape)
+    last = len(shape) - 1
+    xm = x if axis == last else jnp.moveaxis(x, axis, -1)
+    mshape = tuple(xm.shape)
+    # axis last: the view is (prod(lead), shape[-2], C), so R is the row axis of tile scaling
+    # (for axis != last, the row axis is the original last axis, now at -2).
+    shape3, axis3 = _view3(mshape, last)
+    assert axis3 == 2
+    cfg = _quant_cfg(spec, axis3)
+    data3, scale3, amax, ts = _quant_ffi(cfg, jnp.reshape(xm, shape3), scale_in)
+    data = data3.reshape(mshape[:-1] + (mshape[-1] * cfg.bits // 8,))
+    if cfg.kind == 1:
+        scale = scale3
+    else:
+        sshape = list(mshape)
+        sshape[-1] = 1 if cfg.kind == 2 else sshape[-1] // cfg.block
+        if cfg.kind == 3 and cfg.tile_rows > 1:
+            sshape[-2] //= cfg.tile_rows
+        scale = scale3.reshape(sshape)
+    if axis != last:
+        data = jnp.moveaxis(data, -1, axis)
+        if cfg.kind != 1:
+            scale = jnp.moveaxis(scale, -1, axis)
     return QTensor(
-        data=data.reshape(shape[:-1] + (data_c,)),
-        scale=scale.reshape(shape[:-1] + (c // MX_BLOCK,)),
+        data=data,
+        scale=scale,
         amax=amax,
-        tensor_scale=None,
+        tensor_scale=ts if cfg.kind == 5 else None,
         spec=spec,
-        axis=len(shape) - 1,
+        axis=axis,
         shape=shape,
-        dtype=dtype,
+        dtype=jnp.dtype(x.dtype),
     )

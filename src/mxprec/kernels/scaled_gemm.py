@@ -37,7 +37,7 @@ from jax import lax
 from mxprec.quantize import QTensor, dequantize, scale_as_f32
 from mxprec.scaling import DelayedScaling, RowScaling, TensorScaling
 
-__all__ = ["scaled_gemm", "reference_scaled_gemm", "Operand"]
+__all__ = ["Operand", "reference_scaled_gemm", "scaled_gemm"]
 
 Operand = Union[QTensor, jax.Array]
 _CONSTANT_ALONG_K = (TensorScaling, DelayedScaling, RowScaling)

@@ -1,7 +1,6 @@
 """Training utilities: loss scaling, token-weighted gradient accumulation, remat policies."""
 
 from mxprec.training.grad_accum import accumulate_gradients, count_valid_tokens, microbatch_grads, throughput
-from mxprec.training.remat import remat_policy
 from mxprec.training.loss_scaling import (
     DynamicLossScale,
     LossScale,
@@ -13,20 +12,21 @@ from mxprec.training.loss_scaling import (
     unscale_grads,
     update,
 )
+from mxprec.training.remat import remat_policy
 
 __all__ = [
-    "accumulate_gradients",
-    "count_valid_tokens",
-    "microbatch_grads",
-    "throughput",
     "DynamicLossScale",
     "LossScale",
     "NoOpLossScale",
     "StaticLossScale",
+    "accumulate_gradients",
     "all_finite",
+    "count_valid_tokens",
     "masked_update",
+    "microbatch_grads",
+    "remat_policy",
     "scale_loss",
+    "throughput",
     "unscale_grads",
     "update",
-    "remat_policy",
 ]

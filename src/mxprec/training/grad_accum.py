@@ -15,14 +15,15 @@ Example: micro-batches with 3 and 1 valid tokens → each token weighted 1/4.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from mxprec.training.loss_scaling import LossScale, unscale_grads
 
-__all__ = ["count_valid_tokens", "microbatch_grads", "accumulate_gradients", "throughput"]
+__all__ = ["accumulate_gradients", "count_valid_tokens", "microbatch_grads", "throughput"]
 
 LossFn = Callable[[Any, Any], tuple[jax.Array, jax.Array]]
 
@@ -55,7 +56,7 @@ def count_valid_tokens(loss_fn: LossFn, params: Any, microbatches: Any) -> jax.A
 
 
 def microbatch_grads(
-    loss_fn: LossFn, params: Any, mb: Any, total_valid: jax.Array, loss_scale: Optional[LossScale] = None
+    loss_fn: LossFn, params: Any, mb: Any, total_valid: jax.Array, loss_scale: LossScale | None = None
 ) -> tuple[jax.Array, Any]:
     """``(sum_i / N, grad(S · sum_i / N))`` of one micro-batch; gradients float32, still scaled by S.
 
@@ -78,8 +79,8 @@ def accumulate_gradients(
     params: Any,
     microbatches: Any,
     *,
-    loss_scale: Optional[LossScale] = None,
-    total_valid: Optional[jax.Array] = None,
+    loss_scale: LossScale | None = None,
+    total_valid: jax.Array | None = None,
 ) -> tuple[jax.Array, Any]:
     """Token-weighted mean loss and gradients of one accumulation cycle.
 

@@ -25,14 +25,14 @@ from flax import struct
 
 __all__ = [
     "DynamicLossScale",
-    "StaticLossScale",
-    "NoOpLossScale",
     "LossScale",
+    "NoOpLossScale",
+    "StaticLossScale",
+    "all_finite",
+    "masked_update",
     "scale_loss",
     "unscale_grads",
-    "all_finite",
     "update",
-    "masked_update",
 ]
 
 
@@ -71,7 +71,7 @@ class DynamicLossScale:
         backoff_factor: float = 0.5,
         min_scale: float = 1.0,
         max_scale: float = float(2**24),
-    ) -> "DynamicLossScale":
+    ) -> DynamicLossScale:
         """Fresh state with ``scale = initial_scale`` and ``good_steps = 0``."""
         if not min_scale <= initial_scale <= max_scale:
             raise ValueError(
@@ -87,7 +87,7 @@ class DynamicLossScale:
             max_scale=float(max_scale),
         )
 
-    def update(self, finite: jax.Array) -> "DynamicLossScale":
+    def update(self, finite: jax.Array) -> DynamicLossScale:
         """New state after one cycle; ``finite`` is a bool ``()`` (see :func:`all_finite`)."""
         finite = jnp.asarray(finite, jnp.bool_)
         next_good = self.good_steps + jnp.int32(1)
@@ -106,12 +106,12 @@ class StaticLossScale:
     scale: jax.Array
 
     @classmethod
-    def create(cls, scale: float = 1.0) -> "StaticLossScale":
+    def create(cls, scale: float = 1.0) -> StaticLossScale:
         if not scale > 0.0:
             raise ValueError(f"scale must be > 0, got {scale}")
         return cls(scale=jnp.asarray(scale, jnp.float32))
 
-    def update(self, finite: jax.Array) -> "StaticLossScale":
+    def update(self, finite: jax.Array) -> StaticLossScale:
         del finite
         return self
 
