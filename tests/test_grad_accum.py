@@ -110,3 +110,27 @@ def test_throughput():
         ga.throughput(80, 100, 0)
     with pytest.raises(ValueError, match="valid_tokens=120"):
         ga.throughput(120, 100, 1.0)
+
+
+def test_delayed_scaling_state_is_max_combined_across_microbatches():
+    import flax.linen as nn
+    from jax import lax
+
+    import mxprec
+
+    r = mxprec.recipes.get("fp8_delayed")
+    model = nn.Dense(128, dot_general_cls=r.dot_general_cls())
+    xs = jax.random.normal(jax.random.key(0), (3, 32, 128), jnp.float32)
+    xs = xs * jnp.asarray([1.0, 5.0, 2.0], jnp.float32)[:, None, None]
+    variables = model.init(jax.random.key(1), xs[0])
+
+    def loss_fn(v, x):
+        y = model.apply(v, x).astype(jnp.float32)
+        return jnp.sum(y * y), jnp.float32(x.shape[0])
+
+    loss, grads = mxprec.training.accumulate_gradients(loss_fn, variables, xs)
+    hist = grads[mxprec.flax.OVERWRITE_WITH_GRADIENT]["MxDotGeneral_0"]["input_amax_history"]
+    want = max(float(jnp.max(jnp.abs(xs[i]))) for i in range(3))
+    assert float(hist[0]) == want  # max over micro-batches, not the sum
+    assert float(lax.stop_gradient(hist[1])) == 0.0
+    assert bool(jnp.isfinite(loss))

@@ -95,24 +95,45 @@ def accumulate_gradients(
 
     Returns:
       ``(mean_loss float32 (), grads)``, grads float32 with the structure/shapes of ``params``.
+      Leaves under the ``_overwrite_with_gradient`` collection (delayed-scaling state) are the
+      elementwise max over micro-batches, not the sum, and are not unscaled.
     """
     _num_microbatches(microbatches)
     if total_valid is None:
         total_valid = count_valid_tokens(loss_fn, params, microbatches)
+    owg = _owg_mask(params)
+    # Trainable gradients sum; delayed-scaling state "gradients" (the updated state, Flax's
+    # _overwrite_with_gradient collection) combine by max and are never loss-scaled.
     init = (
         jnp.float32(0),
-        jax.tree_util.tree_map(lambda p: jnp.zeros(jnp.shape(p), jnp.float32), params),
+        jax.tree_util.tree_map(
+            lambda p, o: jnp.full(jnp.shape(p), -jnp.inf if o else 0.0, jnp.float32), params, owg
+        ),
     )
 
     def body(carry, mb):
         loss_acc, grad_acc = carry
         c, g = microbatch_grads(loss_fn, params, mb, total_valid, loss_scale)
-        return (loss_acc + c, jax.tree_util.tree_map(jnp.add, grad_acc, g)), None
+        combined = jax.tree_util.tree_map(
+            lambda a, b, o: jnp.maximum(a, b) if o else a + b, grad_acc, g, owg
+        )
+        return (loss_acc + c, combined), None
 
     (loss, grads), _ = jax.lax.scan(body, init, microbatches)
     if loss_scale is not None:
-        grads = unscale_grads(grads, loss_scale)
+        unscaled = unscale_grads(grads, loss_scale)
+        grads = jax.tree_util.tree_map(lambda g, u, o: g if o else u, grads, unscaled, owg)
     return loss, grads
+
+
+def _owg_mask(params: Any) -> Any:
+    """True for leaves under Flax's ``_overwrite_with_gradient`` collection (delayed-scaling state)."""
+    from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
+
+    def is_owg(path, _):
+        return any(getattr(k, "key", None) == OVERWRITE_WITH_GRADIENT for k in path)
+
+    return jax.tree_util.tree_map_with_path(is_owg, params)
 
 
 def throughput(valid_tokens: float, positions: float, seconds: float) -> dict[str, float]:
