@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from mxprec.kernels.ffi import _bias_buffer, _GemmCfg, _operand_desc
 from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor
 from mxprec.scaling import DelayedScaling, TensorScaling
@@ -62,7 +62,6 @@ BUILD_HINT = (
     "the nvidia-cutlass headers, see docs/backends/cuda.md) or `cmake -S . -B build -DMXPREC_BUILD_CUDA=ON`"
 )
 
-_FMT = {"e4m3": 0, "e5m2": 1}
 # (lhs fmt, rhs fmt) pairs the library is built for.
 PAIRS = (("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2"))
 OUT_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))
@@ -180,29 +179,11 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     b = _to_tn(rhs, rhs_contract)
     bsz, m, _ = a.shape
     n = b.shape[1]
-    if bias is None:
-        bias_buf = jnp.zeros((), jnp.float32)
-    else:
-        bias_buf = jnp.asarray(bias)
-        if bias_buf.shape != (n,) or bias_buf.dtype != jnp.float32:
-            raise ValueError(
-                f"scaled_gemm: bias must be float32 ({n},), got {bias_buf.dtype} {bias_buf.shape}"
-            )
+    bias_buf = _bias_buffer(bias, n)
     one = jnp.ones((), jnp.float32)
-    attrs = {
-        "lhs_kind": 1,
-        "lhs_fmt": _FMT[lhs.spec.fmt.name],
-        "lhs_block": 1,
-        "lhs_tile_rows": 1,
-        "lhs_contract": 2,
-        "rhs_kind": 1,
-        "rhs_fmt": _FMT[rhs.spec.fmt.name],
-        "rhs_block": 1,
-        "rhs_tile_rows": 1,
-        "rhs_contract": 2,
-        "has_bias": int(bias is not None),
-    }
-    attrs = {k: np.int32(v) for k, v in attrs.items()}
+    # Both operands are K-major after _to_tn: contract 2 on each.
+    cfg = _GemmCfg(_operand_desc(lhs.spec, 2), _operand_desc(rhs.spec, 2), out_dtype.name, bias is not None)
+    attrs = cfg.attrs()
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((bsz, m, n), out_dtype), vmap_method="sequential")
     ls = jnp.asarray(lhs.scale, jnp.float32).reshape(())
     rs = jnp.asarray(rhs.scale, jnp.float32).reshape(())

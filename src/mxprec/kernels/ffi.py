@@ -242,6 +242,28 @@ class _GemmCfg:
         return {k: np.int32(v) for k, v in a.items()}
 
 
+def _operand_desc(spec, contract: int) -> _Operand:
+    """The contract attributes (kind, fmt, block, tile_rows, contract) of an operand quantized per ``spec``.
+
+    Shared by every backend's wrapper (CPU here, mxprec.kernels.cuda, mxprec.kernels.hip).
+    """
+    block = spec.block if isinstance(spec, (MXScaling, NVFP4Scaling)) else 1
+    tr = 1
+    if isinstance(spec, TileScaling):
+        tr, block = spec.tile
+    return _Operand(KIND[spec.kind], FMT[spec.fmt.name], int(block), int(tr), contract)
+
+
+def _bias_buffer(bias, n: int) -> jax.Array:
+    """The bias operand: float32 ``(N,)``, or a float32 scalar placeholder when there is none."""
+    if bias is None:
+        return jnp.zeros((), jnp.float32)
+    b = jnp.asarray(bias)
+    if b.shape != (n,) or b.dtype != jnp.float32:
+        raise ValueError(f"scaled_gemm: bias must be float32 ({n},), got {b.dtype} {b.shape}")
+    return b
+
+
 def _operand_buffers(op, contract: int, name: str):
     """(data, scale, tensor_scale, _Operand) of a QTensor or plain array operand."""
     one = jnp.ones((), jnp.float32)
@@ -251,12 +273,7 @@ def _operand_buffers(op, contract: int, name: str):
             raise ValueError(
                 f"scaled_gemm: {name} is quantized along axis {op.axis} but contracts axis {contract}"
             )
-        kind = KIND[spec.kind]
-        block = spec.block if isinstance(spec, (MXScaling, NVFP4Scaling)) else 1
-        tr = 1
-        if isinstance(spec, TileScaling):
-            tr, block = spec.tile
-        desc = _Operand(kind, FMT[spec.fmt.name], int(block), int(tr), contract)
+        desc = _operand_desc(spec, contract)
         ts = op.tensor_scale if isinstance(spec, NVFP4Scaling) else one
         return op.data, jnp.asarray(op.scale), jnp.asarray(ts, jnp.float32).reshape(()), desc
     if not hasattr(op, "dtype") or jnp.dtype(op.dtype) not in _WIDE:
@@ -490,13 +507,7 @@ def scaled_gemm(lhs, rhs, *, lhs_contract: int, rhs_contract: int, out_dtype, bi
     out_dtype = jnp.dtype(out_dtype)
     if out_dtype not in _WIDE:
         raise TypeError(f"scaled_gemm: out_dtype must be float32/bfloat16/float16, got {out_dtype}")
-    n = rhs.shape[3 - rhs_contract]
-    if bias is None:
-        b = jnp.zeros((), jnp.float32)
-    else:
-        b = jnp.asarray(bias)
-        if b.shape != (n,) or b.dtype != jnp.float32:
-            raise ValueError(f"scaled_gemm: bias must be float32 ({n},), got {b.dtype} {b.shape}")
+    b = _bias_buffer(bias, rhs.shape[3 - rhs_contract])
     cfg = _GemmCfg(lo, ro, out_dtype.name, bias is not None)
     return _gemm_vmappable(cfg)(ld, ls, lt, rd, rs, rt, b)
 

@@ -34,9 +34,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from mxprec.kernels.ffi import _quant_cfg, _quant_ffi, _view3
+from mxprec.kernels.ffi import _bias_buffer, _GemmCfg, _operand_desc, _quant_cfg, _quant_ffi, _view3
 from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor
 from mxprec.quantize import _validate as _validate_quantize_args
@@ -67,9 +66,7 @@ BUILD_HINT = (
     "HIP runtime headers, see docs/backends/hip.md) or `cmake -S . -B build -DMXPREC_BUILD_HIP=ON`"
 )
 
-_FMT = {"e4m3": 0, "e5m2": 1, "e2m3": 2, "e3m2": 3, "e2m1": 4}
 _BITS = {"e4m3": 8, "e5m2": 8, "e2m3": 6, "e3m2": 6, "e2m1": 4}
-_KIND = {"tensor": 1, "tile": 3, "mx": 4}
 OUT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 MX_BLOCK = 32
 
@@ -230,37 +227,11 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     b, sb = _k_major(rhs, rhs_contract, kind)
     bsz, m, _ = a.shape
     n = b.shape[1]
-    if bias is None:
-        bias_buf = jnp.zeros((), jnp.float32)
-    else:
-        bias_buf = jnp.asarray(bias)
-        if bias_buf.shape != (n,) or bias_buf.dtype != jnp.float32:
-            raise ValueError(
-                f"scaled_gemm: bias must be float32 ({n},), got {bias_buf.dtype} {bias_buf.shape}"
-            )
+    bias_buf = _bias_buffer(bias, n)
 
-    def op_attrs(q: QTensor) -> tuple[int, int]:  # (block, tile_rows)
-        if kind == "mx":
-            return q.spec.block, 1
-        if kind == "tile":
-            return q.spec.tile[1], q.spec.tile[0]
-        return 1, 1
-
-    (lb, ltr), (rb, rtr) = op_attrs(lhs), op_attrs(rhs)
-    attrs = {
-        "lhs_kind": _KIND[kind],
-        "lhs_fmt": _FMT[lhs.spec.fmt.name],
-        "lhs_block": lb,
-        "lhs_tile_rows": ltr,
-        "lhs_contract": 2,
-        "rhs_kind": _KIND[kind],
-        "rhs_fmt": _FMT[rhs.spec.fmt.name],
-        "rhs_block": rb,
-        "rhs_tile_rows": rtr,
-        "rhs_contract": 2,
-        "has_bias": int(bias is not None),
-    }
-    attrs = {k: np.int32(v) for k, v in attrs.items()}
+    # Both operands are K-major after _k_major: contract 2 on each.
+    cfg = _GemmCfg(_operand_desc(lhs.spec, 2), _operand_desc(rhs.spec, 2), out_dtype.name, bias is not None)
+    attrs = cfg.attrs()
     one = jnp.ones((), jnp.float32)
     call = jax.ffi.ffi_call(
         SCALED_GEMM_TARGET, jax.ShapeDtypeStruct((bsz, m, n), out_dtype), vmap_method="sequential"
