@@ -17,17 +17,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${1:-$ROOT/build-cuda}"
 NVCC="${NVCC:-nvcc}"
 PYTHON="${PYTHON:-python3}"
-CUTLASS_DIR="${CUTLASS_DIR:-$ROOT/.deps/cutlass_library/source}"
 JOBS="${JOBS:-$(nproc)}"
 
-if [ ! -f "$CUTLASS_DIR/include/cutlass/cutlass.h" ]; then
-  echo "CUTLASS headers not in $CUTLASS_DIR; downloading nvidia-cutlass==4.2.0.0 into $ROOT/.deps" >&2
-  mkdir -p "$ROOT/.deps"
-  "$PYTHON" -m pip download -q --no-deps nvidia-cutlass==4.2.0.0 -d "$ROOT/.deps"
-  (cd "$ROOT/.deps" && unzip -q -o nvidia_cutlass-4.2.0.0-py3-none-any.whl \
-      'cutlass_library/source/include/*' 'cutlass_library/source/tools/util/include/*')
-  CUTLASS_DIR="$ROOT/.deps/cutlass_library/source"
-fi
+# shellcheck source=cutlass_headers.sh
+source "$ROOT/csrc/cuda_kernels/cutlass_headers.sh"
 XLA_INC="$("$PYTHON" -c 'import jax.ffi; print(jax.ffi.include_dir())')"
 
 mkdir -p "$OUT/obj"
