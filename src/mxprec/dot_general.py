@@ -183,6 +183,11 @@ def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None, ba
     return _q(src, spec, axis, recipe, state, key, backend)
 
 
+def _amax_of(q, src):
+    """The source's amax: already computed by quantize when ``q`` is a QTensor (no second pass)."""
+    return q.amax if isinstance(q, QTensor) else tensor_amax(src)
+
+
 def _grad_keys(recipe: Recipe, g):
     """Stochastic-rounding keys for dY, derived from dY's bits (deterministic, varies per step)."""
     if not recipe.stochastic_grad_rounding:
@@ -206,7 +211,7 @@ def _fwd(meta: _Meta, x, w, state):
         rx, rw = x, w
     amax = None
     if state is not None:
-        amax = (tensor_amax(x), tensor_amax(w))
+        amax = (_amax_of(qx, x), _amax_of(qw, w))
     return y, (rx, rw, amax, st)
 
 
@@ -224,7 +229,7 @@ def _bwd(meta: _Meta, res, g):
     dw = kernels.scaled_gemm(qx_w, qg_w, lhs_contract=1, rhs_contract=1, out_dtype=meta.w_dtype, backend=meta.backend)
     ct_state = None
     if st is not None:
-        amax_g = tensor_amax(g)
+        amax_g = _amax_of(qg_d, g)
         new = {}
         for name, a in (("lhs", amax[0]), ("rhs", amax[1]), ("grad", amax_g)):
             sub = getattr(st, name)
