@@ -29,7 +29,12 @@ FLAGS=(-std=c++17 -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a --expt-rela
        -Xcompiler=-fPIC,-fvisibility=hidden
        -I"$ROOT/csrc/common" -I"$ROOT/csrc/cuda_kernels"
        -isystem "$CUTLASS_DIR/include" -isystem "$CUTLASS_DIR/tools/util/include" -isystem "$XLA_INC")
-SRCS=(sm90_fp8_gemm_tensorwise.cu sm90_fp8_gemm_tensorwise_bf16.cu sm90_fp8_gemm_tensorwise_f32.cu)
+# Every sm_90a TU: sm90_*.cu (GEMMs + scaled_gemm handler), cuda_*.cu (quantize kernels + handler).
+SRCS=()
+for f in "$ROOT"/csrc/cuda_kernels/sm90_*.cu "$ROOT"/csrc/cuda_kernels/cuda_*.cu; do
+  if [ -f "$f" ]; then SRCS+=("$(basename "$f")"); fi
+done
+FLAGS+=(${EXTRA_NVCC_FLAGS:-})
 
 start=$(date +%s)
 pids=()

@@ -36,6 +36,44 @@ struct OutType<0> { using T = cutlass::bfloat16_t; };
 template <>
 struct OutType<1> { using T = float; };
 
+// CTA tile / cluster / schedule. The FP32 promotion of FP8 partial sums (non-FastAccum schedules)
+// keeps two accumulator fragments per consumer warpgroup, so a warpgroup tile of 64x256 (the
+// 128x256 cooperative tile) needs 2 x 128 accumulator registers and spills (cuobjdump: STACK 248);
+// the configs below keep each warpgroup at <= 64x128 (2 x 64 registers) or 64x192.
+#ifndef MXPREC_SM90_TENSORWISE_CONFIG
+#define MXPREC_SM90_TENSORWISE_CONFIG 1
+#endif
+template <int kConfig>
+struct TensorwiseTileConfig;
+template <>  // 128x256x128, cluster 2x1, cooperative: the first version (spills; kept for comparison)
+struct TensorwiseTileConfig<0> {
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+template <>  // 128x128x128, cluster 1x2 (TMA multicast of A), cooperative: 2 warpgroups of 64x128
+struct TensorwiseTileConfig<1> {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+template <>  // 64x128x128 per warpgroup, cluster 1x2, ping-pong (one warpgroup's epilogue overlaps the other's MMAs)
+struct TensorwiseTileConfig<2> {
+  using TileShape = cute::Shape<cute::_64, cute::_128, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+};
+template <>  // 128x192x128, cluster 1x2, cooperative: 2 warpgroups of 64x192 (2 x 96 accumulator registers)
+struct TensorwiseTileConfig<3> {
+  using TileShape = cute::Shape<cute::_128, cute::_192, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+
 template <int kPair, int kOut>
 struct Sm90TensorwiseGemm {
   using ElementA = typename PairTypes<kPair>::A;
@@ -50,11 +88,11 @@ struct Sm90TensorwiseGemm {
   static constexpr int kAlignB = 16;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
 
-  // 128x256x128 CTA tile, 2x1 cluster (TMA multicast of B), cooperative (2 consumer warpgroups).
-  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;  // FP32 promotion
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using Config = TensorwiseTileConfig<MXPREC_SM90_TENSORWISE_CONFIG>;
+  using TileShape = typename Config::TileShape;
+  using ClusterShape = typename Config::ClusterShape;
+  using KernelSchedule = typename Config::KernelSchedule;
+  using EpilogueSchedule = typename Config::EpilogueSchedule;
 
   // D = alpha * acc + bias[n] (bias_ptr == nullptr: no bias, no loads); C is void.
   using FusionOp = cutlass::epilogue::fusion::LinCombPerColBias<ElementD, ElementCompute, float, ElementD,

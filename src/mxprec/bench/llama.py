@@ -60,6 +60,7 @@ from typing import Any
 
 DEFAULT_ARMS = ("bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_block", "mxfp8", "mxfp6", "mxfp4")
 PEER_ARM = "flax_fp8"
+PLAIN_ARM = "flax_bf16"  # plain Flax DenseGeneral (lax.dot_general), no mxprec: the anchor of issue 7
 ROW_KEYS = ("arm", "step_s_mean", "step_s_std", "tflops_per_device", "tokens_per_s_per_device",
             "expected_speedup", "speedup_vs_bf16", "peak_mem_gb", "predicted_mem_gb", "compile_s", "backend")
 AMDAHL_FS = (0.7, 0.8, 0.9)
@@ -92,6 +93,9 @@ def arm_info(arm: str) -> dict:
         return dict(recipe=None, dot_general_cls=nn.Fp8DirectDotGeneralOp, dtype=jnp.bfloat16,
                     loss_scale=False, fmt="fp8", saved="bf16",
                     backend="flax nn.Fp8DirectDotGeneralOp (XLA fp8 dot, delayed scaling)")
+    if arm == PLAIN_ARM:
+        return dict(recipe=None, dot_general_cls=None, dtype=jnp.bfloat16, loss_scale=False, fmt="bf16",
+                    saved="bf16", backend="plain flax DenseGeneral (lax.dot_general, no mxprec)")
     recipe = recipes.get(arm)
     fp16 = recipe.compute_dtype is not None and jnp.dtype(recipe.compute_dtype) == jnp.dtype(jnp.float16)
     backend = recipe.describe().splitlines()[-1].strip()
@@ -614,7 +618,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m mxprec.bench llama", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arms", default=",".join(DEFAULT_ARMS),
-                   help=f"comma-separated recipe presets and/or '{PEER_ARM}' (default: %(default)s)")
+                   help=f"comma-separated recipe presets and/or the peers '{PEER_ARM}', '{PLAIN_ARM}' "
+                        "(default: %(default)s)")
     p.add_argument("--config", default="tiny", help="tiny | micro | llama3_8b_4layer | h200_large | llama70b_layer")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default per config)")
     p.add_argument("--warmup", type=int, default=None, help="warmup steps (default per config)")
@@ -626,6 +631,8 @@ def parse_args(argv):
     p.add_argument("--quantize", default="mlp,attn,logits", help="projection groups that run the recipe")
     p.add_argument("--remat", default="full", choices=("full", "save_gemm", "none"))
     p.add_argument("--no-scan", action="store_true", help="unroll the layers instead of nn.scan")
+    p.add_argument("--attention", default="auto", choices=("auto", "cudnn", "jax", "xla"),
+                   help="attention core (LlamaConfig.attention_impl; auto: cuDNN on GPU, XLA elsewhere)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gemm-reps", type=int, default=5, help="repetitions when timing the standalone GEMMs")
     p.add_argument("--isolate", default="auto", choices=("auto", "on", "off"),
@@ -634,6 +641,9 @@ def parse_args(argv):
                    help="XLA backend optimization level 0: faster compiles, slower steps (smoke runs)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--child-json", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="combine the results JSONs of earlier runs (e.g. one process per arm, each its own "
+                        "device call) into one table under --out; runs nothing")
     args = p.parse_args(argv)
     d = CONFIG_DEFAULTS.get(args.config, _FALLBACK_DEFAULTS)
     for k in ("batch", "warmup", "steps"):
@@ -649,7 +659,8 @@ def parse_args(argv):
 def _config(args):
     from mxprec.models.llama import get_config
 
-    return get_config(args.config, remat=args.remat, scan_layers=not args.no_scan, quantize=args.quantize)
+    return get_config(args.config, remat=args.remat, scan_layers=not args.no_scan, quantize=args.quantize,
+                      attention_impl=args.attention)
 
 
 def _mu_dtype(args):
@@ -717,10 +728,49 @@ def _child_argv(argv):
     return out
 
 
+def merge_results(paths, out_dir: str) -> dict:
+    """One result from several runs of the same config (rows in the order given; Amdahl redone).
+
+    For runs split across processes or device calls (each arm's peak memory is its own process's).
+    The runs must share config, model dimensions and batch; their commands are listed.
+    """
+    results = []
+    for path in paths:
+        with open(path) as fh:
+            results.append(json.load(fh))
+    base = dict(results[0])
+    for r in results[1:]:
+        if r["model"] != base["model"] or r["config"] != base["config"]:
+            raise ValueError(f"cannot merge runs of different models/configs: {paths[0]} vs {r.get('command')}")
+    rows = [dict(row) for r in results for row in r["rows"]]
+    arch, _ = amdahl_arch(base["device_info"]["device_kind"])
+    base.update(
+        rows=rows,
+        amdahl=finish_rows(rows, arch),
+        command="; ".join(r["command"] for r in results),
+        wall_s=sum(r["wall_s"] for r in results),
+        partial=any(r["partial"] for r in results),
+        merged_from=[os.path.basename(p) for p in paths],
+        compile_s_note="each arm compiled in its own process",
+    )
+    os.makedirs(out_dir, exist_ok=True)
+    stem = os.path.join(out_dir, f"llama_{base['config']}")
+    md = markdown(base)
+    with open(stem + ".json", "w") as fh:
+        json.dump(base, fh, indent=1, default=str)
+    with open(stem + ".md", "w") as fh:
+        fh.write(md)
+    plot(base, stem + ".png")
+    print(md)
+    return base
+
+
 def main(argv=None) -> dict:
     global _ORIG_PREALLOCATE
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.merge:
+        return merge_results(args.merge, args.out)
     if args.child_json is None and args.isolate != "off":
         # The parent only looks at the platform: keep it from preallocating accelerator memory.
         _ORIG_PREALLOCATE = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")
@@ -739,7 +789,7 @@ def main(argv=None) -> dict:
         return {"rows": [row]}
 
     for arm in args.arms:
-        if arm != PEER_ARM:
+        if arm not in (PEER_ARM, PLAIN_ARM):
             from mxprec import recipes
 
             recipes.get(arm)  # fail fast on an unknown name

@@ -75,7 +75,8 @@ def _gpu_precondition():
 
 
 _LIB = NativeLibrary(file=LIBRARY_NAME, symbols={TARGET: SYMBOL}, platform="CUDA", build_hint=BUILD_HINT,
-                     build_dirs=("build-cuda", "build"), precondition=_gpu_precondition)
+                     build_dirs=("build-cuda", "build"), precondition=_gpu_precondition,
+                     env_var="MXPREC_CUDA_LIBRARY")
 _load = _LIB.load
 _state = _LIB.state
 library_search_paths = _LIB.search_paths

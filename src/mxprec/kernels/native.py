@@ -9,6 +9,7 @@ handler symbols, so one build serves every Python version) and registers each ta
 from __future__ import annotations
 
 import ctypes
+import os
 import pathlib
 import threading
 from collections.abc import Callable
@@ -20,18 +21,23 @@ class NativeLibrary:
     """A native library: file name, ``{ffi target: C symbol}``, XLA platform, how to build it."""
 
     def __init__(self, *, file: str, symbols: dict, platform: str, build_hint: str,
-                 build_dirs: tuple = ("build",), precondition: Callable[[], str | None] | None = None):
+                 build_dirs: tuple = ("build",), precondition: Callable[[], str | None] | None = None,
+                 env_var: str | None = None):
         self.file = file
         self.symbols = dict(symbols)
         self.platform = platform
         self.build_hint = build_hint
         self.build_dirs = tuple(build_dirs)
         self.precondition = precondition  # returns None when usable here, else the reason
+        self.env_var = env_var  # names an explicit library path that replaces the search
         self.state: dict = {}  # "result" -> (lib | None, reason)
         self._lock = threading.Lock()
 
     def search_paths(self) -> list[pathlib.Path]:
-        """The installed package's ``_lib/`` first, then (source checkouts) the build folders."""
+        """``$env_var`` alone when set; else the package's ``_lib/``, then (checkouts) the build folders."""
+        explicit = os.environ.get(self.env_var) if self.env_var else None
+        if explicit:
+            return [pathlib.Path(explicit)]
         pkg = pathlib.Path(__file__).resolve().parent.parent  # .../mxprec
         paths = [pkg / "_lib" / self.file]
         root = pkg.parent.parent

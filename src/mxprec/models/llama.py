@@ -13,9 +13,11 @@ Every projection is an ``nn.DenseGeneral`` (no bias). The projection *groups*
 listed in ``LlamaConfig.quantize`` take ``dot_general_cls`` from the recipe
 (``recipe.dot_general_cls()``); the others run plain ``lax.dot_general`` in the compute dtype.
 The attention core (QKᵀ, softmax, PV) always stays in the compute dtype (BF16): on GPU
-``jax.nn.dot_product_attention(implementation=None)`` picks cuDNN flash attention when eligible
-and XLA otherwise; elsewhere :func:`xla_attention`, the same math as jax.nn's XLA path written
-to lower under strict dtype promotion (``LlamaConfig.attention_impl``; see :func:`attention_core`).
+``jax.nn.dot_product_attention(implementation="cudnn")`` (cuDNN flash attention, as MaxText and
+the plain-Flax anchor use; an ineligible shape raises instead of silently running the
+materialized-softmax XLA path); elsewhere :func:`xla_attention`, the same math as jax.nn's XLA
+path written to lower under strict dtype promotion (``LlamaConfig.attention_impl``; see
+:func:`attention_core`).
 
 Parameters are ``param_dtype`` (FP32 master weights); activations ``dtype`` (BF16, or FP16 for
 an FP16 run). RMSNorm, RoPE and the softmax statistics are computed in FP32.
@@ -74,6 +76,7 @@ __all__ = [
 
 GROUPS = ("mlp", "attn", "logits")
 REMAT_POLICIES = ("full", "save_gemm", "none")
+ATTENTION_IMPLS = ("auto", "cudnn", "jax", "xla")
 GEMM_CHECKPOINT_NAME = "mxprec_gemm"
 
 
@@ -96,7 +99,7 @@ class LlamaConfig:
     quantize: tuple[str, ...] = GROUPS  # projection groups that run the recipe
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
-    attention_impl: str = "auto"  # "auto" | "jax" | "xla" (see attention_core)
+    attention_impl: str = "auto"  # "auto" | "cudnn" | "jax" | "xla" (see attention_core)
 
     def __post_init__(self):
         for f in ("vocab", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "seq"):
@@ -109,8 +112,8 @@ class LlamaConfig:
             raise ValueError(f"head_dim={self.head_dim} must be even (RoPE)")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
-        if self.attention_impl not in ("auto", "jax", "xla"):
-            raise ValueError(f"attention_impl must be 'auto', 'jax' or 'xla', got {self.attention_impl!r}")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {self.attention_impl!r}")
         q = tuple(self.quantize)
         bad = [g for g in q if g not in GROUPS]
         if bad:
@@ -259,10 +262,12 @@ def attention_core(q: jax.Array, k: jax.Array, v: jax.Array, impl: str = "auto")
 
     ``impl``:
 
-    * ``"auto"`` — ``jax.nn.dot_product_attention(is_causal=True, implementation=None)`` on GPU
-      (cuDNN flash attention when eligible, else its XLA path); :func:`xla_attention` on other
-      platforms (what jax.nn would run there: its XLA path).
-    * ``"jax"`` — always ``jax.nn.dot_product_attention(implementation=None)``.
+    * ``"auto"`` — ``"cudnn"`` on GPU, ``"xla"`` elsewhere.
+    * ``"cudnn"`` — ``jax.nn.dot_product_attention(is_causal=True, implementation="cudnn")``: cuDNN
+      flash attention (BF16/FP16, head_dim <= 128 ...); JAX raises if the shape is ineligible.
+    * ``"jax"`` — ``jax.nn.dot_product_attention(implementation=None)``, which in jax 0.10–0.11
+      still means its XLA path: the (B, N, T, S) FP32 logits are materialized (8.6 GB per layer
+      at batch 4, 32 heads, seq 4096).
     * ``"xla"`` — always :func:`xla_attention`.
 
     Why not jax.nn everywhere: jax 0.10's XLA path of ``dot_product_attention`` gives its BF16
@@ -270,11 +275,15 @@ def attention_core(q: jax.Array, k: jax.Array, v: jax.Array, impl: str = "auto")
     mixed f32 × bf16 dot with that algorithm, whose *lowering* calls ``promote_types`` and fails
     under ``jax_numpy_dtype_promotion="strict"`` (the test configuration).
     """
-    if impl == "jax" or (impl == "auto" and jax.default_backend() == "gpu"):
+    if impl == "auto":
+        impl = "cudnn" if jax.default_backend() == "gpu" else "xla"
+    if impl == "cudnn":
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+    if impl == "jax":
         return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=None)
-    if impl in ("auto", "xla"):
+    if impl == "xla":
         return xla_attention(q, k, v)
-    raise ValueError(f"attention impl must be 'auto', 'jax' or 'xla', got {impl!r}")
+    raise ValueError(f"attention impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
 
 
 def _dense_cls(cfg: LlamaConfig, dg_cls, group: str):
