@@ -36,6 +36,7 @@ SMALL_M = [(1024, 8192, 8192), (2048, 8192, 8192)]
 CPU_SHAPES = [(256, 512, 256)]
 RECIPES = ["fp8_current", "fp8_rowwise", "fp8_block", "mxfp8", "mxfp6", "mxfp4", "nvfp4"]
 DN = (((1,), (0,)), ((), ()))
+DN_TN = (((1,), (1,)), ((), ()))  # x (M, K) . w (N, K)
 
 
 def bench(fn, *args, iters: int, warmup: int = 3) -> float:
@@ -59,12 +60,13 @@ def peer_rows(m, k, n, x, w, iters):
     xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
     t = bench(f_bf16, xb, wb, iters=iters)
     rows.append(dict(op="gemm", recipe="bf16", backend="xla", impl="xla bf16", t=t))
+    wt = w.T  # (N, K): FP8 GEMMs on Hopper want K contiguous in both operands ("TN"), as torch gets it
     for name, da, db in (("xla fp8 e4m3xe4m3", jnp.float8_e4m3fn, jnp.float8_e4m3fn),
                          ("xla fp8 e5m2xe4m3", jnp.float8_e5m2, jnp.float8_e4m3fn)):
         sa, sb = jnp.float32(1.0), jnp.float32(1.0)
-        f = jax.jit(lambda a, b, sa, sb: (lax.dot_general(a, b, DN, preferred_element_type=jnp.float32) * (sa * sb))
-                    .astype(jnp.bfloat16))
-        t = bench(f, x.astype(da), w.astype(db), sa, sb, iters=iters)
+        f = jax.jit(lambda a, b, sa, sb: (lax.dot_general(a, b, DN_TN, preferred_element_type=jnp.float32)
+                                          * (sa * sb)).astype(jnp.bfloat16))
+        t = bench(f, x.astype(da), wt.astype(db), sa, sb, iters=iters)
         rows.append(dict(op="gemm", recipe="fp8_current", backend="xla", impl=name, t=t))
     try:
         f = jax.jit(lambda a, b: jax.nn.scaled_dot_general(a, b, DN, preferred_element_type=jnp.bfloat16))
@@ -111,21 +113,25 @@ def torch_rows(m, k, n, iters):
     return rows
 
 
-def mxprec_rows(m, k, n, x, w, iters, backend):
+def mxprec_rows(m, k, n, x, w, iters, backend, recipes=RECIPES):
+    """The weight is quantized once, outside the timed region, as (N, K) (K contiguous, rhs_contract 2)."""
     rows = []
-    for name in RECIPES:
+    for name in recipes:
         r = mxprec.recipes.get(name, backend=backend)
         try:
-            qw = jax.jit(lambda w: mxprec.quantize(w, r.fprop_rhs, axis=0))(w)
+            qw = jax.jit(lambda w: mxprec.quantize(w.T, r.fprop_rhs, axis=1))(w)
             qx = jax.jit(lambda x: mxprec.quantize(x, r.fprop_lhs, axis=1))(x)
             be = mxprec.kernels.resolve_backend(backend)  # "auto" on GPU picks per operand pair
-            if be == "ffi" and jax.default_backend() == "gpu" and name != "fp8_current":
-                continue  # the sm_90a kernels serve per-tensor FP8 pairs only (docs/backends/cuda.md)
+            if be == "ffi" and jax.default_backend() == "gpu":
+                from mxprec.kernels import cuda
+
+                if not cuda.supports(_b(qx), _b(qw), lhs_contract=2, rhs_contract=2):
+                    continue  # no sm_90a kernel for this pair (docs/backends/cuda.md): not timed
             gemm = jax.jit(lambda qx, qw: mxprec.scaled_gemm(_b(qx), _b(qw), lhs_contract=2,
-                                                            rhs_contract=1, out_dtype=jnp.bfloat16, backend=be))
+                                                            rhs_contract=2, out_dtype=jnp.bfloat16, backend=be))
             t = bench(gemm, qx, qw, iters=iters)
             with_q = jax.jit(lambda x, qw: mxprec.scaled_gemm(_b(mxprec.quantize(x, r.fprop_lhs, axis=1)), _b(qw),
-                                                              lhs_contract=2, rhs_contract=1,
+                                                              lhs_contract=2, rhs_contract=2,
                                                               out_dtype=jnp.bfloat16, backend=be))
             tq = bench(with_q, x.astype(jnp.bfloat16), qw, iters=iters)
             rows.append(dict(op="gemm", recipe=name, backend=f"mxprec-{be}", impl=f"mxprec {name}", t=t, tq=tq))
@@ -150,14 +156,22 @@ def _b(q):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", default="auto", choices=["auto", "paper", "all", "cpu"])
+    p.add_argument("--shapes", default="auto",
+                   help="auto | paper | all | cpu | comma-separated MxKxN list")
+    p.add_argument("--recipes", default=",".join(RECIPES), help="mxprec recipes to time (default: %(default)s)")
     p.add_argument("--backend", default="both", choices=["auto", "xla", "ffi", "both"])
     p.add_argument("--iters", type=int, default=0)
     p.add_argument("--out", default="benchmarks/results")
     args = p.parse_args(argv)
     on_gpu = jax.default_backend() == "gpu"
-    shapes = {"paper": PAPER_SHAPES, "all": PAPER_SHAPES + LLAMA_SHAPES + SMALL_M, "cpu": CPU_SHAPES}.get(
-        args.shapes, PAPER_SHAPES + LLAMA_SHAPES + SMALL_M if on_gpu else CPU_SHAPES)
+    named = {"paper": PAPER_SHAPES, "all": PAPER_SHAPES + LLAMA_SHAPES + SMALL_M, "cpu": CPU_SHAPES}
+    if args.shapes in named:
+        shapes = named[args.shapes]
+    elif args.shapes == "auto":
+        shapes = PAPER_SHAPES + LLAMA_SHAPES + SMALL_M if on_gpu else CPU_SHAPES
+    else:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    recipes = [r for r in args.recipes.split(",") if r]
     iters = args.iters or (20 if on_gpu else 2)
     device = jax.devices()[0].device_kind
     rows = []
@@ -168,7 +182,7 @@ def main(argv=None):
         backends = ["xla", "ffi"] if args.backend == "both" else [args.backend]
         shape_rows = peer_rows(m, k, n, x, w, iters)
         for be in backends:
-            shape_rows += mxprec_rows(m, k, n, x, w, iters, be)
+            shape_rows += mxprec_rows(m, k, n, x, w, iters, be, recipes)
         t_bf16 = shape_rows[0]["t"]
         for r in shape_rows:
             r.update(m=m, k=k, n=n)
@@ -179,6 +193,11 @@ def main(argv=None):
             r["tflops_with_q"] = None if tq is None else _sig(tflops(m, k, n, tq))
             print(json.dumps(r), flush=True)
         rows += shape_rows
+        _write(rows, device, argv, args.out, final=False)  # a run cut short keeps every finished shape
+    _write(rows, device, argv, args.out, final=True)
+
+
+def _write(rows, device, argv, out_dir, final):
     # ratio to the best peer of the same recipe
     for r in rows:
         if r.get("backend", "").startswith("mxprec") and "tflops" in r:
@@ -187,15 +206,16 @@ def main(argv=None):
             r["ratio_vs_best_peer"] = round(r["tflops"] / max(peers), 3) if peers and max(peers) > 0 else None
     result = dict(device=device, command="python " + " ".join([sys.argv[0]] + (argv or sys.argv[1:])),
                   date=datetime.date.today().isoformat(), jax=jax.__version__, rows=rows)
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(out_dir, exist_ok=True)
     tag = "h200" if "H200" in device else device.lower().replace(" ", "_")
-    path = os.path.join(args.out, f"{tag}_gemm.json")
+    path = os.path.join(out_dir, f"{tag}_gemm.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     with open(path.replace(".json", ".md"), "w") as f:
         f.write(markdown(result))
-    print(markdown(result))
-    print("wrote", path)
+    if final:
+        print(markdown(result))
+        print("wrote", path)
 
 
 def markdown(result) -> str:

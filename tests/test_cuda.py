@@ -1,7 +1,12 @@
 """The CUDA (sm_90a) lowering of mxprec_scaled_gemm: mxprec.kernels.cuda.
 
 GPU tests skip cleanly when JAX has no GPU or libmxprec_cuda.so is not built; the ``supports``
-logic is tested everywhere.
+logic and the wrapper's operand / scale re-layout are tested everywhere.
+
+Three kernel families: per-tensor (TensorScaling / DelayedScaling), row-wise (RowScaling x
+RowScaling, scales applied in the epilogue) and block-scaled (TileScaling (1, 128) x (128, 128),
+each 128-of-K partial sum multiplied by its scales as it is promoted into FP32). The same bound
+holds for all three.
 
 Tolerance (documented in docs/backends/cuda.md): the kernel multiplies FP8 values exactly, sums
 them in the Hopper FP8 tensor core's internal accumulator for 128 of K at a time and promotes
@@ -18,6 +23,8 @@ plus FP32 summation and the scale product), and the relative Frobenius error
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +33,7 @@ import pytest
 import mxprec
 from mxprec import formats
 from mxprec.kernels import cuda, reference_scaled_gemm
-from mxprec.scaling import DelayedScaling, DelayedScalingState, RowScaling, TensorScaling
+from mxprec.scaling import DelayedScaling, DelayedScalingState, RowScaling, TensorScaling, TileScaling
 
 RTOL = 2.0**-9
 FRO = {jnp.dtype(jnp.float32): 1e-3, jnp.dtype(jnp.bfloat16): 6e-3}
@@ -55,6 +62,36 @@ def _operands(key, b, m, n, k, lfmt, rfmt, lc=2, rc=2, delayed=False, scale=(3.0
     x = jax.random.normal(k1, lshape, jnp.float32) * scale[0]
     w = jax.random.normal(k2, rshape, jnp.float32) * scale[1]
     return _q(x, lfmt, lc, delayed), _q(w, rfmt, rc, delayed)
+
+
+# Specs of the row-wise and block-scaled families: (lhs spec, rhs spec) from the formats.
+FAMILIES = {
+    "row": lambda lf, rf: (RowScaling(FMTS[lf]), RowScaling(FMTS[rf])),
+    "block": lambda lf, rf: (TileScaling(FMTS[lf], tile=(1, 128)), TileScaling(FMTS[rf], tile=(128, 128))),
+}
+
+
+def _graded(key, shape, contract, base):
+    """Normal values times 2**e, e varying per row (the free axis) and per 128 of K (the contraction
+    axis), so that per-row / per-tile scales differ by orders of magnitude."""
+    k1, k2, k3 = jax.random.split(key, 3)
+    free = 3 - contract
+    rows = jax.random.randint(k2, (shape[0], shape[free]), -6, 7)
+    kblocks = jax.random.randint(k3, (shape[0], -(-shape[contract] // 128)), -6, 7)
+    kexp = jnp.repeat(kblocks, 128, axis=1)[:, : shape[contract]]
+    e = rows[:, :, None] + kexp[:, None, :]  # (B, free, K)
+    if contract == 1:
+        e = jnp.swapaxes(e, 1, 2)
+    return jax.random.normal(k1, shape, jnp.float32) * base * jnp.exp2(e.astype(jnp.float32))
+
+
+def _family_operands(family, key, b, m, n, k, lfmt, rfmt, lc=2, rc=2, scale=(3.0, 0.02)):
+    """Row-wise or block-scaled QTensors lhs (B, M, K) / (B, K, M), rhs (B, N, K) / (B, K, N)."""
+    k1, k2 = jax.random.split(key)
+    lspec, rspec = FAMILIES[family](lfmt, rfmt)
+    x = _graded(k1, (b, m, k) if lc == 2 else (b, k, m), lc, scale[0])
+    w = _graded(k2, (b, n, k) if rc == 2 else (b, k, n), rc, scale[1])
+    return mxprec.quantize(x, lspec, axis=lc), mxprec.quantize(w, rspec, axis=rc)
 
 
 def _check(out, lhs, rhs, lc, rc, out_dtype, bias=None):
@@ -95,7 +132,7 @@ def test_supports_logic_without_gpu():
     assert cuda.supports(lq, rq, out_dtype=jnp.float32, check_library=False)
     # e5m2 x e5m2 is not a HYBRID pair.
     assert "pair" in cuda.why_unsupported(_q(x, "e5m2", 2), _q(w, "e5m2", 2), check_library=False)
-    # Row scaling is not implemented.
+    # Row scaling mixed with per-tensor scaling is not implemented.
     rowq = mxprec.quantize(x, RowScaling(formats.E4M3), axis=2)
     assert "RowScaling" in cuda.why_unsupported(rowq, rq, check_library=False)
     # Plain operands are not.
@@ -109,6 +146,62 @@ def test_supports_logic_without_gpu():
     assert cuda.why_unsupported(lq, _q(w12, "e4m3", 2), out_dtype=jnp.float32, check_library=False) == ""
     # float16 output is not built.
     assert "float16" in cuda.why_unsupported(lq, rq, out_dtype=jnp.float16, check_library=False)
+
+
+def test_supports_row_and_block_without_gpu():
+    x = jnp.ones((2, 40, 256), jnp.float32)  # M = 40: no M constraint in either family
+    w = jnp.ones((2, 128, 256), jnp.float32)
+    row = FAMILIES["row"]("e4m3", "e4m3")
+    blk = FAMILIES["block"]("e4m3", "e4m3")
+    rl, rr = mxprec.quantize(x, row[0], axis=2), mxprec.quantize(w, row[1], axis=2)
+    bl, br = mxprec.quantize(x, blk[0], axis=2), mxprec.quantize(w, blk[1], axis=2)
+    assert cuda.why_unsupported(rl, rr, check_library=False) == ""
+    assert cuda.why_unsupported(bl, br, out_dtype=jnp.float32, check_library=False) == ""
+    # Contraction axis 1 on both (the wrapper transposes data and scales).
+    bl1 = mxprec.quantize(jnp.swapaxes(x, 1, 2), blk[0], axis=1)
+    br1 = mxprec.quantize(jnp.swapaxes(w, 1, 2), blk[1], axis=1)
+    assert cuda.why_unsupported(bl1, br1, check_library=False) == ""
+    assert (
+        cuda.why_unsupported(mxprec.quantize(jnp.swapaxes(x, 1, 2), row[0], axis=1), rr, check_library=False)
+        == ""
+    )
+    # Mixed families.
+    assert "not implemented" in cuda.why_unsupported(rl, br, check_library=False)
+    assert "TileScaling" in cuda.why_unsupported(bl, _q(w, "e4m3", 2), check_library=False)
+    # Only 1x128 (lhs) x 128x128 (rhs) tiles are built.
+    w_tile_1 = mxprec.quantize(w, TileScaling(formats.E4M3, tile=(1, 128)), axis=2)
+    assert "(1, 128)" in cuda.why_unsupported(bl, w_tile_1, check_library=False)
+    x_tile_128 = mxprec.quantize(jnp.ones((2, 128, 256)), TileScaling(formats.E4M3, tile=(128, 128)), axis=2)
+    assert "tiles" in cuda.why_unsupported(x_tile_128, br, check_library=False)
+    # e5m2 x e5m2 is not built in any family.
+    e5 = FAMILIES["row"]("e5m2", "e5m2")
+    r5 = (mxprec.quantize(x, e5[0], axis=2), mxprec.quantize(w, e5[1], axis=2))
+    assert "pair" in cuda.why_unsupported(*r5, check_library=False)
+    # Row-wise keeps the per-tensor alignment rules: K % 16, N % 8 (bf16).
+    rl24 = mxprec.quantize(jnp.ones((2, 40, 24)), row[0], axis=2)
+    rr24 = mxprec.quantize(jnp.ones((2, 128, 24)), row[1], axis=2)
+    assert "K=24" in cuda.why_unsupported(rl24, rr24, check_library=False)
+    rr12 = mxprec.quantize(jnp.ones((2, 12, 256)), row[1], axis=2)
+    assert "N=12" in cuda.why_unsupported(rl, rr12, check_library=False)
+
+
+@pytest.mark.parametrize("family", ["row", "block"])
+@pytest.mark.parametrize("lc,rc", [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_wrapper_relayout_preserves_the_product(family, lc, rc):
+    """What cuda.scaled_gemm hands the handler (K-major data, contract-2 scales) is the same GEMM."""
+    b, m, n, k = 2, 24, 128, 256
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(5), b, m, n, k, "e4m3", "e5m2", lc, rc)
+    tn = []
+    for q, c in ((lhs, lc), (rhs, rc)):
+        data = cuda._to_tn(q, c)
+        scale = cuda._scale_tn(q, c, family)
+        rows = data.shape[1]
+        want_shape = (b, rows // q.spec.tile[0], k // 128) if family == "block" else (b, rows, 1)
+        assert scale.shape == want_shape  # the contract-2 scale layout of csrc/common/scaled_gemm.h
+        tn.append(dataclasses.replace(q, data=data, scale=scale, axis=2, shape=tuple(data.shape)))
+    want = reference_scaled_gemm(lhs, rhs, lhs_contract=lc, rhs_contract=rc, out_dtype=jnp.float32)
+    got = reference_scaled_gemm(*tn, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_unavailable_without_gpu_is_clean():
@@ -193,3 +286,97 @@ def test_unimplemented_kind_is_an_error():
     one = jnp.ones((), jnp.float32)
     with pytest.raises(Exception, match="(?i)unimplemented|only per-tensor"):
         jax.block_until_ready(call(q.data, row_scale, one, q.data[:, :32], q.scale, one, one, **attrs))
+
+
+# ----------------------------------------------------------------------------- GPU: row-wise, block-scaled
+
+_PAIRS = [("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2")]
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["row", "block"])
+@pytest.mark.parametrize("pair", _PAIRS)
+@pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32])
+def test_family_matches_reference(family, pair, out_dtype):
+    seed = 1000 + 10 * _PAIRS.index(pair) + (family == "block") * 2 + (out_dtype == jnp.float32)
+    b, m, n, k = 2, 202, 384, 1152  # M not a multiple of the 128 tile (nor of 4); 9 K blocks
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(seed), b, m, n, k, *pair)
+    f = jax.jit(lambda l, r: cuda.scaled_gemm(l, r, lhs_contract=2, rhs_contract=2, out_dtype=out_dtype))
+    _check(f(lhs, rhs), lhs, rhs, 2, 2, out_dtype)
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["row", "block"])
+@pytest.mark.parametrize("lc,rc", [(1, 1), (2, 1), (1, 2)])
+def test_family_transposed_operands_bias(family, lc, rc):
+    b, m, n, k = 3, 136, 256, 384
+    key = jax.random.PRNGKey(11 * lc + rc + (family == "block"))
+    lhs, rhs = _family_operands(family, key, b, m, n, k, "e4m3", "e4m3", lc, rc)
+    bias = jax.random.normal(jax.random.PRNGKey(98), (n,), jnp.float32)
+    f = jax.jit(
+        lambda l, r, bb: cuda.scaled_gemm(
+            l, r, lhs_contract=lc, rhs_contract=rc, out_dtype=jnp.float32, bias=bb
+        )
+    )
+    _check(f(lhs, rhs, bias), lhs, rhs, lc, rc, jnp.float32, bias=bias)
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["row", "block"])
+@pytest.mark.parametrize(
+    "shape", [(1, 1, 128, 128), (1, 8, 128, 256), (4, 333, 640, 1024), (1, 4096, 4096, 4096)]
+)
+def test_family_shapes_bf16_bias(family, shape):
+    b, m, n, k = shape
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(m + n + k), b, m, n, k, "e4m3", "e4m3")
+    bias = jax.random.normal(jax.random.PRNGKey(97), (n,), jnp.float32) * 10.0
+    out = cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=jnp.bfloat16, bias=bias)
+    _check(out, lhs, rhs, 2, 2, jnp.bfloat16, bias=bias)
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["row", "block"])
+def test_family_fresh_scales_one_compile(family):
+    # The same compiled function on inputs whose scales differ by orders of magnitude each call.
+    f = jax.jit(lambda l, r: cuda.scaled_gemm(l, r, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32))
+    for i, sc in enumerate([(1e-3, 1e3), (50.0, 1e-4), (1.0, 1.0)]):
+        lhs, rhs = _family_operands(
+            family, jax.random.PRNGKey(200 + i), 1, 128, 256, 512, "e4m3", "e5m2", scale=sc
+        )
+        _check(f(lhs, rhs), lhs, rhs, 2, 2, jnp.float32)
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["row", "block"])
+def test_family_routed_by_scaled_gemm(family):
+    # mxprec.kernels.scaled_gemm(backend="ffi") on GPU runs these operands on the CUDA kernels.
+    from mxprec.kernels import scaled_gemm
+
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(3), 1, 64, 256, 512, "e4m3", "e4m3", 2, 1)
+    assert cuda.supports(lhs, rhs, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32)
+    out = scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32, backend="ffi")
+    _check(out, lhs, rhs, 2, 1, jnp.float32)
+
+
+@needs_gpu
+def test_unbuilt_tile_shapes_are_an_error():
+    # tile x tile with lhs 128x128 tiles: a valid contract call the CUDA handler does not implement.
+    x = mxprec.quantize(jnp.ones((1, 128, 256)), TileScaling(formats.E4M3, tile=(128, 128)), axis=2)
+    attrs = {
+        "lhs_kind": 3,
+        "lhs_fmt": 0,
+        "lhs_block": 128,
+        "lhs_tile_rows": 128,
+        "lhs_contract": 2,
+        "rhs_kind": 3,
+        "rhs_fmt": 0,
+        "rhs_block": 128,
+        "rhs_tile_rows": 128,
+        "rhs_contract": 2,
+        "has_bias": 0,
+    }
+    attrs = {k: np.int32(v) for k, v in attrs.items()}
+    call = jax.ffi.ffi_call(cuda.TARGET, jax.ShapeDtypeStruct((1, 128, 128), jnp.float32))
+    one = jnp.ones((), jnp.float32)
+    with pytest.raises(Exception, match="(?i)unimplemented tile shapes"):
+        jax.block_until_ready(call(x.data, x.scale, one, x.data, x.scale, one, one, **attrs))

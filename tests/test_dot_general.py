@@ -3,6 +3,12 @@
 Every recipe's Fprop and both gradients must equal float64 GEMMs of the reference-dequantized
 operands, within the FP32 summation-order bound |diff| <= 2·K·2^-24·(|A|·|B|).
 The backend under test is a module-level parameter so the same suite runs on "xla" and "ffi".
+
+On a GPU the bound is |diff| <= 2^-9·(|A|·|B|) instead: Hopper's FP8 tensor cores (cuBLASLt
+behind XLA's FP8 dot, and our CUTLASS kernels) sum 128 of K in a reduced-precision internal
+accumulator before promoting to FP32 (the bound of tests/test_cuda.py). With backend "ffi" on a
+GPU an operand pair without a CUDA kernel (MX / NVFP4; shapes the kernels do not take) raises
+NotImplementedError by design (no silent fallback): such cases skip, naming the reason.
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ import mxprec
 import reference as ref
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
+ON_GPU = jax.default_backend() == "gpu"
 BACKENDS = ["xla", pytest.param("ffi", marks=pytest.mark.skipif(
-    not mxprec.kernels.ffi_available("cpu"), reason="libmxprec_cpu.so not built (pip install . builds it)"))]
+    not mxprec.kernels.ffi_available(), reason=f"no mxprec native library for {jax.default_backend()} here"))]
 QUANTIZED = ["fp8_current", "fp8_delayed", "fp8_rowwise", "fp8_block", "mxfp8", "mxfp8_floor", "mxfp6", "mxfp4", "nvfp4"]
 
 # (lhs shape, rhs shape, dimension_numbers): plain, batch dims, two contracting dims, odd orders.
@@ -102,7 +109,7 @@ def oracle(recipe, x, w, g, dn):
 
 def _assert_close(got, want, bound, n, what):
     got = np.asarray(got, np.float64)
-    tol = 2.0 * n * 2.0**-24 * bound + 1e-30
+    tol = (2.0**-9 if ON_GPU else 2.0 * n * 2.0**-24) * bound + 1e-30
     err = np.abs(got - want)
     bad = err > tol
     assert not bad.any(), f"{what}: {bad.sum()} elements outside the FP32 summation bound; max err {err.max()}"
@@ -128,9 +135,14 @@ def test_matches_reference_oracle(backend, name, case):
     state = mxprec.DotGeneralState.init(recipe)
     f = jax.jit(lambda x, w: mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32,
                                                   recipe=recipe, state=state))
-    y, vjp = jax.vjp(f, x, w)
-    g = jax.random.normal(kg, y.shape, jnp.float32)
-    dx, dw = vjp(g)
+    try:
+        y, vjp = jax.vjp(f, x, w)
+        g = jax.random.normal(kg, y.shape, jnp.float32)
+        dx, dw = vjp(g)
+    except NotImplementedError as e:
+        if not (ON_GPU and backend == "ffi"):
+            raise
+        pytest.skip(f"no CUDA kernel: {str(e)[:200]}")
     assert y.dtype == jnp.float32 and dx.dtype == x.dtype and dw.dtype == w.dtype
     (ry, by, K), (rdx, bdx, N), (rdw, bdw, M) = oracle(recipe, np.asarray(x), np.asarray(w), np.asarray(g), dn)
     _assert_close(y, ry, by, K, f"{name} fprop")

@@ -1,20 +1,28 @@
 // XLA FFI handler `mxprec_scaled_gemm` for platform "CUDA" (exported C symbol MxprecScaledGemmCuda).
 //
 // Implements the subset of the contract in csrc/common/scaled_gemm.h that maps onto the sm_90a
-// CUTLASS FP8 GEMM (sm90_fp8_gemm_tensorwise.h):
-//   * both operands kind 1 (tensor / delayed: one f32 () dequantization multiplier each);
+// CUTLASS FP8 GEMMs. Three operand-scaling families, each its own kernel:
+//   * tensor x tensor (kind 1: tensor / delayed, one f32 () multiplier each) -> per-tensor GEMM
+//     (sm90_fp8_gemm_tensorwise.h); alpha = scale_lhs * scale_rhs is computed on the device by a
+//     one-thread kernel into XLA scratch memory and read by the epilogue (no host round trip);
+//   * row x row (kind 2, scales (B, M, 1) / (B, N, 1)) -> row-wise GEMM (sm90_fp8_gemm_rowwise.h),
+//     scales applied in the epilogue;
+//   * tile x tile with lhs 1x128 tiles (tile_rows 1, block 128; scales (B, M, K/128)) and rhs
+//     128x128 tiles (tile_rows 128, block 128; scales (B, N/128, K/128)) -> block-scaled GEMM
+//     (sm90_fp8_gemm_blockwise.h), scales applied per 128 of K in the mainloop; the scale buffers
+//     are transposed on the stream into the kernel's layout (XLA scratch memory).
+// Common to all three:
 //   * formats e4m3 x e4m3, e5m2 x e4m3, e4m3 x e5m2 (the HYBRID pairs);
 //   * lhs_contract == 2 and rhs_contract == 2 ("TN": lhs (B, M, K), rhs (B, N, K), K contiguous).
 //     The Python wrapper (mxprec.kernels.cuda.scaled_gemm) transposes an operand whose
-//     contraction axis is not last before the call;
-//   * output bf16 or f32; optional f32 (N,) bias (added to alpha * acc in FP32 before the cast);
-//   * K % 16 == 0, N % 8 (bf16) / N % 4 (f32), every extent < 2**31.
+//     contraction axis is not last (and its scales) before the call;
+//   * output bf16 or f32; optional f32 (N,) bias (added in FP32 before the cast);
+//   * K % 16 == 0, N % 8 (bf16) / N % 4 (f32) (tile: K % 128 == 0, N % 128 == 0), extents < 2**31.
 // Anything else returns ffi::Error Unimplemented (attribute combinations the contract allows) or
-// InvalidArgument (buffers that disagree with the contract). alpha = scale_lhs * scale_rhs is
-// computed on the device by a one-thread kernel into XLA scratch memory (no host round trip), and
-// the CUTLASS epilogue reads it from there.
+// InvalidArgument (buffers that disagree with the contract).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <sstream>
@@ -22,6 +30,8 @@
 
 #include "ffi_helpers.h"
 #include "scaled_gemm.h"
+#include "sm90_fp8_gemm_blockwise.h"
+#include "sm90_fp8_gemm_rowwise.h"
 #include "sm90_fp8_gemm_tensorwise.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -40,6 +50,61 @@ cudaError_t launch_scale_product(const float* sa, const float* sb, float* alpha_
 bool sm90_tensorwise_aligned(GemmOut out, int64_t m, int64_t n, int64_t k) {
   (void)m;
   return k > 0 && k % 16 == 0 && n % (out == GemmOut::kBF16 ? 8 : 4) == 0;
+}
+
+bool sm90_blockwise_aligned(int64_t m, int64_t n, int64_t k) {
+  (void)m;
+  return k > 0 && k % kBlockwiseK == 0 && n > 0 && n % kBlockwiseRowsB == 0;
+}
+
+namespace {
+
+// One scale matrix to transpose: out[l][c][r] = r < rows ? in[l][r][c] : 0, for r < pitch, c < cols.
+struct ScaleTranspose {
+  const float* in;  // (L, rows, cols), cols contiguous
+  float* out;       // (L, cols, pitch), pitch contiguous
+  int64_t rows, cols, pitch;
+};
+
+constexpr int kTransposeTile = 32;
+
+// 32x32 shared-memory tile transpose of both operands' scales in one launch: blockIdx.z & 1
+// selects the operand, blockIdx.z >> 1 (strided by gridDim.z / 2) the batch; x runs over rows
+// (pitch), y over cols (K/128). Blocks past one operand's extent skip it (uniformly per block).
+__global__ void __launch_bounds__(256) transpose_scales_kernel(ScaleTranspose a, ScaleTranspose b, int64_t batch) {
+  __shared__ float tile[kTransposeTile][kTransposeTile + 1];
+  const ScaleTranspose& j = (blockIdx.z & 1) ? b : a;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kTransposeTile;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kTransposeTile;
+  if (r0 >= j.pitch || c0 >= j.cols) return;
+  for (int64_t l = blockIdx.z >> 1; l < batch; l += gridDim.z >> 1) {
+    const float* in = j.in + l * j.rows * j.cols;
+    float* out = j.out + l * j.cols * j.pitch;
+    for (int dy = threadIdx.y; dy < kTransposeTile; dy += blockDim.y) {
+      const int64_t r = r0 + dy, c = c0 + threadIdx.x;
+      tile[dy][threadIdx.x] = (r < j.rows && c < j.cols) ? in[r * j.cols + c] : 0.0f;
+    }
+    __syncthreads();
+    for (int dy = threadIdx.y; dy < kTransposeTile; dy += blockDim.y) {
+      const int64_t c = c0 + dy, r = r0 + threadIdx.x;
+      if (c < j.cols && r < j.pitch) out[c * j.pitch + r] = tile[threadIdx.x][dy];
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_blockwise_scale_layout(const float* sa, const float* sb, float* sfa, float* sfb, int64_t l,
+                                          int64_t m, int64_t m_pitch, int64_t nb, int64_t kb, cudaStream_t stream) {
+  const ScaleTranspose ta{sa, sfa, m, kb, m_pitch}, tb{sb, sfb, nb, kb, nb};
+  const int64_t gx = (std::max(m_pitch, nb) + kTransposeTile - 1) / kTransposeTile;
+  const int64_t gy = (kb + kTransposeTile - 1) / kTransposeTile;
+  const int64_t gz = 2 * std::min<int64_t>(l, 32767);
+  if (gx > 2147483647 || gy > 65535) return cudaErrorInvalidConfiguration;
+  transpose_scales_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)),
+                            dim3(kTransposeTile, 8), 0, stream>>>(ta, tb, l);
+  return cudaGetLastError();
 }
 
 namespace {
@@ -78,14 +143,58 @@ ffi::Error unimplemented(const std::string& msg) {
   return ffi::Error(ffi::ErrorCode::kUnimplemented, "mxprec_scaled_gemm (CUDA): " + msg);
 }
 
-template <int P>
-const char* dispatch_out(GemmOut out, const TensorwiseGemmArgs& a, void* ws, cudaStream_t s) {
-  return out == GemmOut::kBF16 ? sm90_tensorwise_run<P, 0>(a, ws, s) : sm90_tensorwise_run<P, 1>(a, ws, s);
+// The three kernel families behind one dispatch: Args type, workspace query and launch.
+struct Tensorwise {
+  using Args = TensorwiseGemmArgs;
+  template <int P, int O>
+  static size_t workspace(const Args& a) { return sm90_tensorwise_workspace<P, O>(a); }
+  template <int P, int O>
+  static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_tensorwise_run<P, O>(a, ws, s); }
+};
+struct Rowwise {
+  using Args = RowwiseGemmArgs;
+  template <int P, int O>
+  static size_t workspace(const Args& a) { return sm90_rowwise_workspace<P, O>(a); }
+  template <int P, int O>
+  static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_rowwise_run<P, O>(a, ws, s); }
+};
+struct Blockwise {
+  using Args = BlockwiseGemmArgs;
+  template <int P, int O>
+  static size_t workspace(const Args& a) { return sm90_blockwise_workspace<P, O>(a); }
+  template <int P, int O>
+  static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_blockwise_run<P, O>(a, ws, s); }
+};
+
+template <class F, int P>
+size_t workspace_out(GemmOut out, const typename F::Args& a) {
+  return out == GemmOut::kBF16 ? F::template workspace<P, 0>(a) : F::template workspace<P, 1>(a);
 }
-template <int P>
-size_t workspace_out(GemmOut out, const TensorwiseGemmArgs& a) {
-  return out == GemmOut::kBF16 ? sm90_tensorwise_workspace<P, 0>(a) : sm90_tensorwise_workspace<P, 1>(a);
+template <class F>
+size_t workspace_for(int pair, GemmOut out, const typename F::Args& a) {
+  switch (pair) {
+    case 0: return workspace_out<F, 0>(out, a);
+    case 1: return workspace_out<F, 1>(out, a);
+    default: return workspace_out<F, 2>(out, a);
+  }
 }
+template <class F, int P>
+const char* run_out(GemmOut out, const typename F::Args& a, void* ws, cudaStream_t s) {
+  return out == GemmOut::kBF16 ? F::template run<P, 0>(a, ws, s) : F::template run<P, 1>(a, ws, s);
+}
+template <class F>
+const char* run_for(int pair, GemmOut out, const typename F::Args& a, void* ws, cudaStream_t s) {
+  switch (pair) {
+    case 0: return run_out<F, 0>(out, a, ws, s);
+    case 1: return run_out<F, 1>(out, a, ws, s);
+    default: return run_out<F, 2>(out, a, ws, s);
+  }
+}
+
+enum class Family { kTensor, kRow, kBlock };
+
+constexpr size_t kAlign = 256;
+size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer ld,
                               ffi::AnyBuffer ls, ffi::AnyBuffer lt, ffi::AnyBuffer rd, ffi::AnyBuffer rs,
@@ -103,10 +212,25 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
     if (has_bias != 0 && has_bias != 1) return invalid(std::string(op) + ": has_bias must be 0 or 1");
   }
   const auto lk = static_cast<ScalingKind>(lhs_kind), rk = static_cast<ScalingKind>(rhs_kind);
-  if (lk != ScalingKind::kTensor || rk != ScalingKind::kTensor) {
-    return unimplemented(std::string("only per-tensor (kind 1: tensor / delayed) FP8 operands are implemented, got lhs ") +
-                         scaling_kind_name(lk) + ", rhs " + scaling_kind_name(rk) +
-                         " (use backend='xla' or the CPU backend)");
+  Family fam;
+  if (lk == ScalingKind::kTensor && rk == ScalingKind::kTensor) {
+    fam = Family::kTensor;
+  } else if (lk == ScalingKind::kRow && rk == ScalingKind::kRow) {
+    fam = Family::kRow;
+  } else if (lk == ScalingKind::kTile && rk == ScalingKind::kTile) {
+    if (lhs_tile_rows != 1 || lhs_block != kBlockwiseK || rhs_tile_rows != kBlockwiseRowsB ||
+        rhs_block != kBlockwiseK) {
+      std::ostringstream os;
+      os << "unimplemented tile shapes lhs " << lhs_tile_rows << "x" << lhs_block << ", rhs " << rhs_tile_rows << "x"
+         << rhs_block << ": the block-scaled kernel takes lhs 1x128 and rhs 128x128 tiles";
+      return unimplemented(os.str());
+    }
+    fam = Family::kBlock;
+  } else {
+    return unimplemented(std::string("unimplemented scaling kinds lhs ") + scaling_kind_name(lk) + ", rhs " +
+                         scaling_kind_name(rk) +
+                         ": the CUDA kernels take tensor x tensor (tensor / delayed), row x row and tile 1x128 x "
+                         "tile 128x128 FP8 operands (use backend='xla' or the CPU backend)");
   }
   const auto lf = static_cast<ElemFormat>(lhs_fmt), rf = static_cast<ElemFormat>(rhs_fmt);
   int pair = -1;
@@ -129,11 +253,21 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
                    " must be 3-D");
   }
   const int64_t B = ldims[0], M = ldims[1], K = ldims[2], N = rdims[1];
-  const OperandDesc lo{lk, lf, 1, 1, 2}, ro{rk, rf, 1, 1, 2};
+  const OperandDesc lo{lk, lf, fam == Family::kBlock ? lhs_block : 1, fam == Family::kBlock ? lhs_tile_rows : 1, 2};
+  const OperandDesc ro{rk, rf, fam == Family::kBlock ? rhs_block : 1, fam == Family::kBlock ? rhs_tile_rows : 1, 2};
   if (auto e = check_buffer(op, "lhs data", ld, operand_data_dims(lo, B, M, K), data_dtype(lf)); e.failure()) return e;
   if (auto e = check_buffer(op, "rhs data", rd, operand_data_dims(ro, B, N, K), data_dtype(rf)); e.failure()) return e;
-  if (auto e = check_buffer(op, "lhs scale", ls, Dims3{0, {0, 0, 0}}, ffi::DataType::F32); e.failure()) return e;
-  if (auto e = check_buffer(op, "rhs scale", rs, Dims3{0, {0, 0, 0}}, ffi::DataType::F32); e.failure()) return e;
+  if (fam == Family::kBlock && (K % kBlockwiseK != 0 || N % kBlockwiseRowsB != 0)) {
+    std::ostringstream os;
+    os << op << ": K=" << K << " and N=" << N << " must be multiples of the tile block " << kBlockwiseK
+       << " and the rhs tile rows " << kBlockwiseRowsB;
+    return invalid(os.str());
+  }
+  // Scales: tensor f32 (); row (B, M, 1) / (B, N, 1); tile (B, M, K/128) / (B, N/128, K/128).
+  if (auto e = check_buffer(op, "lhs scale", ls, operand_scale_dims(lo, B, M, K), ffi::DataType::F32); e.failure())
+    return e;
+  if (auto e = check_buffer(op, "rhs scale", rs, operand_scale_dims(ro, B, N, K), ffi::DataType::F32); e.failure())
+    return e;
   if (has_bias) {
     if (auto e = check_buffer(op, "bias", bias, Dims3{1, {N, 0, 0}}, ffi::DataType::F32); e.failure()) return e;
   }
@@ -147,43 +281,70 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
   if (ot == ffi::DataType::F16) return unimplemented("float16 output is not built (bfloat16, float32)");
   const GemmOut gout = ot == ffi::DataType::BF16 ? GemmOut::kBF16 : GemmOut::kF32;
   if (B == 0 || M == 0 || N == 0) return ffi::Error::Success();
-  if (!sm90_tensorwise_aligned(gout, M, N, K)) {
+  if (fam == Family::kBlock ? !sm90_blockwise_aligned(M, N, K) : !sm90_tensorwise_aligned(gout, M, N, K)) {
     std::ostringstream os;
-    os << "shape (B, M, N, K) = (" << B << ", " << M << ", " << N << ", " << K
-       << ") not supported: needs K > 0, K % 16 == 0 and N % " << (gout == GemmOut::kBF16 ? 8 : 4) << " == 0";
+    os << "shape (B, M, N, K) = (" << B << ", " << M << ", " << N << ", " << K << ") not supported: needs K > 0, ";
+    if (fam == Family::kBlock) {
+      os << "K % 128 == 0 and N % 128 == 0";
+    } else {
+      os << "K % 16 == 0 and N % " << (gout == GemmOut::kBF16 ? 8 : 4) << " == 0";
+    }
     return unimplemented(os.str());
   }
   constexpr int64_t kI32 = 2147483647;
   if (B > kI32 || M > kI32 || N > kI32 || K > kI32) return unimplemented("extents must be < 2**31");
+  const int64_t m_pitch = blockwise_sfa_pitch(M), kb = K / kBlockwiseK, nb = N / kBlockwiseRowsB;
+  if (fam == Family::kBlock && (m_pitch > kI32 || B * m_pitch * kb > kI32)) {
+    return unimplemented("block-scaled: B * M * K/128 (the lhs scale count) must be < 2**31");
+  }
 
   std::string err;
   const int sms = sm_count_for_stream(stream, &err);
   if (sms <= 0) return ffi::Error::Internal(std::string(op) + ": " + err);
 
-  TensorwiseGemmArgs a{};
-  a.a = ld.untyped_data();
-  a.b = rd.untyped_data();
-  a.d = out->untyped_data();
-  a.bias = has_bias ? static_cast<const float*>(bias.untyped_data()) : nullptr;
-  a.m = static_cast<int>(M);
-  a.n = static_cast<int>(N);
-  a.k = static_cast<int>(K);
-  a.l = static_cast<int>(B);
-  a.sm_count = sms;
-  a.alpha = nullptr;
-
-  size_t ws = 0;
-  switch (pair) {
-    case 0: ws = workspace_out<0>(gout, a); break;
-    case 1: ws = workspace_out<1>(gout, a); break;
-    default: ws = workspace_out<2>(gout, a); break;
+  TensorwiseGemmArgs ta{};
+  RowwiseGemmArgs ra{};
+  BlockwiseGemmArgs ba{};
+  size_t ws = 0, sfa_bytes = 0, sfb_bytes = 0;
+  const float* lsp = static_cast<const float*>(ls.untyped_data());
+  const float* rsp = static_cast<const float*>(rs.untyped_data());
+  const float* biasp = has_bias ? static_cast<const float*>(bias.untyped_data()) : nullptr;
+  switch (fam) {
+    case Family::kTensor:
+      ta.a = ld.untyped_data();
+      ta.b = rd.untyped_data();
+      ta.d = out->untyped_data();
+      ta.alpha = nullptr;  // set below, once the scratch is allocated
+      ta.bias = biasp;
+      ta.m = static_cast<int>(M);
+      ta.n = static_cast<int>(N);
+      ta.k = static_cast<int>(K);
+      ta.l = static_cast<int>(B);
+      ta.sm_count = sms;
+      ws = workspace_for<Tensorwise>(pair, gout, ta);
+      break;
+    case Family::kRow:
+      // (B, M, 1) / (B, N, 1) are the (L, M) / (L, N) vectors the epilogue broadcasts.
+      ra = RowwiseGemmArgs{ld.untyped_data(), rd.untyped_data(), out->untyped_data(), lsp, rsp, biasp,
+                           static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), static_cast<int>(B), sms};
+      ws = workspace_for<Rowwise>(pair, gout, ra);
+      break;
+    case Family::kBlock:
+      ba = BlockwiseGemmArgs{ld.untyped_data(), rd.untyped_data(), out->untyped_data(), nullptr, nullptr, biasp,
+                             static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), static_cast<int>(B),
+                             static_cast<int>(m_pitch), sms};
+      ws = workspace_for<Blockwise>(pair, gout, ba);
+      sfa_bytes = round_up(static_cast<size_t>(B * m_pitch * kb) * sizeof(float));
+      sfb_bytes = round_up(static_cast<size_t>(B * nb * kb) * sizeof(float));
+      break;
   }
   // XLA's FFI scratch allocator accepts alignments up to 16 bytes (kMaxAlignment in
   // xla/ffi/ffi_api.cc; it rejects more with "Unsupported alignment"): over-allocate and align by
-  // hand. Layout: alpha float, then the CUTLASS workspace, both 256-byte aligned. If the scratch
-  // allocator is unavailable, fall back to stream-ordered cudaMallocAsync / cudaFreeAsync.
-  constexpr size_t kAlign = 256, kAlphaBytes = 256;
-  const size_t bytes = kAlign + kAlphaBytes + ws;
+  // hand. Layout, each piece 256-byte aligned: alpha float (256 bytes), the transposed block
+  // scales (sfa, sfb; block-scaled only), then the CUTLASS workspace. If the scratch allocator is
+  // unavailable, fall back to stream-ordered cudaMallocAsync / cudaFreeAsync.
+  constexpr size_t kAlphaBytes = 256;
+  const size_t bytes = kAlign + kAlphaBytes + sfa_bytes + sfb_bytes + ws;
   void* raw = nullptr;
   void* async_raw = nullptr;
   if (auto mem = scratch.Allocate(bytes, 16); mem.has_value()) {
@@ -200,7 +361,9 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
   }
   const uintptr_t base = (reinterpret_cast<uintptr_t>(raw) + kAlign - 1) & ~static_cast<uintptr_t>(kAlign - 1);
   float* alpha = reinterpret_cast<float*>(base);
-  void* workspace = ws ? reinterpret_cast<void*>(base + kAlphaBytes) : nullptr;
+  float* sfa = reinterpret_cast<float*>(base + kAlphaBytes);
+  float* sfb = reinterpret_cast<float*>(base + kAlphaBytes + sfa_bytes);
+  void* workspace = ws ? reinterpret_cast<void*>(base + kAlphaBytes + sfa_bytes + sfb_bytes) : nullptr;
   struct AsyncFree {
     void* p;
     cudaStream_t s;
@@ -208,17 +371,28 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
       if (p) (void)cudaFreeAsync(p, s);
     }
   } async_free{async_raw, stream};
-  a.alpha = alpha;
 
-  cudaError_t ce = launch_scale_product(static_cast<const float*>(ls.untyped_data()),
-                                        static_cast<const float*>(rs.untyped_data()), alpha, stream);
-  if (ce != cudaSuccess) return ffi::Error::Internal(std::string(op) + ": scale kernel: " + cudaGetErrorString(ce));
-
+  cudaError_t ce = cudaSuccess;
   const char* msg = nullptr;
-  switch (pair) {
-    case 0: msg = dispatch_out<0>(gout, a, workspace, stream); break;
-    case 1: msg = dispatch_out<1>(gout, a, workspace, stream); break;
-    default: msg = dispatch_out<2>(gout, a, workspace, stream); break;
+  switch (fam) {
+    case Family::kTensor:
+      ta.alpha = alpha;
+      ce = launch_scale_product(lsp, rsp, alpha, stream);
+      if (ce != cudaSuccess) return ffi::Error::Internal(std::string(op) + ": scale kernel: " + cudaGetErrorString(ce));
+      msg = run_for<Tensorwise>(pair, gout, ta, workspace, stream);
+      break;
+    case Family::kRow:
+      msg = run_for<Rowwise>(pair, gout, ra, workspace, stream);
+      break;
+    case Family::kBlock:
+      ba.sfa = sfa;
+      ba.sfb = sfb;
+      ce = launch_blockwise_scale_layout(lsp, rsp, sfa, sfb, B, M, m_pitch, nb, kb, stream);
+      if (ce != cudaSuccess) {
+        return ffi::Error::Internal(std::string(op) + ": scale layout kernel: " + cudaGetErrorString(ce));
+      }
+      msg = run_for<Blockwise>(pair, gout, ba, workspace, stream);
+      break;
   }
   if (msg != nullptr) return ffi::Error::Internal(std::string(op) + ": " + msg);
   ce = cudaGetLastError();

@@ -41,7 +41,7 @@ struct OutType<1> { using T = float; };
 // 128x256 cooperative tile) needs 2 x 128 accumulator registers and spills (cuobjdump: STACK 248);
 // the configs below keep each warpgroup at <= 64x128 (2 x 64 registers) or 64x192.
 #ifndef MXPREC_SM90_TENSORWISE_CONFIG
-#define MXPREC_SM90_TENSORWISE_CONFIG 1
+#define MXPREC_SM90_TENSORWISE_CONFIG 3
 #endif
 template <int kConfig>
 struct TensorwiseTileConfig;

@@ -14,23 +14,15 @@
 
 #include "formats.h"
 #include "mfma_layout.h"
+#include "quantize_math.h"
 
 namespace mxprec {
 namespace hip {
 
-// Input element types of the quantize kernel.
-enum class InType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
-
-template <InType I>
-MXPREC_HD inline float load_in(const void* base, int64_t i) {
-  if constexpr (I == InType::kF32) {
-    return static_cast<const float*>(base)[i];
-  } else if constexpr (I == InType::kBF16) {
-    return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
-  } else {
-    return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
-  }
-}
+// InType / load_in and the MX block scale (mx_block_scale) are csrc/common/quantize_math.h's, shared
+// with the CUDA quantize kernels; named here for the kernels' ::mxprec::hip:: spellings.
+using ::mxprec::InType;
+using ::mxprec::load_in;
 
 struct MxBlockResult {
   uint8_t scale_byte;  // E8M0: 0xFF NaN/Inf block, 0x00 all-zero block, else e + 127
@@ -45,12 +37,11 @@ template <class Load>
 MXPREC_HD inline MxBlockResult quantize_mx_block_load(Load load, ElemFormat f, ScaleRule rule, uint8_t* out) {
   float amax = 0.0f;
   for (int32_t i = 0; i < kMxBlock; ++i) amax = xla_max(amax, abs_f32(flush_denormal(load(i))));  // DAZ
-  amax = is_nan(amax) ? bits_f32(0x7FC00000u) : amax;
-  const bool bad = !is_finite(amax);
-  const bool zero = amax == 0.0f;
-  const float safe = (bad || zero) ? 1.0f : amax;
-  const int32_t e = mx_exponent(safe, f, rule);
-  const uint8_t byte = bad ? kE8M0Nan : (zero ? uint8_t{0} : static_cast<uint8_t>(e + 127));
+  amax = is_nan(amax) ? bits_f32(kCanonicalNan) : amax;
+  const MxScale m = mx_block_scale(amax, f, rule);
+  const bool bad_or_zero = m.zero;
+  const int32_t e = m.e;
+  const uint8_t byte = m.byte;
   const int32_t bits = format_bits(f);
 #if defined(__clang__)
 #pragma clang loop unroll(disable)
@@ -58,7 +49,7 @@ MXPREC_HD inline MxBlockResult quantize_mx_block_load(Load load, ElemFormat f, S
   for (int32_t g = 0; g < kMxBlock / 4; ++g) {
     uint8_t c[4];
     for (int32_t j = 0; j < 4; ++j) {
-      const float r = (bad || zero) ? 0.0f : round_to_grid(mx_divide(flush_denormal(load(4 * g + j)), e), f);
+      const float r = bad_or_zero ? 0.0f : round_to_grid(mx_divide(flush_denormal(load(4 * g + j)), e), f);
       c[j] = encode_grid(r, f);
     }
     if (bits == 8) {

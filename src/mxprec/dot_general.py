@@ -149,8 +149,8 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
     """Quantize ``t`` along ``axis`` per ``spec``; an unquantized role is cast to compute_dtype.
 
     With ``backend="ffi"`` the ``mxprec_quantize`` custom call runs where a quantize kernel exists
-    (the C++ lowering on CPU; the gfx950 kernels on ROCm), bit-identical to the JAX quantizer.
-    Stochastic rounding (a PRNG key), and CUDA (no quantize kernel yet), use the JAX quantizer.
+    (the C++ lowering on CPU; the sm_90a kernels of libmxprec_cuda.so on CUDA; the gfx950 kernels on
+    ROCm), bit-identical to the JAX quantizer. Stochastic rounding (a PRNG key) uses the JAX quantizer.
     """
     if spec is None:
         return t if recipe.compute_dtype is None else t.astype(recipe.compute_dtype)
@@ -162,10 +162,13 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
 
             return ffi.quantize(t, spec, axis, state=delayed_state)
         if platform == "gpu":
-            from mxprec.kernels import hip
+            from mxprec.kernels import cuda, ffi, hip
 
-            if hip.is_rocm() and hip.available() and hip.supports_quantize(spec):
-                return hip.quantize(t, spec, axis, state=delayed_state)
+            if hip.is_rocm():
+                if hip.available() and hip.supports_quantize(spec):
+                    return hip.quantize(t, spec, axis, state=delayed_state)
+            elif cuda.available():  # libmxprec_cuda.so: every kind (csrc/cuda_kernels/cuda_quantize.cu)
+                return ffi.quantize(t, spec, axis, state=delayed_state)
     if isinstance(spec, DelayedScaling):
         return quantize(t, spec, axis=axis, state=state)
     return quantize(t, spec, axis=axis, key=key)

@@ -1,4 +1,4 @@
-"""CUDA (sm_90a) lowering of ``mxprec_scaled_gemm``: per-tensor FP8 GEMM through CUTLASS.
+"""CUDA (sm_90a) lowering of ``mxprec_scaled_gemm``: FP8 GEMMs through CUTLASS.
 
 The native library ``libmxprec_cuda.so`` (csrc/cuda_kernels/, built with
 ``csrc/cuda_kernels/build.sh`` or the CMake option ``MXPREC_BUILD_CUDA=ON``) exports the C symbol
@@ -8,25 +8,35 @@ csrc/common/scaled_gemm.h). It is loaded lazily with ctypes (one build serves ev
 version) the first time :func:`available` or :func:`scaled_gemm` is called on a machine whose JAX
 has a GPU backend.
 
-What the kernel implements (anything else: :func:`supports` is False; called anyway, the handler
-returns an ``Unimplemented`` error):
+What the kernels implement (anything else: :func:`supports` is False; called anyway, the handler
+returns an ``Unimplemented`` error). Three scaling families, both operands from the same family:
 
-* both operands :class:`~mxprec.QTensor` with ``TensorScaling`` or ``DelayedScaling`` (one f32 ``()``
-  dequantization multiplier each); delayed scaling is the same GEMM (its scale is data);
+* **per-tensor**: ``TensorScaling`` or ``DelayedScaling`` on each operand (one f32 ``()``
+  dequantization multiplier each; delayed scaling is the same GEMM, its scale is data);
+* **row-wise**: ``RowScaling`` on both (one f32 scale per row of the free axis: per output row m
+  for lhs, per output column n for rhs), applied in the epilogue: ``(acc * sa[m]) * sb[n]``;
+* **block-scaled** (DeepSeek-V3 tiles): lhs ``TileScaling(tile=(1, 128))`` (activations), rhs
+  ``TileScaling(tile=(128, 128))`` (weights); the kernel multiplies each 128-of-K partial sum by
+  ``sa[m, kb] * sb[n // 128, kb]`` as it promotes it into FP32;
+
+and for all of them:
+
 * FP8 pairs e4m3 x e4m3, e5m2 x e4m3, e4m3 x e5m2 (lhs x rhs);
-* 3-D operands ``(B, M, K)`` / ``(B, N, K)``; the kernel is "TN" (K contiguous in both). An operand
-  whose contraction axis is 1 (``lhs (B, K, M)``, ``rhs (B, K, N)``) is **transposed by this
-  wrapper** (one extra pass over its FP8 bytes) before the call;
+* 3-D operands ``(B, M, K)`` / ``(B, N, K)``; the kernels are "TN" (K contiguous in both). An
+  operand whose contraction axis is 1 (``lhs (B, K, M)``, ``rhs (B, K, N)``) is **transposed by this
+  wrapper** (one extra pass over its FP8 bytes; its scales are transposed too) before the call;
 * output bfloat16 or float32 (``(B, M, N)``), optional f32 ``(N,)`` bias;
-* ``K % 16 == 0`` (K > 0) and ``N % 8 == 0`` (bf16 output) / ``N % 4 == 0`` (f32 output).
+* ``K % 16 == 0`` (K > 0) and ``N % 8 == 0`` (bf16 output) / ``N % 4 == 0`` (f32 output); block-scaled:
+  ``K % 128 == 0`` and ``N % 128 == 0`` (whole tiles; TileScaling quantization guarantees both). M is free.
 
-Numerics: ``out = (scale_lhs * scale_rhs) * sum_k a_k b_k (+ bias)``: exact FP8 products, summed by
-the Hopper FP8 tensor cores (``QGMMA``) in their internal accumulator over 128 of K, then promoted
-into FP32 registers (CUTLASS ``KernelTmaWarpSpecializedCooperative``, mma_promotion_interval 4;
-not FP8FastAccum), one FP32 multiply by the scale product (computed on the device), bias added in
-FP32, one rounding to the output dtype. The order of summation over K differs from the CPU
-backend, so results agree with :func:`mxprec.kernels.reference_scaled_gemm` to a tolerance, not
-bit for bit (tests/test_cuda.py documents it).
+Numerics: exact FP8 products, summed by the Hopper FP8 tensor cores (``QGMMA``) in their internal
+accumulator over 128 of K, then promoted into FP32 registers (CUTLASS
+``KernelTmaWarpSpecializedCooperative`` / ``...CooperativeFP8Blockwise``; never FP8FastAccum).
+Per-tensor: one FP32 multiply by the scale product (computed on the device); row-wise: FP32
+``fma(acc * sa[m], sb[n], bias[n])``; block-scaled: ``acc += partial * (sa * sb)`` per 128 of K.
+Bias added in FP32, one rounding to the output dtype. The order of summation over K differs from
+the CPU backend, so results agree with :func:`mxprec.kernels.reference_scaled_gemm` to a
+tolerance, not bit for bit (tests/test_cuda.py documents it).
 
 This wrapper has no sharding rule (a single-device custom call; under ``jit`` with sharded
 operands XLA gathers them). :mod:`mxprec.kernels.ffi` supplies sharding rules for the same target.
@@ -40,7 +50,7 @@ import jax.numpy as jnp
 from mxprec.kernels.ffi import _bias_buffer, _GemmCfg, _operand_desc
 from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor
-from mxprec.scaling import DelayedScaling, TensorScaling
+from mxprec.scaling import DelayedScaling, RowScaling, TensorScaling, TileScaling
 
 __all__ = [
     "LIBRARY_NAME",
@@ -65,6 +75,10 @@ BUILD_HINT = (
 # (lhs fmt, rhs fmt) pairs the library is built for.
 PAIRS = (("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2"))
 OUT_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))
+# TileScaling tiles (rows, K) of the block-scaled kernel: 1x128 activations x 128x128 weights.
+LHS_TILE = (1, 128)
+RHS_TILE = (128, 128)
+_PER_TENSOR = (TensorScaling, DelayedScaling)
 
 
 def _gpu_precondition():
@@ -74,7 +88,8 @@ def _gpu_precondition():
         return "JAX has no GPU backend here"
 
 
-_LIB = NativeLibrary(file=LIBRARY_NAME, symbols={TARGET: SYMBOL}, platform="CUDA", build_hint=BUILD_HINT,
+_LIB = NativeLibrary(file=LIBRARY_NAME, symbols={TARGET: SYMBOL, "mxprec_quantize": "MxprecQuantizeCuda"},
+                     platform="CUDA", build_hint=BUILD_HINT,
                      build_dirs=("build-cuda", "build"), precondition=_gpu_precondition,
                      env_var="MXPREC_CUDA_LIBRARY")
 _load = _LIB.load
@@ -95,6 +110,26 @@ def _contract_of(q: QTensor, contract: int | None) -> int:
     return q.axis if contract is None else contract
 
 
+def _family(lspec, rspec) -> tuple[str, str]:
+    """The kernel family of a pair of scaling specs: ``("tensor" | "row" | "block", "")`` or ``("", reason)``."""
+    if isinstance(lspec, _PER_TENSOR) and isinstance(rspec, _PER_TENSOR):
+        return "tensor", ""
+    if isinstance(lspec, RowScaling) and isinstance(rspec, RowScaling):
+        return "row", ""
+    if isinstance(lspec, TileScaling) and isinstance(rspec, TileScaling):
+        if lspec.tile != LHS_TILE or rspec.tile != RHS_TILE:
+            return "", (
+                f"TileScaling tiles lhs {lspec.tile} x rhs {rspec.tile} are not built; the block-scaled "
+                f"kernel takes lhs {LHS_TILE} x rhs {RHS_TILE}"
+            )
+        return "block", ""
+    return "", (
+        f"lhs {type(lspec).__name__} x rhs {type(rspec).__name__} is not implemented; the CUDA kernels take "
+        f"TensorScaling/DelayedScaling on both operands, RowScaling on both, or TileScaling lhs {LHS_TILE} x "
+        f"rhs {RHS_TILE}"
+    )
+
+
 def why_unsupported(
     lhs,
     rhs,
@@ -108,10 +143,11 @@ def why_unsupported(
     for name, q in (("lhs", lhs), ("rhs", rhs)):
         if not isinstance(q, QTensor):
             return f"{name} is not a QTensor"
-        if not isinstance(q.spec, (TensorScaling, DelayedScaling)):
-            return f"{name} has {type(q.spec).__name__}; only TensorScaling / DelayedScaling are implemented"
         if len(q.shape) != 3:
             return f"{name} must be 3-D, got shape {q.shape}"
+    family, reason = _family(lhs.spec, rhs.spec)
+    if reason:
+        return reason
     lc, rc = _contract_of(lhs, lhs_contract), _contract_of(rhs, rhs_contract)
     if lc not in (1, 2) or rc not in (1, 2):
         return f"contraction axes must be 1 or 2, got {lc} / {rc}"
@@ -132,8 +168,12 @@ def why_unsupported(
     align = 8 if od == jnp.dtype(jnp.bfloat16) else 4
     if n % align:
         return f"N={n} must be a multiple of {align} for {od} output"
+    if family == "block" and (k % LHS_TILE[1] or n % RHS_TILE[0]):
+        return f"block-scaled: K={k} and N={n} must be multiples of 128 (whole 1x128 / 128x128 tiles)"
     if max(lhs.shape + rhs.shape) >= 2**31:
         return "extents must be < 2**31"
+    if family == "block" and b * (-(-lhs.shape[3 - lc] // 4) * 4) * (k // 128) >= 2**31:
+        return "block-scaled: B * M * K/128 (the lhs scale count) must be < 2**31"
     if check_library and not available():
         return _load()[1]
     return ""
@@ -158,17 +198,37 @@ def _to_tn(q: QTensor, contract: int) -> jax.Array:
     return q.data if contract == 2 else jnp.swapaxes(q.data, 1, 2)
 
 
+def _scale_tn(q: QTensor, contract: int, family: str) -> jax.Array:
+    """The operand's scales in the contract-2 layout of csrc/common/scaled_gemm.h (f32).
+
+    tensor: ``()``; row: ``(B, rows, 1)`` (contract 1 holds ``(B, 1, rows)``: same bytes, reshaped);
+    block: ``(B, rows / tr, K / 128)`` (contract 1 holds ``(B, K / 128, rows / tr)``: transposed).
+    The handler re-lays block scales out for the kernel on the device.
+    """
+    s = jnp.asarray(q.scale, jnp.float32)
+    if family == "tensor":
+        return s.reshape(())
+    if contract == 2:
+        return s
+    if family == "row":
+        return s.reshape(s.shape[0], s.shape[2], 1)
+    return jnp.swapaxes(s, 1, 2)
+
+
 def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: int, out_dtype, bias=None):
-    """``out[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n] (+ bias[n])`` on the sm_90a FP8 kernel.
+    """``out[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n] (+ bias[n])`` on the sm_90a FP8 kernels.
 
     Args:
-      lhs: per-tensor FP8 QTensor ``(B, M, K)`` (lhs_contract=2) or ``(B, K, M)`` (=1).
-      rhs: per-tensor FP8 QTensor ``(B, N, K)`` (rhs_contract=2) or ``(B, K, N)`` (=1).
+      lhs: FP8 QTensor ``(B, M, K)`` (lhs_contract=2) or ``(B, K, M)`` (=1): per-tensor / delayed,
+        RowScaling, or TileScaling (1, 128).
+      rhs: FP8 QTensor ``(B, N, K)`` (rhs_contract=2) or ``(B, K, N)`` (=1), of the same family
+        (TileScaling (128, 128) with a (1, 128) lhs).
       out_dtype: bfloat16 or float32.
       bias: optional float32 ``(N,)``, added in FP32 before the output cast.
 
-    Operands with contraction axis 1 are transposed here (XLA transpose of the FP8 data) so that
-    the kernel sees K contiguous. Raises ValueError when :func:`supports` is False.
+    Operands with contraction axis 1 are transposed here (XLA transpose of the FP8 data and of
+    the row / tile scales) so that the kernel sees K contiguous. Raises ValueError when
+    :func:`supports` is False.
     """
     reason = why_unsupported(
         lhs, rhs, lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype
@@ -186,6 +246,7 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     cfg = _GemmCfg(_operand_desc(lhs.spec, 2), _operand_desc(rhs.spec, 2), out_dtype.name, bias is not None)
     attrs = cfg.attrs()
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((bsz, m, n), out_dtype), vmap_method="sequential")
-    ls = jnp.asarray(lhs.scale, jnp.float32).reshape(())
-    rs = jnp.asarray(rhs.scale, jnp.float32).reshape(())
+    family = _family(lhs.spec, rhs.spec)[0]
+    ls = _scale_tn(lhs, lhs_contract, family)
+    rs = _scale_tn(rhs, rhs_contract, family)
     return call(a, ls, one, b, rs, one, bias_buf, **attrs)

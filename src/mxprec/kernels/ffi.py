@@ -10,7 +10,9 @@ summarised in docs/ffi.md; both wrappers repeat it in their docstrings.
 Libraries (platform "cpu": ``libmxprec_cpu.so``) are looked up, in order, in the installed package
 (``mxprec/_lib/``), and, for a source checkout, ``<repo>/build/`` (``cmake -S . -B build &&
 cmake --build build``). :func:`library_search_paths` lists them; :func:`require` raises a
-RuntimeError naming the missing file and the build command.
+RuntimeError naming the missing file and the build command. On platform "cuda" the handlers come
+from ``libmxprec_cuda.so``, loaded by :mod:`mxprec.kernels.cuda` (``mxprec_quantize`` serves every
+kind there; ``mxprec_scaled_gemm`` the per-tensor / row / tile FP8 pairs that module lists).
 
 Sharding (under ``jit`` with ``NamedSharding``): batch B, M and N shardings pass through; a
 sharded contraction dimension K runs the local GEMM in FP32 and ends with ``psum`` (then bias and
@@ -87,6 +89,8 @@ def _normalize_platform(platform: str | None) -> str:
 def library_search_paths(platform: str | None = None) -> list[pathlib.Path]:
     """Where the native library for ``platform`` is looked for, in order (may not exist)."""
     platform = _normalize_platform(platform)
+    if platform == "cuda":
+        return _cuda().library_search_paths()
     if platform not in _LIBRARIES:
         return []
     name = _LIBRARIES[platform][0]
@@ -138,16 +142,32 @@ def _load(platform: str) -> tuple[ctypes.CDLL | None, str]:
         return result
 
 
+def _cuda():
+    """mxprec.kernels.cuda, which loads libmxprec_cuda.so for platform "CUDA" (imported lazily: it
+    imports this module)."""
+    from mxprec.kernels import cuda
+
+    return cuda
+
+
 def available(platform: str | None = None) -> bool:
     """Whether the mxprec custom calls are registered for ``platform`` (default: JAX's backend)."""
-    return _load(_normalize_platform(platform))[0] is not None
+    platform = _normalize_platform(platform)
+    if platform == "cuda":
+        return _cuda().available()
+    return _load(platform)[0] is not None
 
 
 def require(platform: str | None = None) -> None:
-    """Loads the native library for ``platform`` or raises RuntimeError naming what to build."""
-    lib, reason = _load(_normalize_platform(platform))
+    """Loads the native library for ``platform`` (default: JAX's backend) or raises RuntimeError
+    naming what to build. On "cuda" that is libmxprec_cuda.so (mxprec.kernels.cuda)."""
+    platform = _normalize_platform(platform)
+    if platform == "cuda":
+        lib, reason = _cuda()._load()
+    else:
+        lib, reason = _load(platform)
     if lib is None:
-        raise RuntimeError(f"backend='ffi' is unavailable: {reason}")
+        raise RuntimeError(f"backend='ffi' is unavailable on platform {platform!r}: {reason}")
 
 
 # ----------------------------------------------------------------------------- sharding helpers
@@ -764,6 +784,11 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
     results: data (FP8 typed / uint8 packed along the axis), scale (f32 / E8M0 / E4M3 as
     QTensor), amax f32 ``()``, tensor_scale f32 ``()``. Attributes (int32): kind, fmt, block,
     tile_rows, scale_rule, power_of_two, axis, delayed, amax_mode.
+
+    Platforms: "cpu" (libmxprec_cpu.so) and "cuda" (libmxprec_cuda.so, sm_90a kernels for every
+    kind, axis 1 quantized in place; docs/backends/cuda.md). Both equal mxprec.quantize as XLA's CPU
+    runtime computes it (FTZ/DAZ, x86 NaN rules). Raises RuntimeError when the current platform's
+    library is not loaded.
     """
     require()
     axis = _validate_quantize_args(x, spec, axis)

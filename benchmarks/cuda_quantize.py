@@ -1,0 +1,254 @@
+"""Bandwidth of the CUDA mxprec_quantize kernels (libmxprec_cuda.so) against a device copy and XLA.
+
+    PYTHONPATH=src python3 benchmarks/cuda_quantize.py [--out DIR] [--shapes 8192x8192,16384x4096]
+                                                       [--quick] [--reps 5] [--sets 4]
+
+Rows, per bf16 input shape (R, C) and quantization axis (-1: along C, contiguous; 0: along R, the
+column-wise copy Wgrad needs): "copy" (``jnp.copy`` in jit: XLA's device-to-device copy), "xla"
+(the pure-JAX mxprec.quantize compiled by XLA, the peer) and "mxprec" (mxprec.kernels.ffi.quantize:
+the custom call) for tensor / delayed / row / tile 1x128 / tile 128x128 / MXFP8 / MXFP4 / NVFP4.
+Timing: one jitted call quantizes ``--sets`` distinct inputs (together far larger than the 50 MB L2;
+no dispatch gaps), median over ``--reps`` calls, divided by the sets. GB/s counts the bytes an
+ideal single pass moves: x read once + data + scales written. "passes" says how often the kernel
+reads x (tensor current scaling and NVFP4 need the tensor amax first: 2); "% copy" is GB/s over the
+copy row's GB/s (copy: read + write of x); "% copy traffic" counts every pass's read of x (the DRAM
+traffic the kernel really moves) against the same copy bandwidth. Writes DIR/cuda_quantize.json (device, command, date,
+rows) and DIR/cuda_quantize.md. Imports nothing CUDA-specific at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+SHAPES = [(8192, 8192), (16384, 4096)]
+
+# name -> (spec factory, passes over x by the CUDA kernel along axis -1 / axis 0)
+KERNELS = {
+    "tensor_e4m3": ("TensorScaling(E4M3)", 2, 2),
+    "delayed_e4m3": ("DelayedScaling(E4M3, history_len=16)", 1, 1),
+    "row_e4m3": ("RowScaling(E4M3)", 1, 2),
+    "tile1x128_e4m3": ("TileScaling(E4M3, (1, 128))", 1, 1),
+    "tile128x128_e4m3": ("TileScaling(E4M3, (128, 128))", 1, 1),
+    "mxfp8_e4m3": ("MXScaling(E4M3)", 1, 1),
+    "mxfp4_e2m1": ("MXScaling(E2M1)", 1, 1),
+    "nvfp4": ("NVFP4Scaling()", 2, 2),
+}
+QUICK = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3"]
+AXIS0 = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3", "nvfp4"]
+
+
+def _spec(name):
+    from mxprec import formats
+    from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
+
+    env = {
+        "E4M3": formats.E4M3,
+        "E2M1": formats.E2M1,
+        "DelayedScaling": DelayedScaling,
+        "MXScaling": MXScaling,
+        "NVFP4Scaling": NVFP4Scaling,
+        "RowScaling": RowScaling,
+        "TensorScaling": TensorScaling,
+        "TileScaling": TileScaling,
+    }
+    return eval(KERNELS[name][0], env)
+
+
+def _out_bytes(spec, shape, axis) -> int:
+    import math
+
+    from mxprec.scaling import MXScaling, NVFP4Scaling, RowScaling, TileScaling
+
+    n = math.prod(shape)
+    data = n * spec.fmt.bits // 8
+    length = shape[axis]
+    if isinstance(spec, RowScaling):
+        return data + 4 * (n // length)
+    if isinstance(spec, TileScaling):
+        return data + 4 * (n // (spec.tile[0] * spec.tile[1]))
+    if isinstance(spec, MXScaling):
+        return data + n // spec.block
+    if isinstance(spec, NVFP4Scaling):
+        return data + n // 16 + 4
+    return data + 4
+
+
+def _time(fn, args, reps):
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    jax.block_until_ready(fn(*args))
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def run(args):
+    import jax
+    import jax.numpy as jnp
+
+    from mxprec.kernels import cuda, ffi
+    from mxprec.quantize import quantize
+    from mxprec.scaling import DelayedScaling, DelayedScalingState
+
+    if not cuda.available() and not args.any_platform:
+        print(f"mxprec CUDA library unavailable: {cuda._load()[1]}", file=sys.stderr)
+        return None
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    names = QUICK if args.quick else list(KERNELS)
+    if args.kernels:
+        names = args.kernels.split(",")
+    rows = []
+    dev = jax.devices()[0]
+    print(f"device: {dev.device_kind}; jax {jax.__version__}; sets {args.sets}; reps {args.reps}")
+    hdr = f"{'shape':>12} {'axis':>4} {'kernel':>18} {'impl':>7} {'us':>9} {'GB/s':>8} {'%copy':>6} {'passes':>6} {'%traffic':>8}"
+    print(hdr)
+    for shape in shapes:
+        key = jax.random.PRNGKey(0)
+        xs = []
+        for _ in range(args.sets):
+            key, sub = jax.random.split(key)
+            xs.append(jax.random.normal(sub, shape, jnp.bfloat16))
+        xs = tuple(xs)
+        x_bytes = xs[0].size * xs[0].dtype.itemsize
+
+        copy = jax.jit(lambda *t: [jnp.copy(v) for v in t])
+        t_copy = _time(copy, xs, args.reps) / args.sets
+        copy_gbps = 2 * x_bytes / t_copy / 1e9
+        row = {
+            "shape": list(shape),
+            "axis": None,
+            "kernel": "copy",
+            "impl": "xla",
+            "us": t_copy * 1e6,
+            "gbps": copy_gbps,
+            "pct_copy": 100.0,
+            "passes": 1,
+            "bytes": 2 * x_bytes,
+        }
+        rows.append(row)
+        print(
+            f"{'x'.join(map(str, shape)):>12} {'-':>4} {'copy':>18} {'xla':>7} {row['us']:9.1f} {copy_gbps:8.0f} "
+            f"{100.0:6.1f} {1:>6}"
+        )
+        for name in names:
+            spec = _spec(name)
+            for axis in (-1, 0):
+                if axis == 0 and name not in AXIS0:
+                    continue
+                state = None
+                if isinstance(spec, DelayedScaling):
+                    st = DelayedScalingState.init(spec)
+                    state = DelayedScalingState(st.amax_history, jnp.float32(0.0123))
+                nbytes = x_bytes + _out_bytes(spec, shape, axis)
+                passes = KERNELS[name][1 if axis == -1 else 2]
+
+                def ours(*t, spec=spec, axis=axis, state=state):
+                    return [ffi.quantize(v, spec, axis, state=state) for v in t]
+
+                def peer(*t, spec=spec, axis=axis, state=state):
+                    return [quantize(v, spec, axis=axis, state=state) for v in t]
+
+                for impl, fn in (("mxprec", ours), ("xla", peer)):
+                    try:
+                        t = _time(jax.jit(fn), xs, args.reps) / args.sets
+                    except Exception as e:  # noqa: BLE001 - report and keep going
+                        print(
+                            f"{name} axis {axis} {impl}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr
+                        )
+                        continue
+                    gbps = nbytes / t / 1e9
+                    row = {
+                        "shape": list(shape),
+                        "axis": axis,
+                        "kernel": name,
+                        "impl": impl,
+                        "us": t * 1e6,
+                        "gbps": gbps,
+                        "pct_copy": 100.0 * gbps / copy_gbps,
+                        "passes": passes if impl == "mxprec" else None,
+                        "pct_copy_traffic": 100.0 * (nbytes + (passes - 1) * x_bytes) / t / 1e9 / copy_gbps
+                        if impl == "mxprec"
+                        else None,
+                        "bytes": nbytes,
+                    }
+                    rows.append(row)
+                    print(
+                        f"{'x'.join(map(str, shape)):>12} {axis:>4} {name:>18} {impl:>7} {row['us']:9.1f} "
+                        f"{gbps:8.0f} {row['pct_copy']:6.1f} {passes if impl == 'mxprec' else '-':>6} "
+                        f"{_fmt(row['pct_copy_traffic']):>8}"
+                    )
+        del xs
+    return {
+        "device": str(dev.device_kind),
+        "platform": dev.platform,
+        "jax": jax.__version__,
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "sets": args.sets,
+        "reps": args.reps,
+        "rows": rows,
+    }
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def markdown(result) -> str:
+    lines = [
+        f"# mxprec_quantize CUDA kernels: {result['device']}",
+        "",
+        (
+            f"`{result['command']}` — {result['date']}, jax {result['jax']}; bf16 input; GB/s = (x read once + "
+            "outputs written) / time; % copy = GB/s over XLA's device copy (read + write of x)."
+        ),
+        "",
+        "| shape | axis | kernel | impl | µs | GB/s | % copy | x passes | % copy traffic |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        shape = "×".join(map(str, r["shape"]))
+        axis = "-" if r["axis"] is None else str(r["axis"])
+        passes = "-" if r["passes"] is None else str(r["passes"])
+        lines.append(
+            f"| {shape} | {axis} | {r['kernel']} | {r['impl']} | {r['us']:.1f} | {r['gbps']:.0f} | "
+            f"{r['pct_copy']:.1f} | {passes} | {_fmt(r.get('pct_copy_traffic'))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", help="directory for cuda_quantize.json / cuda_quantize.md")
+    p.add_argument("--shapes", default="", help="comma-separated RxC (default 8192x8192,16384x4096)")
+    p.add_argument("--kernels", default="", help=f"comma-separated subset of {','.join(KERNELS)}")
+    p.add_argument("--quick", action="store_true", help=f"only {','.join(QUICK)}")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--sets", type=int, default=4, help="distinct inputs per timed call")
+    p.add_argument("--any-platform", action="store_true", help=argparse.SUPPRESS)  # smoke test on CPU
+    args = p.parse_args(argv)
+    result = run(args)
+    if result is None:
+        return 1
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "cuda_quantize.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        with open(os.path.join(args.out, "cuda_quantize.md"), "w") as f:
+            f.write(markdown(result))
+        print(f"wrote {args.out}/cuda_quantize.json and cuda_quantize.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

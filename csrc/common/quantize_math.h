@@ -1,0 +1,277 @@
+// Per-lane arithmetic of the GPU quantize kernels (contract: quantize.h), shared by the CUDA kernels
+// (csrc/cuda_kernels/cuda_quantize.cu), the gfx950 HIP kernels (csrc/hip_kernels/scaled_group.h,
+// mx_block.h) and their CPU unit tests. Plain C++17, every function MXPREC_HD.
+//
+// FP32 semantics. The contract's oracle on CPU (XLA's CPU runtime, and csrc/cpu_kernels) runs with
+// FTZ/DAZ on x86-64. GPUs keep FP32 denormals and have their own NaN rules, so the exact functions
+// here make both explicit:
+//   * DAZ/FTZ: inputs, amaxes and every division / multiplication result go through
+//     flush_denormal (e.g. a tiny amax gives s = amax / 448 = +0 exactly as on the CPU);
+//   * x86 SSE NaN results (div_f32 / mul_f32): a NaN operand propagates (quieted, the first one
+//     wins), and an invalid operation (Inf/Inf, 0/0, 0*Inf) yields the x86 "default NaN"
+//     0xFFC00000 (negative), whose sign reaches the element code (E4M3 0xFF, not 0x7F).
+// With these, a device result equals the CPU lowering's bit for bit.
+//
+// Fast element path (ElemScale, encode_elem). A group's scale is turned once into an ElemScale:
+// a multiplier or divisor p and a mode. When p is a normal FP32 number >= 2**-108 in magnitude, the
+// exact per-element sequence encode(round_to_grid(div_f32(flush(x), s))) equals
+// encode_rne(x op p) (one IEEE multiply or division, no flush, no NaN bookkeeping) except when x is
+// NaN (then the code is sign(x) | nan_code): a denormal x gives |x op p| < 2**-18, which rounds to
+// a signed zero in every element format exactly like the flushed +-0; a denormal quotient rounds to
+// the same signed zero as its flushed value. Anything else takes the exact path (kExactDiv /
+// kExactMx). MX blocks divide by 2**e: one multiply by 2**-e is exact (or underflows to a value
+// that rounds to zero), so kMul replaces mx_divide's two halves except for e = 127 (2**-127 is not
+// normal) and e < -109 (flush x first: kMulDaz). tests/test_cuda_quantize.py checks encode_elem
+// against the exact functions on the CPU (csrc/cuda_kernels/tests/cuda_quantize_host_test.cc).
+#ifndef MXPREC_CSRC_COMMON_QUANTIZE_MATH_H_
+#define MXPREC_CSRC_COMMON_QUANTIZE_MATH_H_
+
+#include <cstdint>
+
+#include "formats.h"
+#include "quantize.h"
+#include "scaled_gemm.h"
+
+namespace mxprec {
+
+constexpr uint32_t kCanonicalNan = 0x7FC00000u;   // XLA / mxprec amax NaN
+constexpr uint32_t kX86DefaultNan = 0xFFC00000u;  // x86 SSE result of an invalid operation
+
+// ------------------------------------------------------------------------------------ inputs
+
+// Input element types of the quantize kernels.
+enum class InType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+template <InType I>
+MXPREC_HD inline float load_in(const void* base, int64_t i) {
+  if constexpr (I == InType::kF32) {
+    return static_cast<const float*>(base)[i];
+  } else if constexpr (I == InType::kBF16) {
+    return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+  } else {
+    return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+  }
+}
+
+// ------------------------------------------------------------------------------------ x86 FP32
+
+MXPREC_HD inline float quiet_nan(float a) { return bits_f32(f32_bits(a) | 0x00400000u); }
+
+// a / b with x86-64 SSE + FTZ/DAZ semantics (operands are flushed by the callers' loads).
+MXPREC_HD inline float div_f32(float a, float b) {
+  if (is_nan(a)) return quiet_nan(a);
+  if (is_nan(b)) return quiet_nan(b);
+  const float q = a / b;
+  return is_nan(q) ? bits_f32(kX86DefaultNan) : flush_denormal(q);
+}
+MXPREC_HD inline float mul_f32(float a, float b) {
+  if (is_nan(a)) return quiet_nan(a);
+  if (is_nan(b)) return quiet_nan(b);
+  const float p = a * b;
+  return is_nan(p) ? bits_f32(kX86DefaultNan) : flush_denormal(p);
+}
+
+// ------------------------------------------------------------------------------------ amax
+
+// One element's contribution to an amax: |x| of the DAZ-flushed input.
+MXPREC_HD inline float amax_elem(float x) { return abs_f32(flush_denormal(x)); }
+MXPREC_HD inline float amax_combine(float acc, float x) { return xla_max(acc, amax_elem(x)); }
+// A reduced amax as mxprec.quantize's _amax delivers it: canonical NaN, denormal -> +0. Its bits
+// order (unsigned) like XLA's NaN-wins max of non-negative values: the kernels' atomic umax key.
+MXPREC_HD inline float amax_finish(float a) { return is_nan(a) ? bits_f32(kCanonicalNan) : flush_denormal(a); }
+MXPREC_HD inline uint32_t amax_key(float finished_amax) { return f32_bits(finished_amax); }
+
+// The same on raw keys: the unsigned max of the bits of |x| (sign cleared, no flush) over a group,
+// finished afterwards (finishing is monotone, so max-then-finish == finish-then-max).
+MXPREC_HD inline uint32_t abs_key(float x) { return f32_bits(x) & 0x7FFFFFFFu; }
+MXPREC_HD inline uint32_t finish_key(uint32_t k) {
+  return k > 0x7F800000u ? kCanonicalNan : (k < 0x00800000u ? 0u : k);
+}
+
+// ------------------------------------------------------------------------------------ scales
+
+// 1. TensorScaling: s = amax / max_finite, 1 if amax == 0 (amax as read: flushed first, DAZ).
+MXPREC_HD inline float tensor_scale(float amax, ElemFormat f) {
+  amax = flush_denormal(amax);
+  return amax == 0.0f ? 1.0f : div_f32(amax, format_info(f).max_finite);
+}
+
+// 3. / 4. Row and tile FP32 scale (quantize_cpu.cc per_group_fp32_scale); power_of_two: tile only.
+MXPREC_HD inline float group_scale(float amax, ElemFormat f, bool power_of_two) {
+  amax = flush_denormal(amax);
+  float s;
+  if (power_of_two) {
+    const float safe = (is_finite(amax) && amax > 0.0f) ? amax : 1.0f;
+    s = exp2i(mx_exponent(safe, f, ScaleRule::kRceil, -126, 127));
+    s = is_finite(amax) ? s : amax;
+  } else {
+    s = div_f32(amax, format_info(f).max_finite);
+  }
+  return amax == 0.0f ? 1.0f : s;
+}
+
+// Element code of x under an FP32 scale s (tensor / delayed / row / tile): encode(clip(x / s)).
+MXPREC_HD inline uint8_t encode_scaled(float x, float s, ElemFormat f) {
+  return encode_grid(round_to_grid(div_f32(flush_denormal(x), flush_denormal(s)), f), f);
+}
+
+// 5. MX block scale from the (finished) block amax: E8M0 byte 0xFF for a NaN/Inf block, 0x00 for
+// an all-zero block (both: every element code 0), else e + 127.
+struct MxScale {
+  int32_t e;
+  uint8_t byte;
+  bool zero;  // bad or all-zero block
+};
+MXPREC_HD inline MxScale mx_block_scale(float amax, ElemFormat f, ScaleRule rule) {
+  const bool bad = !is_finite(amax);
+  const bool zero = amax == 0.0f;
+  const float safe = (bad || zero) ? 1.0f : amax;
+  const int32_t e = mx_exponent(safe, f, rule);
+  const uint8_t byte = bad ? kE8M0Nan : (zero ? uint8_t{0} : static_cast<uint8_t>(e + 127));
+  return MxScale{e, byte, bad || zero};
+}
+// Element code of x in a block with scale m (exact reference sequence).
+MXPREC_HD inline uint8_t encode_mx(float x, const MxScale& m, ElemFormat f) {
+  return encode_grid(m.zero ? 0.0f : round_to_grid(mx_divide(flush_denormal(x), m.e), f), f);
+}
+
+// 6. NVFP4: tensor scale s_t = amax_t / 2688 (1 if amax_t == 0).
+MXPREC_HD inline float nvfp4_tensor_scale(float amax_t) {
+  amax_t = flush_denormal(amax_t);
+  return amax_t == 0.0f ? 1.0f : div_f32(amax_t, kNvfp4TensorDivisor);
+}
+
+// NVFP4 block scale from the (finished) block amax and s_t: s_b (E4M3 grid value), its code and
+// eff = s_b * s_t (element code 0 where eff == 0).
+struct Nvfp4Scale {
+  float sb;
+  float eff;
+  uint8_t byte;
+};
+MXPREC_HD inline Nvfp4Scale nvfp4_block_scale(float amax, float ts) {
+  const float sb = round_to_grid(xla_min(div_f32(div_f32(amax, 6.0f), ts), 448.0f), ElemFormat::kE4M3);
+  return Nvfp4Scale{sb, mul_f32(sb, ts), encode_grid(sb, ElemFormat::kE4M3)};
+}
+MXPREC_HD inline uint8_t encode_nvfp4(float x, const Nvfp4Scale& b) {
+  return encode_grid(b.eff == 0.0f ? 0.0f : round_to_grid(div_f32(flush_denormal(x), b.eff), ElemFormat::kE2M1),
+                     ElemFormat::kE2M1);
+}
+
+struct Nvfp4BlockResult {
+  uint8_t scale_byte;  // E4M3 code of s_b
+  float amax;          // block amax (amax_finish'ed)
+};
+
+// One NVFP4 block of 16 along the axis: load(0..15) (FP32), tensor scale ts -> 8 packed E2M1
+// bytes (element 2i low nibble) and the E4M3 block scale code.
+template <class Load>
+MXPREC_HD inline Nvfp4BlockResult quantize_nvfp4_block_load(Load load, float ts, uint8_t* out) {
+  float amax = 0.0f;
+  for (int32_t i = 0; i < kNvfp4Block; ++i) amax = amax_combine(amax, load(i));
+  amax = amax_finish(amax);
+  const Nvfp4Scale b = nvfp4_block_scale(amax, ts);
+  for (int32_t i = 0; i < kNvfp4Block / 2; ++i) out[i] = pack_fp4(encode_nvfp4(load(2 * i), b), encode_nvfp4(load(2 * i + 1), b));
+  return Nvfp4BlockResult{b.byte, amax};
+}
+
+// ------------------------------------------------------------------------------------ fast path
+
+// encode_grid(round_to_grid(v, f), f) for a non-NaN v (finite or +-Inf), from the bits: saturate to
+// max_finite, then round half to even onto the grid (subnormal codes by an exact power-of-two
+// scaling and rint, normal codes by the integer rounding of the FP32 bits).
+MXPREC_HD inline uint8_t encode_rne(float v, ElemFormat f) {
+  const FormatInfo fi = format_info(f);
+  const uint32_t u = f32_bits(v);
+  const uint32_t sign = (u >> 31) << (fi.bits - 1);
+  const uint32_t maxb = f32_bits(fi.max_finite);
+  uint32_t a = u & 0x7FFFFFFFu;
+  a = a < maxb ? a : maxb;
+  // Both candidates, then a select (no divergent branch on the device). Subnormal codes: a /
+  // min_subnormal = a * 2**(mbits - emin) (exact), rounded half to even.
+  const uint32_t sub = static_cast<uint32_t>(rne(bits_f32(a) * exp2i(fi.mbits - fi.emin)));
+  const int32_t sh = 23 - fi.mbits;
+  const uint32_t r = a + ((1u << (sh - 1)) - 1u) + ((a >> sh) & 1u);
+  const uint32_t normal = (r >> sh) - (static_cast<uint32_t>(127 - fi.bias) << fi.mbits);
+  const uint32_t code = a < f32_bits(fi.min_normal) ? sub : normal;
+  return static_cast<uint8_t>(sign | code);
+}
+
+// How a group quantizes its elements (see the header comment).
+enum class ElemMode : uint32_t {
+  kZero = 0,      // every code 0 (MX bad / zero block, NVFP4 eff == 0)
+  kMul = 1,       // q = x * p
+  kMulDaz = 2,    // q = flush(x) * p
+  kDiv = 3,       // q = x / p (IEEE)
+  kExactDiv = 4,  // encode_scaled(x, p)
+  kExactMx = 5,   // MX with e = 127 (p = 127): encode_mx
+};
+struct ElemScale {
+  ElemMode mode;
+  float p;
+};
+
+// |s| normal and >= 2**-108: the fast path is exact (biased exponent >= 19, not Inf/NaN).
+MXPREC_HD inline bool fast_divisor(float s) {
+  const uint32_t e = f32_bits(s) & 0x7F800000u;
+  return e >= (19u << 23) && e != 0x7F800000u;
+}
+
+// FP32 scale s (tensor / row / tile, NVFP4 eff) -> ElemScale. A power of two with a normal
+// reciprocal becomes a multiply (x / 2**k == x * 2**-k, both exact / one rounding of the same value).
+MXPREC_HD inline ElemScale scaled_elem_scale(float s) {
+  if (!fast_divisor(s)) return ElemScale{ElemMode::kExactDiv, s};
+  const uint32_t u = f32_bits(s);
+  const uint32_t e = u & 0x7F800000u;
+  if ((u & 0x7FFFFFu) == 0 && e <= (253u << 23))
+    return ElemScale{ElemMode::kMul, bits_f32((u & 0x80000000u) | ((254u << 23) - e))};
+  return ElemScale{ElemMode::kDiv, s};
+}
+
+MXPREC_HD inline ElemScale mx_elem_scale(const MxScale& m) {
+  if (m.zero) return ElemScale{ElemMode::kZero, 0.0f};
+  if (m.e > 126) return ElemScale{ElemMode::kExactMx, static_cast<float>(m.e)};
+  return ElemScale{m.e < -109 ? ElemMode::kMulDaz : ElemMode::kMul, exp2i(-m.e)};
+}
+
+MXPREC_HD inline ElemScale nvfp4_elem_scale(const Nvfp4Scale& b) {
+  if (b.eff == 0.0f) return ElemScale{ElemMode::kZero, 0.0f};
+  return scaled_elem_scale(b.eff);
+}
+
+MXPREC_HD inline bool is_fast_mode(ElemMode m) {
+  return m == ElemMode::kMul || m == ElemMode::kMulDaz || m == ElemMode::kDiv;
+}
+
+// The value the fast modes encode (IEEE multiply / division; the device uses div.rn.f32).
+MXPREC_HD inline float fast_q(float x, ElemScale s) {
+  if (s.mode == ElemMode::kDiv) return x / s.p;
+  if (s.mode == ElemMode::kMulDaz) x = flush_denormal(x);
+  return x * s.p;
+}
+
+// NaN element of a fast mode: the code of quiet_nan(x) (x is the NaN), sign kept.
+MXPREC_HD inline uint8_t nan_code_of(float x, ElemFormat f) {
+  const FormatInfo fi = format_info(f);
+  return static_cast<uint8_t>((sign_bit(x) ? (1u << (fi.bits - 1)) : 0u) | (fi.bits == 8 ? fi.nan_code : 0u));
+}
+
+// Element code of x under s, exactly the reference sequence (every mode). The device kernels run
+// the fast modes with fast_q + a hardware / bit conversion and call this for the rest.
+MXPREC_HD inline uint8_t encode_elem(float x, ElemScale s, ElemFormat f) {
+  switch (s.mode) {
+    case ElemMode::kZero:
+      return 0;
+    case ElemMode::kExactDiv:
+      return encode_scaled(x, s.p, f);
+    case ElemMode::kExactMx:
+      return encode_mx(x, MxScale{static_cast<int32_t>(s.p), 0, false}, f);
+    default: {
+      const float q = fast_q(x, s);
+      return is_nan(q) ? nan_code_of(x, f) : encode_rne(q, f);
+    }
+  }
+}
+
+}  // namespace mxprec
+
+#endif  // MXPREC_CSRC_COMMON_QUANTIZE_MATH_H_

@@ -1,0 +1,881 @@
+// XLA FFI handler `mxprec_quantize` for platform "CUDA" (exported C symbol MxprecQuantizeCuda):
+// every kind of the contract (csrc/common/quantize.h) on sm_90a, bit-identical to the CPU lowering
+// and to mxprec.quantize (the oracle, run by XLA's CPU runtime).
+//
+// Numerics: the per-group scales use csrc/common/quantize_math.h's exact functions (formats.h
+// arithmetic with the CPU's FTZ/DAZ and x86 NaN rules made explicit); the elements use its
+// ElemScale fast path (one IEEE multiply or div.rn.f32 per element, then cvt.rn.satfinite.{e4m3,
+// e5m2}x2.f32 for FP8 or encode_rne's bit rounding for FP6 / FP4), proved equal to the exact
+// sequence in that header and checked on the CPU by tests/test_cuda_quantize.py; groups whose scale
+// leaves the fast path's range (NaN / Inf / tiny scales, MX e = 127) and NaN elements take the exact
+// path (encode_elem). Build with -DMXPREC_CUDA_QUANT_NO_CVT to replace the FP8 cvt by encode_rne.
+//
+// Memory view: x (B, R, C) is a row-major (rows = B * R, cols = C) matrix for either axis. A group
+// (one scale) is a gh x gw block of it: axis 2 row (1, C), tile (tr, tc), mx (1, block), nvfp4
+// (1, 16); axis 1 row (R, 1), tile (tc, tr), mx (block, 1), nvfp4 (16, 1). Group (gr, gc) is scale
+// element gr * (cols / gw) + gc, exactly the contract's scale array for both axes. FP4 / FP6 data
+// are packed along the quantization axis: along cols for axis 2, along rows for axis 1.
+//
+// Kernels (256 threads; a thread "chunk" is 8 consecutive elements of a row, one 16-byte load for
+// bf16 / f16, two for f32):
+//   amax_kernel     grid-wide max |x| (tensor current scaling, NVFP4): each CTA reduces (redux.sync,
+//                   shared memory) and does at most one atomicMax on the FP32 bits of the finished
+//                   amax (canonical NaN 0x7FC00000 > Inf, so unsigned order == XLA's NaN-wins max),
+//                   skipped when the global word is already larger (every kernel maxes its part of
+//                   the tensor amax the same way);
+//   tensor_kernel   tensor / delayed: one cast pass (current: after amax_kernel; delayed and
+//                   amax_mode 1: fused with the amax, one pass over x);
+//   hgroup_kernel   axis 2 groups of 1 x G contiguous elements, G = 8 * tpg, tpg in {1..32} a power
+//                   of two (mx, nvfp4, tile 1 x tc, row with C <= 256): one pass, the group amax by
+//                   tpg-lane shuffles, 4 chunks per thread;
+//   cta_kernel      axis 2 row / tile groups too large for a warp (row C > 256, tile tr x tc): one CTA
+//                   per group, up to 2048 chunks held in registers (one pass; larger groups re-read);
+//   vgroup_kernel   axis 1 (the non-contiguous axis, e.g. Wgrad's column-wise copy): a thread owns 8
+//                   columns x 8 rows (eight 16-byte loads down a column strip, coalesced across the
+//                   warp), TY threads stack along the group's rows, the per-column (or per-tile)
+//                   amax meets in shared memory; one pass for groups of <= 128 rows; taller ones
+//                   (row scaling along axis 1) run it twice: per-group keys over slabs of <= 1024
+//                   rows (atomicMax into XLA scratch), then scales + codes (x read twice);
+//   generic_kernel  anything else (misaligned buffers, extents that are not multiples of 8, odd
+//                   blocks): one thread per group, scalar loads, the exact functions.
+// No transposes: axis 1 is quantized in place.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "ffi_helpers.h"
+#include "formats.h"
+#include "quantize.h"
+#include "quantize_ffi.h"
+#include "quantize_math.h"
+#include "scaled_gemm.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace mxprec {
+namespace cuda_quantize {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;    // chunks per thread (amax / tensor / hgroup kernels)
+constexpr int kCtaCache = 8;  // chunks per thread kept in registers by cta_kernel
+constexpr unsigned kFull = 0xFFFFFFFFu;
+constexpr const char* kOp = "mxprec_quantize (CUDA)";
+
+struct Args {
+  const void* x;
+  uint8_t* data;
+  void* scale;
+  uint32_t* amax;        // amax result as bits (zeroed first; atomicMax target)
+  float* tensor_scale;   // result
+  const float* scale_in;
+  const float* amax_in;
+  int64_t n;             // rows * cols
+  int64_t rows, cols;    // memory view
+  int64_t gh, gw;        // group extent (rows, cols)
+  int64_t ngc;           // groups per group-row (cols / gw)
+  int64_t ngroups;
+  int32_t kind, fmt, rule, pow2, amode, delayed, axis;
+  int32_t acc_amax;      // this kernel maxes the tensor amax into *amax
+  int32_t tpg;           // hgroup: threads per group
+  int32_t ty;            // vgroup: threads stacked along the group's rows
+  int32_t vsteps;        // vgroup: 8 * ty-row steps per CTA
+  int32_t vmode;         // vgroup: VMode
+  uint32_t* keys;        // vgroup kVKeysOut / kVKeysIn: per-group max |x| keys (scratch)
+  int32_t vec;           // tensor / amax kernels: x 16-byte aligned (chunks of 8 use vector loads)
+};
+
+// ------------------------------------------------------------------------------------ loads
+
+template <InType I>
+struct Raw {
+  uint4 v[I == InType::kF32 ? 2 : 1];
+};
+
+template <InType I>
+constexpr int64_t in_bytes() {
+  return I == InType::kF32 ? 4 : 2;
+}
+
+// The chunk starting at element e (e % 8 == 0, x 16-byte aligned).
+template <InType I>
+__device__ __forceinline__ Raw<I> load_raw(const void* x, int64_t e) {
+  Raw<I> r;
+  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const char*>(x) + e * in_bytes<I>());
+#pragma unroll
+  for (int i = 0; i < (I == InType::kF32 ? 2 : 1); ++i) r.v[i] = __ldg(p + i);
+  return r;
+}
+
+__device__ __forceinline__ float f16_to_float(uint32_t h) {
+  float f = __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+  // Keep a NaN's sign (the only NaN property that reaches a code); the amax is canonical anyway.
+  if ((h & 0x7FFFu) > 0x7C00u) f = __uint_as_float(((h & 0x8000u) << 16) | kCanonicalNan);
+  return f;
+}
+
+template <InType I>
+__device__ __forceinline__ void to_f32(const Raw<I>& r, float (&v)[8]) {
+  if constexpr (I == InType::kF32) {
+    v[0] = __uint_as_float(r.v[0].x); v[1] = __uint_as_float(r.v[0].y);
+    v[2] = __uint_as_float(r.v[0].z); v[3] = __uint_as_float(r.v[0].w);
+    v[4] = __uint_as_float(r.v[1].x); v[5] = __uint_as_float(r.v[1].y);
+    v[6] = __uint_as_float(r.v[1].z); v[7] = __uint_as_float(r.v[1].w);
+  } else {
+    const uint32_t w[4] = {r.v[0].x, r.v[0].y, r.v[0].z, r.v[0].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (I == InType::kBF16) {
+        v[2 * j] = __uint_as_float(w[j] << 16);
+        v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+      } else {
+        v[2 * j] = f16_to_float(w[j] & 0xFFFFu);
+        v[2 * j + 1] = f16_to_float(w[j] >> 16);
+      }
+    }
+  }
+}
+
+// Flat chunk k of an n-element array: vector load when aligned and whole, else scalar (zeros past n).
+template <InType I>
+__device__ __forceinline__ void load_flat(const Args& a, int64_t k, float (&v)[8]) {
+  const int64_t e0 = k * 8;
+  if (a.vec && e0 + 8 <= a.n) {
+    to_f32<I>(load_raw<I>(a.x, e0), v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = (e0 + i < a.n) ? load_in<I>(a.x, e0 + i) : 0.0f;
+  }
+}
+
+__device__ __forceinline__ uint32_t chunk_key(const float (&v)[8]) {
+  uint32_t k = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) k = max(k, abs_key(v[i]));
+  return k;
+}
+
+// One finished key into the tensor amax: an atomicMax only when it can raise the value (the word
+// only grows, so a stale read never skips a needed update); keeps same-address atomics rare.
+__device__ __forceinline__ void amax_update(uint32_t* amax, uint32_t finished) {
+  if (finished != 0u && finished > __ldcg(amax)) atomicMax(amax, finished);
+}
+
+// CTA max of raw keys (redux.sync per warp, shared memory across warps), then amax_update by thread
+// 0. Every thread of the CTA must call it (it synchronizes).
+__device__ __forceinline__ void block_amax(uint32_t* amax, uint32_t key) {
+  __shared__ uint32_t red[kThreads / 32];
+  key = __reduce_max_sync(kFull, key);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = key;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) m = max(m, red[w]);
+    amax_update(amax, finish_key(m));
+  }
+}
+
+// ------------------------------------------------------------------------------------ codes
+
+__device__ __forceinline__ uint32_t fp8x4(float a, float b, float c, float d, bool e5m2) {
+#if defined(MXPREC_CUDA_QUANT_NO_CVT)
+  const ElemFormat f = e5m2 ? ElemFormat::kE5M2 : ElemFormat::kE4M3;
+  return encode_rne(a, f) | (encode_rne(b, f) << 8) | (encode_rne(c, f) << 16) | (static_cast<uint32_t>(encode_rne(d, f)) << 24);
+#else
+  // cvt.rn.satfinite.{e4m3,e5m2}x2.f32 d, hi, lo: RNE, |v| > max_finite and +-Inf -> +-max_finite
+  // (what round_to_grid's saturation gives), -0 and values rounding to zero keep their sign.
+  unsigned short lo, hi;
+  if (e5m2) {
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %2, %1;" : "=h"(lo) : "f"(a), "f"(b));
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %2, %1;" : "=h"(hi) : "f"(c), "f"(d));
+  } else {
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(lo) : "f"(a), "f"(b));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(hi) : "f"(c), "f"(d));
+  }
+  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+#endif
+}
+
+__device__ __forceinline__ uint32_t narrow4(float a, float b, float c, float d, ElemFormat f) {
+  return encode_rne(a, f) | (encode_rne(b, f) << 8) | (encode_rne(c, f) << 16) |
+         (static_cast<uint32_t>(encode_rne(d, f)) << 24);
+}
+
+// The exact code of an element the fast path does not cover (NaN elements, exact modes): rare, so
+// one out-of-line copy keeps the kernels small.
+__device__ __noinline__ uint32_t slow_code(float x, ElemScale s, ElemFormat f) { return encode_elem(x, s, f); }
+
+// Codes of 8 elements (byte i of the result = element i), element i under scale sat(i).
+template <class ScaleAt>
+__device__ __forceinline__ uint2 codes8(const float (&x)[8], ScaleAt sat, ElemFormat f) {
+  float q[8];
+  uint32_t special = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const ElemScale s = sat(i);
+    if (is_fast_mode(s.mode)) {
+      if (s.mode == ElemMode::kDiv) {
+        q[i] = __fdiv_rn(x[i], s.p);
+      } else {
+        q[i] = __fmul_rn(s.mode == ElemMode::kMulDaz ? flush_denormal(x[i]) : x[i], s.p);
+      }
+      if (q[i] != q[i]) special |= 1u << i;  // a NaN element: its code carries x's sign
+    } else {
+      q[i] = 0.0f;
+      if (s.mode != ElemMode::kZero) special |= 1u << i;
+    }
+  }
+  uint2 c;
+  if (f == ElemFormat::kE4M3 || f == ElemFormat::kE5M2) {
+    const bool e5 = f == ElemFormat::kE5M2;
+    c.x = fp8x4(q[0], q[1], q[2], q[3], e5);
+    c.y = fp8x4(q[4], q[5], q[6], q[7], e5);
+  } else {
+    c.x = narrow4(q[0], q[1], q[2], q[3], f);
+    c.y = narrow4(q[4], q[5], q[6], q[7], f);
+  }
+  if (special != 0u) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if ((special >> i) & 1u) {
+        const uint32_t code = slow_code(x[i], sat(i), f);
+        uint32_t& w = i < 4 ? c.x : c.y;
+        const int sh = 8 * (i & 3);
+        w = (w & ~(0xFFu << sh)) | (code << sh);
+      }
+    }
+  }
+  return c;
+}
+
+// Stores 8 codes packed along the chunk (axis 2): FP8 8 bytes, FP6 6, FP4 4 at chunk k.
+__device__ __forceinline__ void store_chunk(uint8_t* data, int64_t k, uint2 c, int bits) {
+  if (bits == 8) {
+    *reinterpret_cast<uint2*>(data + k * 8) = c;
+  } else if (bits == 4) {
+    const uint32_t u = c.x | (c.x >> 4), v = c.y | (c.y >> 4);
+    *reinterpret_cast<uint32_t*>(data + k * 4) = __byte_perm(u, v, 0x6420);
+  } else {
+    const uint32_t w0 = (c.x & 0x3Fu) | (((c.x >> 8) & 0x3Fu) << 6) | (((c.x >> 16) & 0x3Fu) << 12) | (((c.x >> 24) & 0x3Fu) << 18);
+    const uint32_t w1 = (c.y & 0x3Fu) | (((c.y >> 8) & 0x3Fu) << 6) | (((c.y >> 16) & 0x3Fu) << 12) | (((c.y >> 24) & 0x3Fu) << 18);
+    uint16_t* p = reinterpret_cast<uint16_t*>(data + k * 6);
+    p[0] = static_cast<uint16_t>(w0 & 0xFFFFu);
+    p[1] = static_cast<uint16_t>(((w0 >> 16) & 0xFFu) | ((w1 & 0xFFu) << 8));
+    p[2] = static_cast<uint16_t>((w1 >> 8) & 0xFFFFu);
+  }
+}
+
+// ------------------------------------------------------------------------------------ group scales
+
+// NVFP4 tensor scale as the kernels see it: from amax_in (amax_mode 1) or the amax pass's result.
+__device__ __forceinline__ float nvfp4_ts(const Args& a) {
+  return nvfp4_tensor_scale(a.amode == 1 ? *a.amax_in : __uint_as_float(*a.amax));
+}
+
+// Scale of group g from its local raw key: writes the scale element when `write`.
+__device__ __forceinline__ ElemScale group_elem_scale(const Args& a, int64_t g, uint32_t key, float ts, bool write) {
+  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  const float local = __uint_as_float(finish_key(key));
+  switch (static_cast<ScalingKind>(a.kind)) {
+    case ScalingKind::kMX: {
+      const MxScale m = mx_block_scale(local, f, static_cast<ScaleRule>(a.rule));
+      if (write) static_cast<uint8_t*>(a.scale)[g] = m.byte;
+      return mx_elem_scale(m);
+    }
+    case ScalingKind::kNVFP4: {
+      const Nvfp4Scale b = nvfp4_block_scale(local, ts);
+      if (write) static_cast<uint8_t*>(a.scale)[g] = b.byte;
+      return nvfp4_elem_scale(b);
+    }
+    default: {  // row / tile
+      const float amax = a.amode == 2 ? a.amax_in[g] : local;
+      const float s = group_scale(amax, f, a.kind == static_cast<int32_t>(ScalingKind::kTile) && a.pow2 != 0);
+      if (write) static_cast<float*>(a.scale)[g] = s;
+      return scaled_elem_scale(s);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------ kernels
+
+template <InType I>
+__global__ void __launch_bounds__(kThreads) amax_kernel(Args a) {
+  const int64_t nck = (a.n + 7) / 8;
+  uint32_t acc = 0;
+  float v[kUnroll][8];
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    const int64_t k = (static_cast<int64_t>(blockIdx.x) * kUnroll + j) * kThreads + threadIdx.x;
+    if (k < nck) {
+      load_flat<I>(a, k, v[j]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[j][i] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) acc = max(acc, chunk_key(v[j]));
+  block_amax(a.amax, acc);
+}
+
+template <InType I>
+__global__ void __launch_bounds__(kThreads) tensor_kernel(Args a) {
+  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  const float s = a.delayed ? *a.scale_in
+                            : tensor_scale(a.amode == 1 ? *a.amax_in : __uint_as_float(*a.amax), f);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *static_cast<float*>(a.scale) = s;
+    *a.tensor_scale = 1.0f;
+  }
+  const ElemScale es = scaled_elem_scale(s);
+  const int64_t nck = (a.n + 7) / 8;
+  uint32_t acc = 0;
+  float v[kUnroll][8];
+  int64_t k[kUnroll];
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    k[j] = (static_cast<int64_t>(blockIdx.x) * kUnroll + j) * kThreads + threadIdx.x;
+    if (k[j] < nck) {
+      load_flat<I>(a, k[j], v[j]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[j][i] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    if (a.acc_amax) acc = max(acc, chunk_key(v[j]));
+    if (k[j] >= nck) continue;
+    const uint2 c = codes8(v[j], [es](int) { return es; }, f);
+    const int64_t e0 = k[j] * 8;
+    if (a.vec && e0 + 8 <= a.n) {
+      *reinterpret_cast<uint2*>(a.data + e0) = c;
+    } else {
+      for (int i = 0; i < 8 && e0 + i < a.n; ++i) a.data[e0 + i] = static_cast<uint8_t>((i < 4 ? c.x : c.y) >> (8 * (i & 3)));
+    }
+  }
+  if (a.acc_amax) block_amax(a.amax, acc);
+}
+
+template <InType I>
+__global__ void __launch_bounds__(kThreads) hgroup_kernel(Args a) {
+  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  const int bits = format_bits(f);
+  const bool nvfp4 = a.kind == static_cast<int32_t>(ScalingKind::kNVFP4);
+  const float ts = nvfp4 ? nvfp4_ts(a) : 1.0f;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+  const int64_t nck = a.n / 8;
+  const int tpg = a.tpg;
+  Raw<I> raw[kUnroll];
+  int64_t k[kUnroll];
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    k[j] = (static_cast<int64_t>(blockIdx.x) * kUnroll + j) * kThreads + threadIdx.x;
+    if (k[j] < nck) raw[j] = load_raw<I>(a.x, k[j] * 8);
+  }
+  uint32_t acc = 0;
+#pragma unroll
+  for (int j = 0; j < kUnroll; ++j) {
+    float v[8];
+    const bool valid = k[j] < nck;
+    if (valid) {
+      to_f32<I>(raw[j], v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+    }
+    uint32_t key = chunk_key(v);
+    for (int o = 1; o < tpg; o <<= 1) key = max(key, __shfl_xor_sync(kFull, key, o));
+    acc = max(acc, key);
+    if (!valid) continue;
+    const int64_t g = k[j] / tpg;
+    const ElemScale es = group_elem_scale(a, g, key, ts, (k[j] & (tpg - 1)) == 0);
+    store_chunk(a.data, k[j], codes8(v, [es](int) { return es; }, f), bits);
+  }
+  if (a.acc_amax) block_amax(a.amax, acc);
+}
+
+// One CTA per axis-2 row / tile group (gh rows x gw cols, gw % 8 == 0), FP8 only.
+template <InType I>
+__global__ void __launch_bounds__(kThreads) cta_kernel(Args a) {
+  __shared__ uint32_t red[kThreads / 32];
+  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  const int64_t g = blockIdx.x;
+  const int64_t gr = g / a.ngc, gc = g % a.ngc;
+  const int64_t cpr = a.gw / 8;  // chunks per group row
+  const int64_t nck = a.gh * cpr;
+  const int64_t r0 = gr * a.gh, c0 = gc * a.gw;
+  const int64_t cols = a.cols;
+  auto elem_of = [=](int64_t j) { return (r0 + j / cpr) * cols + c0 + 8 * (j % cpr); };
+  const bool cached = nck <= static_cast<int64_t>(kThreads) * kCtaCache;
+  Raw<I> cache[kCtaCache];
+  uint32_t key = 0;
+  if (cached) {
+#pragma unroll
+    for (int i = 0; i < kCtaCache; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+      if (j < nck) cache[i] = load_raw<I>(a.x, elem_of(j));
+    }
+#pragma unroll
+    for (int i = 0; i < kCtaCache; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+      if (j < nck) {
+        float v[8];
+        to_f32<I>(cache[i], v);
+        key = max(key, chunk_key(v));
+      }
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < nck; j += kThreads) {
+      float v[8];
+      to_f32<I>(load_raw<I>(a.x, elem_of(j)), v);
+      key = max(key, chunk_key(v));
+    }
+  }
+  key = __reduce_max_sync(kFull, key);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = key;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) key = max(key, red[w]);
+  const bool lead = threadIdx.x == 0;
+  const ElemScale es = group_elem_scale(a, g, key, 1.0f, lead);
+  if (lead) {
+    if (a.acc_amax) amax_update(a.amax, finish_key(key));
+    if (g == 0) *a.tensor_scale = 1.0f;
+  }
+  if (cached) {
+#pragma unroll
+    for (int i = 0; i < kCtaCache; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+      if (j < nck) {
+        float v[8];
+        to_f32<I>(cache[i], v);
+        *reinterpret_cast<uint2*>(a.data + elem_of(j)) = codes8(v, [es](int) { return es; }, f);
+      }
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < nck; j += kThreads) {
+      float v[8];
+      const int64_t e = elem_of(j);
+      to_f32<I>(load_raw<I>(a.x, e), v);
+      *reinterpret_cast<uint2*>(a.data + e) = codes8(v, [es](int) { return es; }, f);
+    }
+  }
+}
+
+// Axis-1 groups (gh rows x gw cols, gh % (8 * ty) == 0, gw == 1 or gw % 8 == 0 with (tx * 8) % gw
+// == 0). CTA = tx x ty threads (tx * ty = 256) over tx * 8 columns and 8 * ty * vsteps rows; a
+// thread owns 8 columns x 8 rows per step. Modes (Args::vmode):
+//   kVLocal    the CTA covers one group-row (gh == 8 * ty, vsteps 1): amax, scales and codes in one
+//              pass from registers;
+//   kVKeysOut  pass 1 only: the CTA's per-column (per-tile) max |x| key, atomicMax'ed into
+//              keys[group] (global scratch, zeroed) -- groups taller than 128 rows, split over CTAs;
+//   kVKeysIn   codes only: group keys from keys[group] (after kVKeysOut), vsteps 1.
+enum VMode : int32_t { kVLocal = 0, kVKeysOut = 1, kVKeysIn = 2 };
+
+template <InType I>
+__global__ void __launch_bounds__(kThreads) vgroup_kernel(Args a) {
+  __shared__ uint32_t slot[kThreads * 8];
+  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  const int bits = format_bits(f);
+  const bool nvfp4 = a.kind == static_cast<int32_t>(ScalingKind::kNVFP4);
+  const int ty_n = a.ty, tx_n = kThreads / ty_n;
+  const int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
+  const int64_t cols = a.cols, gw = a.gw;
+  const int64_t ncb = (cols + tx_n * 8 - 1) / (tx_n * 8);
+  const int64_t cb = blockIdx.x % ncb, rblk = blockIdx.x / ncb;
+  const int64_t step_rows = 8 * ty_n;
+  const int64_t cta_row0 = rblk * step_rows * a.vsteps;
+  const int64_t gr = cta_row0 / a.gh;
+  const int64_t c0 = (cb * tx_n + tx) * 8;
+  const bool active = c0 < cols;
+  const int64_t row0 = cta_row0 + ty * 8;
+  const int mode = a.vmode;
+
+  Raw<I> cache[8];
+  uint32_t keys[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) keys[c] = 0;
+  if (mode != kVKeysIn) {
+    for (int64_t st = 0; st < a.vsteps; ++st) {
+      if (!active) break;
+      const int64_t rb = row0 + st * step_rows;
+#pragma unroll
+      for (int r = 0; r < 8; ++r) cache[r] = load_raw<I>(a.x, (rb + r) * cols + c0);
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        float v[8];
+        to_f32<I>(cache[r], v);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) keys[c] = max(keys[c], abs_key(v[c]));
+      }
+    }
+    for (int i = threadIdx.x; i < tx_n * 8; i += kThreads) slot[i] = 0;
+    __syncthreads();
+    if (active) {
+      if (gw == 1) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+          if (keys[c] != 0u) atomicMax(&slot[tx * 8 + c], keys[c]);
+      } else {
+        uint32_t k = 0;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) k = max(k, keys[c]);
+        if (k != 0u) atomicMax(&slot[(tx * 8) / gw], k);
+      }
+    }
+    __syncthreads();
+    if (mode == kVKeysOut) {
+      if (active && ty == 0) {
+        for (int c = 0; c < 8; ++c) {
+          const int64_t col = c0 + c;
+          if (gw != 1 && col % gw != 0) continue;
+          const uint32_t k = gw == 1 ? slot[tx * 8 + c] : slot[(tx * 8) / gw];
+          amax_update(a.keys + gr * a.ngc + col / gw, k);
+        }
+      }
+      return;
+    }
+  }
+  const float ts = nvfp4 ? nvfp4_ts(a) : 1.0f;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+  ElemScale es[8];
+  uint32_t acc = 0;
+  if (active) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int64_t col = c0 + c;
+      const int64_t g = gr * a.ngc + col / gw;
+      uint32_t gk;
+      if (mode == kVKeysIn) {
+        gk = a.keys[g];
+      } else {
+        gk = gw == 1 ? slot[tx * 8 + c] : slot[(tx * 8) / gw];
+      }
+      const bool owner = ty == 0 && cta_row0 % a.gh == 0 && (gw == 1 || col % gw == 0);
+      es[c] = group_elem_scale(a, g, gk, ts, owner);
+      if (owner) acc = max(acc, gk);
+    }
+  }
+  if (active) {
+    const int64_t rb = row0;
+    if (mode == kVKeysIn) {
+#pragma unroll
+      for (int r = 0; r < 8; ++r) cache[r] = load_raw<I>(a.x, (rb + r) * cols + c0);
+    }
+    uint2 rc[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      float v[8];
+      to_f32<I>(cache[r], v);
+      rc[r] = codes8(v, [&es](int c) { return es[c]; }, f);
+    }
+    if (bits == 8) {
+#pragma unroll
+      for (int r = 0; r < 8; ++r) *reinterpret_cast<uint2*>(a.data + (rb + r) * cols + c0) = rc[r];
+    } else if (bits == 4) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint2 o;
+        o.x = (rc[2 * i].x & 0x0F0F0F0Fu) | ((rc[2 * i + 1].x & 0x0F0F0F0Fu) << 4);
+        o.y = (rc[2 * i].y & 0x0F0F0F0Fu) | ((rc[2 * i + 1].y & 0x0F0F0F0Fu) << 4);
+        *reinterpret_cast<uint2*>(a.data + (rb / 2 + i) * cols + c0) = o;
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const uint2 w0 = rc[4 * u], w1 = rc[4 * u + 1], w2 = rc[4 * u + 2], w3 = rc[4 * u + 3];
+        uint2 b[3];
+        b[0].x = (w0.x & 0x3F3F3F3Fu) | ((w1.x << 6) & 0xC0C0C0C0u);
+        b[0].y = (w0.y & 0x3F3F3F3Fu) | ((w1.y << 6) & 0xC0C0C0C0u);
+        b[1].x = ((w1.x >> 2) & 0x0F0F0F0Fu) | ((w2.x << 4) & 0xF0F0F0F0u);
+        b[1].y = ((w1.y >> 2) & 0x0F0F0F0Fu) | ((w2.y << 4) & 0xF0F0F0F0u);
+        b[2].x = ((w2.x >> 4) & 0x03030303u) | ((w3.x << 2) & 0xFCFCFCFCu);
+        b[2].y = ((w2.y >> 4) & 0x03030303u) | ((w3.y << 2) & 0xFCFCFCFCu);
+        const int64_t prow = rb / 4 * 3 + 3 * u;
+#pragma unroll
+        for (int kk = 0; kk < 3; ++kk) *reinterpret_cast<uint2*>(a.data + (prow + kk) * cols + c0) = b[kk];
+      }
+    }
+  }
+  if (a.acc_amax) block_amax(a.amax, acc);
+}
+
+// One thread per group, scalar loads, the exact per-element functions (any shape / alignment).
+template <InType I>
+__global__ void __launch_bounds__(kThreads) generic_kernel(Args a) {
+  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  const FormatInfo fi = format_info(f);
+  const int unit = static_cast<int>(pack_unit(f));
+  const auto kind = static_cast<ScalingKind>(a.kind);
+  const float ts = kind == ScalingKind::kNVFP4 ? nvfp4_ts(a) : 1.0f;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  uint32_t key = 0;
+  if (g < a.ngroups) {
+    const int64_t gr = g / a.ngc, gc = g % a.ngc;
+    const int64_t r0 = gr * a.gh, c0 = gc * a.gw, cols = a.cols;
+    for (int64_t r = 0; r < a.gh; ++r)
+      for (int64_t c = 0; c < a.gw; ++c) key = max(key, abs_key(load_in<I>(a.x, (r0 + r) * cols + c0 + c)));
+    const float local = __uint_as_float(finish_key(key));
+    float s = 1.0f;
+    MxScale m{};
+    Nvfp4Scale b{};
+    if (kind == ScalingKind::kMX) {
+      m = mx_block_scale(local, f, static_cast<ScaleRule>(a.rule));
+      static_cast<uint8_t*>(a.scale)[g] = m.byte;
+    } else if (kind == ScalingKind::kNVFP4) {
+      b = nvfp4_block_scale(local, ts);
+      static_cast<uint8_t*>(a.scale)[g] = b.byte;
+    } else {
+      s = group_scale(a.amode == 2 ? a.amax_in[g] : local, f, kind == ScalingKind::kTile && a.pow2 != 0);
+      static_cast<float*>(a.scale)[g] = s;
+    }
+    auto code = [&](int64_t r, int64_t c) -> uint8_t {
+      const float x = load_in<I>(a.x, (r0 + r) * cols + c0 + c);
+      if (kind == ScalingKind::kMX) return encode_mx(x, m, f);
+      if (kind == ScalingKind::kNVFP4) return encode_nvfp4(x, b);
+      return encode_scaled(x, s, f);
+    };
+    // Packing units run along the quantization axis (cols for axis 2, rows for axis 1).
+    const bool along_cols = a.axis == 2;
+    const int64_t nu_r = along_cols ? a.gh : a.gh / unit, nu_c = along_cols ? a.gw / unit : a.gw;
+    for (int64_t ur = 0; ur < nu_r; ++ur) {
+      for (int64_t uc = 0; uc < nu_c; ++uc) {
+        uint8_t cd[4];
+        for (int u = 0; u < unit; ++u) cd[u] = along_cols ? code(ur, uc * unit + u) : code(ur * unit + u, uc);
+        uint8_t out[3];
+        int nb = 1;
+        if (fi.bits == 8) {
+          out[0] = cd[0];
+        } else if (fi.bits == 4) {
+          out[0] = pack_fp4(cd[0], cd[1]);
+        } else {
+          pack_fp6(cd, out);
+          nb = 3;
+        }
+        for (int j = 0; j < nb; ++j) {
+          int64_t off;
+          if (along_cols) {  // row r0 + ur, packed column (c0 / unit + uc) * nb + j
+            off = (r0 + ur) * packed_len(cols, f) + (c0 / unit + uc) * nb + j;
+          } else {  // packed row ((r0 / unit) + ur) * nb + j, column c0 + uc
+            off = (((r0 / unit) + ur) * nb + j) * cols + c0 + uc;
+          }
+          a.data[off] = out[j];
+        }
+      }
+    }
+  }
+  if (a.acc_amax) block_amax(a.amax, key);
+}
+
+// n == 0: the scalar results (amax 0) and any scale elements of an empty group.
+__global__ void empty_kernel(Args a, int64_t nscale) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  const auto kind = static_cast<ScalingKind>(a.kind);
+  const float amax = a.amode == 1 ? *a.amax_in : 0.0f;
+  *a.amax = 0u;
+  *a.tensor_scale = kind == ScalingKind::kNVFP4 ? nvfp4_tensor_scale(amax) : 1.0f;
+  if (kind == ScalingKind::kTensor) {
+    *static_cast<float*>(a.scale) = a.delayed ? *a.scale_in : tensor_scale(amax, f);
+  } else if (kind == ScalingKind::kMX || kind == ScalingKind::kNVFP4) {
+    for (int64_t i = 0; i < nscale; ++i) static_cast<uint8_t*>(a.scale)[i] = 0;
+  } else {
+    for (int64_t i = 0; i < nscale; ++i) static_cast<float*>(a.scale)[i] = 1.0f;
+  }
+}
+
+// ------------------------------------------------------------------------------------ host
+
+ffi::Error cuda_error(const char* what, cudaError_t e) {
+  return ffi::Error::Internal(std::string(kOp) + ": " + what + ": " + cudaGetErrorString(e));
+}
+
+bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
+
+int64_t blocks_for(int64_t work, int64_t per_block) { return (work + per_block - 1) / per_block; }
+
+constexpr int64_t kMaxGrid = 2147483647;
+
+template <InType I>
+ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
+  const auto kind = static_cast<ScalingKind>(a.kind);
+  const int64_t per_cta = static_cast<int64_t>(kThreads) * kUnroll;
+  auto grid_ok = [](int64_t g) { return g > 0 && g <= kMaxGrid; };
+  if (kind == ScalingKind::kTensor || (kind == ScalingKind::kNVFP4 && a.amode == 0)) {
+    // Tensor amax pass (current scaling / NVFP4's s_t); delayed / amax_mode 1 fuse it into the cast.
+    if (kind == ScalingKind::kNVFP4 || (!a.delayed && a.amode == 0)) {
+      const int64_t grid = blocks_for((a.n + 7) / 8, per_cta);
+      if (!grid_ok(grid)) return ffi::Error(ffi::ErrorCode::kUnimplemented, std::string(kOp) + ": tensor too large");
+      amax_kernel<I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+    }
+  }
+  if (kind == ScalingKind::kTensor) {
+    a.acc_amax = (a.delayed || a.amode == 1) ? 1 : 0;
+    const int64_t grid = blocks_for((a.n + 7) / 8, per_cta);
+    if (!grid_ok(grid)) return ffi::Error(ffi::ErrorCode::kUnimplemented, std::string(kOp) + ": tensor too large");
+    tensor_kernel<I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+    return ffi::Error::Success();
+  }
+  a.acc_amax = (kind == ScalingKind::kNVFP4 && a.amode == 0) ? 0 : 1;
+  const int bits = format_bits(static_cast<ElemFormat>(a.fmt));
+  const bool x16 = aligned(a.x, 16) && aligned(a.data, 16);
+  const int64_t gh = a.gh, gw = a.gw;
+  if (a.axis == 2 && x16) {
+    // hgroup: 1 x G groups with G / 8 a power of two <= 32.
+    const int64_t tpg = gw / 8;
+    if (gh == 1 && gw % 8 == 0 && tpg <= 32 && (tpg & (tpg - 1)) == 0) {
+      a.tpg = static_cast<int32_t>(tpg);
+      const int64_t grid = blocks_for(a.n / 8, per_cta);
+      if (grid_ok(grid)) {
+        hgroup_kernel<I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+        return ffi::Error::Success();
+      }
+    }
+    if ((kind == ScalingKind::kRow || kind == ScalingKind::kTile) && bits == 8 && gw % 8 == 0 &&
+        grid_ok(a.ngroups)) {
+      cta_kernel<I><<<static_cast<unsigned>(a.ngroups), kThreads, 0, stream>>>(a);
+      return ffi::Error::Success();
+    }
+  }
+  if (a.axis == 1 && x16 && gh % 8 == 0 && a.cols % 8 == 0) {
+    int64_t ty = 16;
+    while (ty > 1 && (gh / 8) % ty != 0) ty /= 2;
+    const int64_t tx = kThreads / ty;
+    const int64_t ncb = blocks_for(a.cols, tx * 8);
+    if ((gw == 1 || (gw % 8 == 0 && (tx * 8) % gw == 0)) && grid_ok(ncb * (a.rows / (8 * ty)))) {
+      a.ty = static_cast<int32_t>(ty);
+      if (gh == 8 * ty) {  // one CTA row-block per group-row: one pass
+        a.vmode = kVLocal;
+        a.vsteps = 1;
+        vgroup_kernel<I><<<static_cast<unsigned>(ncb * (a.rows / gh)), kThreads, 0, stream>>>(a);
+        return ffi::Error::Success();
+      }
+      // Taller groups (row scaling along axis 1): per-group keys over CTAs of up to 8 steps, then codes.
+      auto keys = scratch.Allocate(static_cast<size_t>(a.ngroups) * sizeof(uint32_t), 16);
+      if (keys.has_value()) {
+        a.keys = static_cast<uint32_t*>(*keys);
+        const cudaError_t ce = cudaMemsetAsync(a.keys, 0, static_cast<size_t>(a.ngroups) * sizeof(uint32_t), stream);
+        if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
+        int64_t steps = 8;
+        while (steps > 1 && (gh / (8 * ty)) % steps != 0) steps /= 2;
+        a.vmode = kVKeysOut;
+        a.vsteps = static_cast<int32_t>(steps);
+        vgroup_kernel<I><<<static_cast<unsigned>(ncb * (a.rows / (8 * ty * steps))), kThreads, 0, stream>>>(a);
+        a.vmode = kVKeysIn;
+        a.vsteps = 1;
+        vgroup_kernel<I><<<static_cast<unsigned>(ncb * (a.rows / (8 * ty))), kThreads, 0, stream>>>(a);
+        return ffi::Error::Success();
+      }
+    }
+  }
+  const int64_t grid = blocks_for(a.ngroups, kThreads);
+  if (!grid_ok(grid)) return ffi::Error(ffi::ErrorCode::kUnimplemented, std::string(kOp) + ": too many groups");
+  generic_kernel<I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+  return ffi::Error::Success();
+}
+
+ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffer amax_in,
+                            ffi::Result<ffi::AnyBuffer> data, ffi::Result<ffi::AnyBuffer> scale,
+                            ffi::Result<ffi::AnyBuffer> amax_out, ffi::Result<ffi::AnyBuffer> tensor_scale_out,
+                            int32_t kind, int32_t fmt, int32_t block, int32_t tile_rows, int32_t scale_rule,
+                            int32_t power_of_two, int32_t axis, int32_t delayed, int32_t amax_mode) {
+  QuantizeCall call{};
+  if (auto e = validate_quantize(kOp, x, scale_in, amax_in, *data, *scale, *amax_out, *tensor_scale_out, kind, fmt,
+                                 block, tile_rows, scale_rule, power_of_two, axis, delayed, amax_mode, &call);
+      e.failure())
+    return e;
+  const QuantizeDesc& d = call.desc;
+  Args a{};
+  a.x = x.untyped_data();
+  a.data = static_cast<uint8_t*>(data->untyped_data());
+  a.scale = scale->untyped_data();
+  a.amax = static_cast<uint32_t*>(amax_out->untyped_data());
+  a.tensor_scale = static_cast<float*>(tensor_scale_out->untyped_data());
+  a.scale_in = static_cast<const float*>(scale_in.untyped_data());
+  a.amax_in = static_cast<const float*>(amax_in.untyped_data());
+  a.rows = call.b * call.r;
+  a.cols = call.c;
+  a.n = a.rows * a.cols;
+  a.kind = kind;
+  a.fmt = fmt;
+  a.rule = scale_rule;
+  a.pow2 = power_of_two;
+  a.amode = amax_mode;
+  a.delayed = delayed;
+  a.axis = axis;
+  a.vec = aligned(a.x, 16) && aligned(a.data, 8) ? 1 : 0;
+  if (a.n == 0) {
+    empty_kernel<<<1, 1, 0, stream>>>(a, static_cast<int64_t>(scale->element_count()));
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? ffi::Error::Success() : cuda_error("launch", e);
+  }
+  // The group (one scale) in the (rows, cols) view; see the header comment.
+  const int64_t R = call.r, C = call.c;
+  switch (d.kind) {
+    case ScalingKind::kRow:
+      a.gh = axis == 2 ? 1 : R;
+      a.gw = axis == 2 ? C : 1;
+      break;
+    case ScalingKind::kTile:
+      a.gh = axis == 2 ? d.tile_rows : d.block;
+      a.gw = axis == 2 ? d.block : d.tile_rows;
+      break;
+    case ScalingKind::kMX:
+    case ScalingKind::kNVFP4:
+      a.gh = axis == 2 ? 1 : d.block;
+      a.gw = axis == 2 ? d.block : 1;
+      break;
+    default:
+      a.gh = a.rows;
+      a.gw = a.cols;
+      break;
+  }
+  a.ngc = a.cols / a.gw;
+  a.ngroups = (a.rows / a.gh) * a.ngc;
+
+  cudaError_t ce = cudaMemsetAsync(a.amax, 0, sizeof(uint32_t), stream);
+  if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
+  ffi::Error err = ffi::Error::Success();
+  switch (x.element_type()) {
+    case ffi::DataType::F32: err = launch<InType::kF32>(stream, scratch, a); break;
+    case ffi::DataType::BF16: err = launch<InType::kBF16>(stream, scratch, a); break;
+    default: err = launch<InType::kF16>(stream, scratch, a); break;
+  }
+  if (err.failure()) return err;
+  ce = cudaGetLastError();
+  if (ce != cudaSuccess) return cuda_error("kernel launch", ce);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace cuda_quantize
+}  // namespace mxprec
+
+MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeCuda);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeCuda, mxprec::cuda_quantize::QuantizeCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<xla::ffi::ScratchAllocator>()
+                                  .Arg<xla::ffi::AnyBuffer>()  // x (B, R, C) f32|bf16|f16
+                                  .Arg<xla::ffi::AnyBuffer>()  // scale_in f32 () (delayed scale)
+                                  .Arg<xla::ffi::AnyBuffer>()  // amax_in f32 () / scale-shaped
+                                  .Ret<xla::ffi::AnyBuffer>()  // data (packed along axis)
+                                  .Ret<xla::ffi::AnyBuffer>()  // scale
+                                  .Ret<xla::ffi::AnyBuffer>()  // amax f32 ()
+                                  .Ret<xla::ffi::AnyBuffer>()  // tensor_scale f32 ()
+                                  .Attr<int32_t>("kind")
+                                  .Attr<int32_t>("fmt")
+                                  .Attr<int32_t>("block")
+                                  .Attr<int32_t>("tile_rows")
+                                  .Attr<int32_t>("scale_rule")
+                                  .Attr<int32_t>("power_of_two")
+                                  .Attr<int32_t>("axis")
+                                  .Attr<int32_t>("delayed")
+                                  .Attr<int32_t>("amax_mode"));

@@ -1,0 +1,170 @@
+// CPU check of the CUDA quantize kernels' element fast path (csrc/common/quantize_math.h):
+//   1. encode_rne(v, f) == encode_grid(round_to_grid(v, f), f) for non-NaN v: every grid point of
+//      every format times 2**k (k in [-150, 150]), its FP32 neighbours, the midpoints between grid
+//      points and their neighbours, +-0, +-Inf, FP32 subnormals, and a strided sweep of all FP32 bits;
+//   2. encode_elem(x, scaled_elem_scale(s), f) == encode_scaled(x, s, f) (tensor / row / tile / NVFP4
+//      eff scales): s normal, powers of two, tiny (< 2**-108), subnormal, 0, +-Inf, NaN, negative;
+//      x random over the exponent range, division ties (grid midpoints * s), subnormals, +-NaN, +-Inf;
+//   3. encode_elem(x, mx_elem_scale(m), f) == encode_mx(x, m, f) with m = mx_block_scale(amax), x in
+//      [-amax, amax] (block amaxes over the whole FP32 exponent range: e = 127, e < -109, ...);
+//   4. encode_elem(x, nvfp4_elem_scale(b)) == encode_nvfp4(x, b).
+// The host divides / multiplies in IEEE FP32 without FTZ, like the device's div.rn.f32 / mul.rn.
+// Prints "<check> <cases> <mismatches>" per line and the first mismatches; exit status 1 if any.
+// Not covered here (device-only): cvt.rn.satfinite.{e4m3,e5m2}x2.f32, which the kernels use for
+// FP8 instead of encode_rne (tests/test_cuda_quantize.py checks it on the GPU).
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "formats.h"
+#include "quantize_math.h"
+
+using namespace mxprec;
+
+namespace {
+
+const ElemFormat kFormats[] = {ElemFormat::kE4M3, ElemFormat::kE5M2, ElemFormat::kE2M3, ElemFormat::kE3M2,
+                               ElemFormat::kE2M1};
+
+struct Counter {
+  const char* name;
+  long cases = 0, bad = 0;
+  void check(bool ok, float x, float s, ElemFormat f, int got, int want) {
+    ++cases;
+    if (ok) return;
+    if (bad++ < 5)
+      std::printf("MISMATCH %s fmt=%s x=%a (0x%08x) s=%a (0x%08x) got=0x%02x want=0x%02x\n", name, format_name(f), x,
+                  f32_bits(x), s, f32_bits(s), got, want);
+  }
+  void report() const { std::printf("%s %ld %ld\n", name, cases, bad); }
+};
+
+std::vector<float> grid_values(ElemFormat f) {
+  std::vector<float> g;
+  const int bits = format_bits(f);
+  for (uint32_t c = 0; c < (1u << (bits - 1)); ++c) {
+    const float v = decode_code(static_cast<uint8_t>(c), f);
+    if (std::isfinite(v)) g.push_back(v);
+  }
+  return g;
+}
+
+float next_up(float x) { return std::nextafter(x, INFINITY); }
+float next_down(float x) { return std::nextafter(x, -INFINITY); }
+
+// Values around every grid point / midpoint of f scaled by 2**k, both signs.
+std::vector<float> edge_values(ElemFormat f, int kmin, int kmax) {
+  std::vector<float> out;
+  const std::vector<float> g = grid_values(f);
+  std::vector<double> pts(g.begin(), g.end());
+  for (size_t i = 1; i < g.size(); ++i) pts.push_back((static_cast<double>(g[i - 1]) + g[i]) / 2.0);
+  pts.push_back(format_info(f).max_finite * 1.0625);
+  for (double p : pts) {
+    for (int k = kmin; k <= kmax; ++k) {
+      const float v = static_cast<float>(std::ldexp(p, k));
+      if (!std::isfinite(v) || v == 0.0f) continue;
+      for (float w : {v, next_up(v), next_down(v), next_up(next_up(v)), next_down(next_down(v))}) {
+        out.push_back(w);
+        out.push_back(-w);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937_64 rng(1234);
+  const float inf = INFINITY;
+  const float nan_pos = bits_f32(0x7FC00000u), nan_neg = bits_f32(0xFFC12345u);
+
+  // 1. encode_rne
+  Counter c1{"encode_rne"};
+  for (ElemFormat f : kFormats) {
+    std::vector<float> vs = edge_values(f, -150, 150);
+    for (float v : {0.0f, -0.0f, inf, -inf, bits_f32(1u), bits_f32(0x807FFFFFu), 3.4e38f, -3.4e38f}) vs.push_back(v);
+    for (uint64_t u = 0; u < (1ull << 32); u += 65521) vs.push_back(bits_f32(static_cast<uint32_t>(u)));
+    for (float v : vs) {
+      if (is_nan(v)) continue;
+      const int got = encode_rne(v, f), want = encode_grid(round_to_grid(v, f), f);
+      c1.check(got == want, v, 0.0f, f, got, want);
+    }
+  }
+  c1.report();
+
+  // 2. scaled (tensor / row / tile / NVFP4 eff)
+  Counter c2{"scaled"};
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> expo(-140, 127);
+  std::vector<float> scales = {1.0f, 0.0371f, 3.0f / 448.0f, 0.5f, 0x1p-100f, 0x1p-108f, 0x1.8p-108f, 0x1p-109f,
+                               0x1.fffffep-109f, 0x1p-126f, 0x1p-127f, 0x1p-149f, 0.0f, -0.0f, inf, -inf, nan_pos,
+                               nan_neg, -0.25f, -0.0371f, 0x1p126f, 0x1p127f, 0x1.fffffep127f, 448.0f, 1.0f / 57344.0f};
+  for (int i = 0; i < 300; ++i) scales.push_back(std::ldexp(1.0f + 0.5f * (unit(rng) + 1.0f), expo(rng)));
+  for (int k = -130; k <= 128; ++k) scales.push_back(std::ldexp(1.0f, k));
+  for (ElemFormat f : kFormats) {
+    const std::vector<float> edges = edge_values(f, -4, 4);
+    for (float s : scales) {
+      std::vector<float> xs = {0.0f, -0.0f, inf, -inf, nan_pos, nan_neg, bits_f32(1u), bits_f32(0x80400000u)};
+      for (int i = 0; i < 200; ++i) xs.push_back(std::ldexp(unit(rng), expo(rng)));
+      for (size_t i = 0; i < edges.size(); i += 7) xs.push_back(edges[i] * s);  // division ties (and near)
+      for (float x : xs) {
+        const ElemScale es = scaled_elem_scale(s);
+        const int got = encode_elem(x, es, f), want = encode_scaled(x, s, f);
+        c2.check(got == want, x, s, f, got, want);
+      }
+    }
+  }
+  c2.report();
+
+  // 3. MX
+  Counter c3{"mx"};
+  for (ElemFormat f : kFormats) {
+    for (ScaleRule rule : {ScaleRule::kRceil, ScaleRule::kFloor}) {
+      for (int k = -126; k <= 127; ++k) {
+        for (float mant : {1.0f, 1.5f, 1.75f, 1.875f, 1.9999999f, 1.25f, 1.0000001f}) {
+          const float amax = std::ldexp(mant, k);
+          if (!std::isfinite(amax)) continue;
+          const MxScale m = mx_block_scale(amax, f, rule);
+          const ElemScale es = mx_elem_scale(m);
+          std::vector<float> xs = {amax, -amax, 0.0f, -0.0f, bits_f32(1u), bits_f32(0x80000123u), bits_f32(0x007FFFFFu)};
+          for (int i = 0; i < 40; ++i) xs.push_back(amax * unit(rng));
+          for (int i = 0; i < 20; ++i) xs.push_back(std::ldexp(amax * unit(rng), -std::uniform_int_distribution<int>(0, 40)(rng)));
+          for (float x : xs) {
+            const int got = encode_elem(x, es, f), want = encode_mx(x, m, f);
+            c3.check(got == want, x, amax, f, got, want);
+          }
+        }
+      }
+      for (float amax : {0.0f, inf, nan_pos}) {
+        const MxScale m = mx_block_scale(amax, f, rule);
+        for (float x : {1.0f, -2.0f, 0.0f, inf, nan_neg}) {
+          const int got = encode_elem(x, mx_elem_scale(m), f), want = encode_mx(x, m, f);
+          c3.check(got == want, x, amax, f, got, want);
+        }
+      }
+    }
+  }
+  c3.report();
+
+  // 4. NVFP4
+  Counter c4{"nvfp4"};
+  std::vector<float> tss = {1.0f, 448.0f / 2688.0f, 0x1p-120f, 0x1p-130f, 3.0e38f / 2688.0f, inf, nan_pos, 0.0371f};
+  for (int i = 0; i < 50; ++i) tss.push_back(std::ldexp(1.0f + 0.5f * (unit(rng) + 1.0f), expo(rng)));
+  for (float ts : tss) {
+    for (int i = 0; i < 400; ++i) {
+      const float amax = std::abs(std::ldexp(unit(rng), expo(rng)));
+      const Nvfp4Scale b = nvfp4_block_scale(amax_finish(amax), ts);
+      const ElemScale es = nvfp4_elem_scale(b);
+      for (int j = 0; j < 16; ++j) {
+        const float x = j == 0 ? amax : (j == 1 ? bits_f32(0x80000042u) : amax * unit(rng));
+        const int got = encode_elem(x, es, ElemFormat::kE2M1), want = encode_nvfp4(x, b);
+        c4.check(got == want, x, ts, ElemFormat::kE2M1, got, want);
+      }
+    }
+  }
+  c4.report();
+  return (c1.bad || c2.bad || c3.bad || c4.bad) ? 1 : 0;
+}
