@@ -254,9 +254,9 @@ def test_sm90_blockwise_sass_has_qgmma_and_scaled_promotion(out):
     assert "UTMALDG" in sass
 
 
-# The per-tensor objects are left out while their tile config is being retuned (a 128x256 tile spilled).
+# The first per-tensor tile (128x256, FP32 promotion) spilled: STACK:248 and ~390 TFLOP/s on the H200.
 @pytest.mark.parametrize(
-    "tu", [f"{fam}_{out}" for fam in ("rowwise", "blockwise") for out in ("bf16", "f32")]
+    "tu", [f"{fam}_{out}" for fam in ("tensorwise", "rowwise", "blockwise") for out in ("bf16", "f32")]
 )
 def test_sm90_gemm_kernels_do_not_spill(tu):
     """Every kernel of a built sm_90a GEMM object: STACK:0 and LOCAL:0 (register spills make it slow)."""

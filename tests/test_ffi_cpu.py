@@ -669,3 +669,13 @@ def test_malformed_calls_raise_python_errors():
         ffi.quantize(jnp.ones((4, 32), jnp.int32), MXScaling(E4M3), -1)
     with pytest.raises(ValueError, match="DelayedScaling needs state"):
         ffi.quantize(jnp.ones((4, 32), jnp.float32), DelayedScaling(E4M3), -1)
+
+
+def test_empty_tensor_quantizes_to_the_contract_defaults():
+    """x with no elements: amax 0, tensor scale 1 (delayed: the given scale), scales of empty groups 1 / E8M0 0."""
+    q = ffi.quantize(jnp.zeros((0, 64), jnp.float32), TensorScaling(formats.E4M3), -1)
+    assert q.data.shape == (0, 64) and float(q.amax) == 0.0 and float(q.scale) == 1.0
+    q = ffi.quantize(jnp.zeros((0, 64), jnp.float32), MXScaling(formats.E4M3), -1)
+    assert q.data.shape == (0, 64) and float(q.amax) == 0.0
+    q = ffi.quantize(jnp.zeros((4, 0), jnp.float32), RowScaling(formats.E4M3), -1)
+    assert q.scale.shape == (4, 1) and np.all(np.asarray(q.scale) == 1.0)

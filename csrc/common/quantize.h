@@ -97,7 +97,11 @@ MXPREC_HD inline GroupView group_view(const QuantizeDesc& d, int64_t b, int64_t 
     default:
       break;
   }
-  v.gP = v.P / v.tp; v.gL = v.L / v.bl; v.gQ = v.Q / v.tq;
+  v.gP = v.tp ? v.P / v.tp : 0; v.gL = v.bl ? v.L / v.bl : 0; v.gQ = v.tq ? v.Q / v.tq : 0;
+  // Whole-extent groups stay one group when the extent is 0 (an empty x): the tensor is one group,
+  // and every row keeps its one row scale (scale shape x with L = 1, as mxprec.quantize).
+  if (d.kind == ScalingKind::kTensor) { v.gP = 1; v.gL = 1; v.gQ = 1; }
+  if (d.kind == ScalingKind::kRow) v.gL = 1;
   return v;
 }
 

@@ -15,19 +15,14 @@
 #include "ffi_helpers.h"
 #include "formats.h"
 #include "quantize.h"
+#include "quantize_ffi.h"
+#include "quantize_math.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace mxprec {
 namespace {
 
 constexpr const char* kOp = "mxprec_quantize";
-
-std::string describe(const QuantizeDesc& d) {
-  std::ostringstream os;
-  os << scaling_kind_name(d.kind) << " " << format_name(d.fmt) << " block " << d.block << " tile_rows "
-     << d.tile_rows << " axis " << d.axis;
-  return os.str();
-}
 
 // Per-group scale / exponent, computed once per group.
 struct GroupScale {
@@ -55,70 +50,31 @@ ffi::Error QuantizeImpl(ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffe
                         ffi::Result<ffi::AnyBuffer> amax_out, ffi::Result<ffi::AnyBuffer> tensor_scale_out,
                         int32_t kind, int32_t fmt, int32_t block, int32_t tile_rows, int32_t scale_rule,
                         int32_t power_of_two, int32_t axis, int32_t delayed, int32_t amax_mode) {
-  // ---------------------------------------------------------------- attributes
-  if (kind == static_cast<int32_t>(ScalingKind::kNone))
-    return invalid(std::string(kOp) + ": kind=0 (none) does not quantize; use kind 1..5");
-  {
-    std::string err = check_operand_attrs("quantize", kind, fmt, block, tile_rows, axis);
-    if (!err.empty()) return invalid(std::string(kOp) + ": " + err);
-  }
-  if (scale_rule != 0 && scale_rule != 1)
-    return invalid(std::string(kOp) + ": scale_rule=" + std::to_string(scale_rule) + " must be 0 (rceil) or 1 (floor)");
-  if ((power_of_two != 0 && power_of_two != 1) || (delayed != 0 && delayed != 1))
-    return invalid(std::string(kOp) + ": power_of_two and delayed must be 0 or 1");
-  if (amax_mode < 0 || amax_mode > 2)
-    return invalid(std::string(kOp) + ": amax_mode=" + std::to_string(amax_mode) + " must be 0, 1 or 2");
-  QuantizeDesc d{static_cast<ScalingKind>(kind), static_cast<ElemFormat>(fmt),
-                 (kind == 3 || kind == 4 || kind == 5) ? block : 1, kind == 3 ? tile_rows : 1,
-                 static_cast<ScaleRule>(scale_rule), power_of_two == 1, axis, delayed == 1,
-                 static_cast<AmaxMode>(amax_mode)};
-  if (d.delayed && d.kind != ScalingKind::kTensor)
-    return invalid(std::string(kOp) + ": delayed=1 needs kind 1 (tensor), got " + describe(d));
-  if (d.amax_mode == AmaxMode::kTensor && !(d.kind == ScalingKind::kTensor || d.kind == ScalingKind::kNVFP4))
-    return invalid(std::string(kOp) + ": amax_mode=1 (tensor amax) needs kind tensor or nvfp4, got " + describe(d));
-  if (d.amax_mode == AmaxMode::kPerGroup && !(d.kind == ScalingKind::kRow || d.kind == ScalingKind::kTile))
-    return invalid(std::string(kOp) + ": amax_mode=2 (per-group amax) needs kind row or tile, got " + describe(d));
-
-  // ---------------------------------------------------------------- buffers
-  const auto xd = x.dimensions();
-  if (xd.size() != 3 || !is_wide_float(x.element_type()))
-    return invalid(std::string(kOp) + ": x must be a 3-D float32/bfloat16/float16 array, got shape " +
-                   dims_str(xd) + " dtype " + dtype_name(x.element_type()));
-  const int64_t B = xd[0], R = xd[1], C = xd[2];
-  const int64_t L = axis == 2 ? C : R;
-  const int64_t rows = axis == 2 ? R : C;  // the tile row axis extent
-  if (L % d.block != 0 || L % pack_unit(d.fmt) != 0) {
-    std::ostringstream os;
-    os << kOp << ": x " << dims_str(xd) << " axis " << axis << " has size " << L << ", not a multiple of the block "
-       << d.block << " / packing unit " << pack_unit(d.fmt) << " (" << describe(d) << ")";
-    return invalid(os.str());
-  }
-  if (rows % d.tile_rows != 0) {
-    std::ostringstream os;
-    os << kOp << ": x " << dims_str(xd) << " row axis has size " << rows << ", not a multiple of tile_rows "
-       << d.tile_rows;
-    return invalid(os.str());
-  }
-  const Dims3 scalar{0, {0, 0, 0}};
-  const Dims3 sdims = quantize_scale_dims(d, B, R, C);
-  if (d.delayed) {
-    if (auto e = check_buffer(kOp, "scale_in (delayed scale)", scale_in, scalar, ffi::DataType::F32); e.failure())
-      return e;
-  }
-  if (d.amax_mode == AmaxMode::kTensor) {
-    if (auto e = check_buffer(kOp, "amax_in (tensor amax)", amax_in, scalar, ffi::DataType::F32); e.failure())
-      return e;
-  } else if (d.amax_mode == AmaxMode::kPerGroup) {
-    if (auto e = check_buffer(kOp, "amax_in (per-group amax)", amax_in, sdims, ffi::DataType::F32); e.failure())
-      return e;
-  }
-  if (auto e = check_buffer(kOp, "data result", *data, quantize_data_dims(d, B, R, C), data_dtype(d.fmt));
+  // Attributes and buffers, validated as every backend does (csrc/common/quantize_ffi.h).
+  QuantizeCall call{};
+  if (auto e = validate_quantize(kOp, x, scale_in, amax_in, *data, *scale, *amax_out, *tensor_scale_out, kind, fmt,
+                                 block, tile_rows, scale_rule, power_of_two, axis, delayed, amax_mode, &call);
       e.failure())
     return e;
-  if (auto e = check_buffer(kOp, "scale result", *scale, sdims, scale_dtype(d.kind)); e.failure()) return e;
-  if (auto e = check_buffer(kOp, "amax result", *amax_out, scalar, ffi::DataType::F32); e.failure()) return e;
-  if (auto e = check_buffer(kOp, "tensor_scale result", *tensor_scale_out, scalar, ffi::DataType::F32); e.failure())
-    return e;
+  const QuantizeDesc& d = call.desc;
+  const int64_t B = call.b, R = call.r, C = call.c;
+
+  if (B * R * C == 0) {  // empty x: amax 0 and the scales of empty groups (as the CUDA handler writes them)
+    const float amax = d.amax_mode == AmaxMode::kTensor ? *static_cast<const float*>(amax_in.untyped_data()) : 0.0f;
+    *static_cast<float*>(amax_out->untyped_data()) = 0.0f;
+    *static_cast<float*>(tensor_scale_out->untyped_data()) =
+        d.kind == ScalingKind::kNVFP4 ? nvfp4_tensor_scale(amax) : 1.0f;
+    const int64_t nscale = static_cast<int64_t>(scale->element_count());
+    if (d.kind == ScalingKind::kTensor) {
+      *static_cast<float*>(scale->untyped_data()) =
+          d.delayed ? *static_cast<const float*>(scale_in.untyped_data()) : tensor_scale(amax, d.fmt);
+    } else if (d.kind == ScalingKind::kMX || d.kind == ScalingKind::kNVFP4) {
+      std::memset(scale->untyped_data(), 0, static_cast<size_t>(nscale));
+    } else {
+      for (int64_t i = 0; i < nscale; ++i) static_cast<float*>(scale->untyped_data())[i] = 1.0f;
+    }
+    return ffi::Error::Success();
+  }
 
   ScopedFlushDenormal ftz;
   const GroupView v = group_view(d, B, R, C);

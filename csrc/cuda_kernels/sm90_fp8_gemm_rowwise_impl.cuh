@@ -17,56 +17,23 @@
 #ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_ROWWISE_IMPL_CUH_
 #define MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_ROWWISE_IMPL_CUH_
 
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
 #include "cutlass/functional.h"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/kernel_hardware_info.h"
-#include "cutlass/numeric_types.h"
-#include "cutlass/util/packed_stride.hpp"
+#include "sm90_gemm_common.cuh"
 #include "sm90_fp8_gemm_rowwise.h"
 
 namespace mxprec {
 namespace cuda {
 namespace rowwise {
 
-template <int kPair>
-struct PairTypes;
-template <>
-struct PairTypes<0> { using A = cutlass::float_e4m3_t; using B = cutlass::float_e4m3_t; };
-template <>
-struct PairTypes<1> { using A = cutlass::float_e5m2_t; using B = cutlass::float_e4m3_t; };
-template <>
-struct PairTypes<2> { using A = cutlass::float_e4m3_t; using B = cutlass::float_e5m2_t; };
-
-template <int kOut>
-struct OutType;
-template <>
-struct OutType<0> { using T = cutlass::bfloat16_t; };
-template <>
-struct OutType<1> { using T = float; };
-
 template <int kPair, int kOut>
 struct Sm90RowwiseGemm {
-  using ElementA = typename PairTypes<kPair>::A;
-  using ElementB = typename PairTypes<kPair>::B;
-  using ElementD = typename OutType<kOut>::T;
-  using ElementAcc = float;
-  using ElementCompute = float;
-  using LayoutA = cutlass::layout::RowMajor;     // (M, K), K contiguous
-  using LayoutB = cutlass::layout::ColumnMajor;  // (K, N) column-major == (N, K), K contiguous
-  using LayoutD = cutlass::layout::RowMajor;     // (M, N), N contiguous
-  static constexpr int kAlignA = 16;
-  static constexpr int kAlignB = 16;
-  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  using Ops = sm90::TnOperands<kPair, kOut>;
+  using ElementD = typename Ops::ElementD;
+  using ElementCompute = typename Ops::ElementCompute;
 
   // 128x128x128 CTA tile, 1x2 cluster (TMA multicast of A), cooperative (2 consumer warpgroups).
   using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
@@ -95,36 +62,12 @@ struct Sm90RowwiseGemm {
       cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, ElementCompute, kRound>,
       AccTimesScaleA, ScaleB, Bias>;
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute, void, LayoutD, kAlignD,
-      ElementD, LayoutD, kAlignD, EpilogueSchedule, FusionCallbacks>::CollectiveOp;
-
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB, LayoutB, kAlignB,
-      ElementAcc, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      KernelSchedule>::CollectiveOp;
-
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
-                                                          CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
-
-  using StrideA = typename Gemm::GemmKernel::StrideA;
-  using StrideB = typename Gemm::GemmKernel::StrideB;
-  using StrideC = typename Gemm::GemmKernel::StrideC;
-  using StrideD = typename Gemm::GemmKernel::StrideD;
+  using Gemm = typename sm90::BuildGemm<Ops, TileShape, ClusterShape, KernelSchedule, EpilogueSchedule,
+                                        FusionCallbacks>::Gemm;
 
   static typename Gemm::Arguments make_args(const RowwiseGemmArgs& p) {
-    const int M = p.m, N = p.n, K = p.k, L = p.l;
-    StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, L));
-    StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, L));
-    StrideC sc = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(M, N, L));
-    StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(M, N, L));
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = 0;  // only used when sm_count == 0
-    hw.sm_count = p.sm_count;
+    const int M = p.m, N = p.n;
+    const sm90::PackedProblem<Gemm> pp(M, N, p.k, p.l, p.sm_count);
 
     // EVT arguments mirror the tree: {child arguments..., node op arguments}.
     typename ScaleA::Arguments scale_a{p.scale_a, 0.0f, {cute::_1{}, cute::_0{}, static_cast<int64_t>(M)}};
@@ -134,10 +77,10 @@ struct Sm90RowwiseGemm {
 
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
-        {M, N, K, L},
-        {static_cast<const ElementA*>(p.a), sa, static_cast<const ElementB*>(p.b), sb},
-        {thread, nullptr, sc, static_cast<ElementD*>(p.d), sd},
-        hw};
+        {M, N, p.k, p.l},
+        {static_cast<const typename Ops::ElementA*>(p.a), pp.sa, static_cast<const typename Ops::ElementB*>(p.b), pp.sb},
+        {thread, nullptr, pp.sc, static_cast<typename Ops::ElementD*>(p.d), pp.sd},
+        pp.hw};
     return args;
   }
 };
@@ -146,20 +89,15 @@ struct Sm90RowwiseGemm {
 
 template <int kPair, int kOut>
 size_t sm90_rowwise_workspace(const RowwiseGemmArgs& args) {
-  using G = rowwise::Sm90RowwiseGemm<kPair, kOut>;
-  auto a = G::make_args(args);
-  return G::Gemm::get_workspace_size(a);
+  return sm90::workspace<rowwise::Sm90RowwiseGemm<kPair, kOut>>(args);
 }
 
 template <int kPair, int kOut>
 const char* sm90_rowwise_run(const RowwiseGemmArgs& args, void* workspace, cudaStream_t stream) {
-  using G = rowwise::Sm90RowwiseGemm<kPair, kOut>;
-  auto a = G::make_args(args);
-  typename G::Gemm gemm;
-  if (gemm.can_implement(a) != cutlass::Status::kSuccess) return "CUTLASS can_implement rejected the row-wise problem";
-  if (gemm.initialize(a, workspace, stream) != cutlass::Status::kSuccess) return "CUTLASS initialize failed (row-wise)";
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return "CUTLASS kernel launch failed (row-wise)";
-  return nullptr;
+  static constexpr sm90::RunErrors kErrors{"CUTLASS can_implement rejected the row-wise problem",
+                                           "CUTLASS initialize failed (row-wise)",
+                                           "CUTLASS kernel launch failed (row-wise)"};
+  return sm90::run<rowwise::Sm90RowwiseGemm<kPair, kOut>>(args, workspace, stream, kErrors);
 }
 
 #define MXPREC_INSTANTIATE_SM90_ROWWISE(P, O)                                                     \

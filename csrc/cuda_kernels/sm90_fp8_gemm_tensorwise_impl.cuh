@@ -4,37 +4,12 @@
 #ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_TENSORWISE_IMPL_CUH_
 #define MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_TENSORWISE_IMPL_CUH_
 
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/operations.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/kernel_hardware_info.h"
-#include "cutlass/numeric_types.h"
-#include "cutlass/util/packed_stride.hpp"
+#include "sm90_gemm_common.cuh"
 #include "sm90_fp8_gemm_tensorwise.h"
 
 namespace mxprec {
 namespace cuda {
-
-template <int kPair>
-struct PairTypes;
-template <>
-struct PairTypes<0> { using A = cutlass::float_e4m3_t; using B = cutlass::float_e4m3_t; };
-template <>
-struct PairTypes<1> { using A = cutlass::float_e5m2_t; using B = cutlass::float_e4m3_t; };
-template <>
-struct PairTypes<2> { using A = cutlass::float_e4m3_t; using B = cutlass::float_e5m2_t; };
-
-template <int kOut>
-struct OutType;
-template <>
-struct OutType<0> { using T = cutlass::bfloat16_t; };
-template <>
-struct OutType<1> { using T = float; };
 
 // CTA tile / cluster / schedule. The FP32 promotion of FP8 partial sums (non-FastAccum schedules)
 // keeps two accumulator fragments per consumer warpgroup, so a warpgroup tile of 64x256 (the
@@ -76,64 +51,23 @@ struct TensorwiseTileConfig<3> {
 
 template <int kPair, int kOut>
 struct Sm90TensorwiseGemm {
-  using ElementA = typename PairTypes<kPair>::A;
-  using ElementB = typename PairTypes<kPair>::B;
-  using ElementD = typename OutType<kOut>::T;
-  using ElementAcc = float;
-  using ElementCompute = float;
-  using LayoutA = cutlass::layout::RowMajor;     // (M, K), K contiguous
-  using LayoutB = cutlass::layout::ColumnMajor;  // (K, N) column-major == (N, K), K contiguous
-  using LayoutD = cutlass::layout::RowMajor;     // (M, N), N contiguous
-  static constexpr int kAlignA = 16;
-  static constexpr int kAlignB = 16;
-  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
-
+  using Ops = sm90::TnOperands<kPair, kOut>;
   using Config = TensorwiseTileConfig<MXPREC_SM90_TENSORWISE_CONFIG>;
-  using TileShape = typename Config::TileShape;
-  using ClusterShape = typename Config::ClusterShape;
-  using KernelSchedule = typename Config::KernelSchedule;
-  using EpilogueSchedule = typename Config::EpilogueSchedule;
-
   // D = alpha * acc + bias[n] (bias_ptr == nullptr: no bias, no loads); C is void.
-  using FusionOp = cutlass::epilogue::fusion::LinCombPerColBias<ElementD, ElementCompute, float, ElementD,
-                                                                ElementCompute>;
-
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute, void, LayoutD, kAlignD,
-      ElementD, LayoutD, kAlignD, EpilogueSchedule, FusionOp>::CollectiveOp;
-
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB, LayoutB, kAlignB,
-      ElementAcc, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      KernelSchedule>::CollectiveOp;
-
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
-                                                          CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
-
-  using StrideA = typename Gemm::GemmKernel::StrideA;
-  using StrideB = typename Gemm::GemmKernel::StrideB;
-  using StrideC = typename Gemm::GemmKernel::StrideC;
-  using StrideD = typename Gemm::GemmKernel::StrideD;
+  using FusionOp = cutlass::epilogue::fusion::LinCombPerColBias<typename Ops::ElementD, float, float,
+                                                                typename Ops::ElementD, float>;
+  using Gemm = typename sm90::BuildGemm<Ops, typename Config::TileShape, typename Config::ClusterShape,
+                                        typename Config::KernelSchedule, typename Config::EpilogueSchedule,
+                                        FusionOp>::Gemm;
 
   static typename Gemm::Arguments make_args(const TensorwiseGemmArgs& p) {
-    const int M = p.m, N = p.n, K = p.k, L = p.l;
-    StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(M, K, L));
-    StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(N, K, L));
-    StrideC sc = cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(M, N, L));
-    StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(M, N, L));
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = 0;  // only used when sm_count == 0
-    hw.sm_count = p.sm_count;
+    const sm90::PackedProblem<Gemm> pp(p.m, p.n, p.k, p.l, p.sm_count);
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
-        {M, N, K, L},
-        {static_cast<const ElementA*>(p.a), sa, static_cast<const ElementB*>(p.b), sb},
-        {{}, nullptr, sc, static_cast<ElementD*>(p.d), sd},
-        hw};
+        {p.m, p.n, p.k, p.l},
+        {static_cast<const typename Ops::ElementA*>(p.a), pp.sa, static_cast<const typename Ops::ElementB*>(p.b), pp.sb},
+        {{}, nullptr, pp.sc, static_cast<typename Ops::ElementD*>(p.d), pp.sd},
+        pp.hw};
     auto& fusion = args.epilogue.thread;
     fusion.alpha = 1.0f;
     fusion.alpha_ptr = p.alpha;
@@ -146,20 +80,14 @@ struct Sm90TensorwiseGemm {
 
 template <int kPair, int kOut>
 size_t sm90_tensorwise_workspace(const TensorwiseGemmArgs& args) {
-  using G = Sm90TensorwiseGemm<kPair, kOut>;
-  auto a = G::make_args(args);
-  return G::Gemm::get_workspace_size(a);
+  return sm90::workspace<Sm90TensorwiseGemm<kPair, kOut>>(args);
 }
 
 template <int kPair, int kOut>
 const char* sm90_tensorwise_run(const TensorwiseGemmArgs& args, void* workspace, cudaStream_t stream) {
-  using G = Sm90TensorwiseGemm<kPair, kOut>;
-  auto a = G::make_args(args);
-  typename G::Gemm gemm;
-  if (gemm.can_implement(a) != cutlass::Status::kSuccess) return "CUTLASS can_implement rejected the problem";
-  if (gemm.initialize(a, workspace, stream) != cutlass::Status::kSuccess) return "CUTLASS initialize failed";
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return "CUTLASS kernel launch failed";
-  return nullptr;
+  static constexpr sm90::RunErrors kErrors{"CUTLASS can_implement rejected the problem", "CUTLASS initialize failed",
+                                           "CUTLASS kernel launch failed"};
+  return sm90::run<Sm90TensorwiseGemm<kPair, kOut>>(args, workspace, stream, kErrors);
 }
 
 #define MXPREC_INSTANTIATE_SM90_TENSORWISE(P, O)                                                    \

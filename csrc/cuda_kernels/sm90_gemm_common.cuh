@@ -1,0 +1,138 @@
+// What the three sm_90a CUTLASS FP8 GEMM families (per-tensor, row-wise, block-scaled) share:
+// operand types of the built pairs, the "TN" layouts, the CollectiveBuilder assembly of a
+// persistent kernel, packed strides, and the workspace / launch sequence. Each family's
+// *_impl.cuh adds only its tile, schedule, epilogue fusion and arguments.
+// Included by the instantiation TUs only (CUTLASS headers from the pinned nvidia-cutlass wheel).
+#ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_GEMM_COMMON_CUH_
+#define MXPREC_CSRC_CUDA_KERNELS_SM90_GEMM_COMMON_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/kernel_hardware_info.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/util/packed_stride.hpp"
+
+namespace mxprec {
+namespace cuda {
+namespace sm90 {
+
+// Operand pair index (Fp8Pair in sm90_fp8_gemm_tensorwise.h) -> CUTLASS element types.
+template <int kPair>
+struct PairTypes;
+template <>
+struct PairTypes<0> { using A = cutlass::float_e4m3_t; using B = cutlass::float_e4m3_t; };
+template <>
+struct PairTypes<1> { using A = cutlass::float_e5m2_t; using B = cutlass::float_e4m3_t; };
+template <>
+struct PairTypes<2> { using A = cutlass::float_e4m3_t; using B = cutlass::float_e5m2_t; };
+
+// Output index (GemmOut) -> CUTLASS element type.
+template <int kOut>
+struct OutType;
+template <>
+struct OutType<0> { using T = cutlass::bfloat16_t; };
+template <>
+struct OutType<1> { using T = float; };
+
+// Types and layouts of a "TN" FP8 GEMM: A (M, K) and B (N, K) K-major, D (M, N) row-major, FP32
+// accumulation and epilogue arithmetic, 16-byte aligned rows (TMA).
+template <int kPair, int kOut>
+struct TnOperands {
+  using ElementA = typename PairTypes<kPair>::A;
+  using ElementB = typename PairTypes<kPair>::B;
+  using ElementD = typename OutType<kOut>::T;
+  using ElementAcc = float;
+  using ElementCompute = float;
+  using LayoutA = cutlass::layout::RowMajor;     // (M, K), K contiguous
+  using LayoutB = cutlass::layout::ColumnMajor;  // (K, N) column-major == (N, K), K contiguous
+  using LayoutD = cutlass::layout::RowMajor;     // (M, N), N contiguous
+  static constexpr int kAlignA = 16;
+  static constexpr int kAlignB = 16;
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+};
+
+// A persistent sm_90 GEMM from CUTLASS's collective builders: the epilogue (no C operand, D of
+// Ops::ElementD) first, so that the mainloop takes the shared memory it leaves. MainloopLayoutA/B
+// are the layouts handed to the mainloop builder (the block-scaled mainloop takes
+// cute::tuple<Layout, LayoutSF> there).
+template <class Ops, class TileShape, class ClusterShape, class KernelSchedule, class EpilogueSchedule,
+          class Fusion, class MainloopLayoutA = typename Ops::LayoutA,
+          class MainloopLayoutB = typename Ops::LayoutB>
+struct BuildGemm {
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, typename Ops::ElementAcc, typename Ops::ElementCompute, void,
+      typename Ops::LayoutD, Ops::kAlignD, typename Ops::ElementD, typename Ops::LayoutD, Ops::kAlignD,
+      EpilogueSchedule, Fusion>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Ops::ElementA, MainloopLayoutA, Ops::kAlignA,
+      typename Ops::ElementB, MainloopLayoutB, Ops::kAlignB, typename Ops::ElementAcc, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      KernelSchedule>::CollectiveOp;
+
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                          CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+};
+
+// Packed (dense, batch-outermost) strides of A, B, C, D for an (M, N, K, L) problem, and the
+// hardware info of the persistent scheduler.
+template <class Gemm>
+struct PackedProblem {
+  typename Gemm::GemmKernel::StrideA sa;
+  typename Gemm::GemmKernel::StrideB sb;
+  typename Gemm::GemmKernel::StrideC sc;
+  typename Gemm::GemmKernel::StrideD sd;
+  cutlass::KernelHardwareInfo hw;
+
+  PackedProblem(int M, int N, int K, int L, int sm_count)
+      : sa(cutlass::make_cute_packed_stride(decltype(sa){}, cute::make_shape(M, K, L))),
+        sb(cutlass::make_cute_packed_stride(decltype(sb){}, cute::make_shape(N, K, L))),
+        sc(cutlass::make_cute_packed_stride(decltype(sc){}, cute::make_shape(M, N, L))),
+        sd(cutlass::make_cute_packed_stride(decltype(sd){}, cute::make_shape(M, N, L))) {
+    hw.device_id = 0;  // only used when sm_count == 0
+    hw.sm_count = sm_count;
+  }
+};
+
+// Static error strings of one family's launch sequence.
+struct RunErrors {
+  const char* can_implement;
+  const char* initialize;
+  const char* launch;
+};
+
+// Bytes of device workspace family G (with static make_args(Args)) needs for these arguments.
+template <class G, class Args>
+size_t workspace(const Args& p) {
+  auto a = G::make_args(p);
+  return G::Gemm::get_workspace_size(a);
+}
+
+// can_implement, initialize, run on `stream`; nullptr on success, else the matching RunErrors string.
+template <class G, class Args>
+const char* run(const Args& p, void* workspace, cudaStream_t stream, const RunErrors& errors) {
+  auto a = G::make_args(p);
+  typename G::Gemm gemm;
+  if (gemm.can_implement(a) != cutlass::Status::kSuccess) return errors.can_implement;
+  if (gemm.initialize(a, workspace, stream) != cutlass::Status::kSuccess) return errors.initialize;
+  if (gemm.run(stream) != cutlass::Status::kSuccess) return errors.launch;
+  return nullptr;
+}
+
+}  // namespace sm90
+}  // namespace cuda
+}  // namespace mxprec
+
+#endif  // MXPREC_CSRC_CUDA_KERNELS_SM90_GEMM_COMMON_CUH_
