@@ -43,6 +43,27 @@
       .Attr<int32_t>("rhs_contract")                                                       \
       .Attr<int32_t>("has_bias")
 
+// The buffer/attribute list of `mxprec_quantize` (quantize.h), after the handler's context
+// arguments, shared by every platform's handler.
+#define MXPREC_QUANTIZE_BIND(binder)                                                       \
+  (binder)                                                                                 \
+      .Arg<xla::ffi::AnyBuffer>() /* x (B, R, C) f32|bf16|f16 */                           \
+      .Arg<xla::ffi::AnyBuffer>() /* scale_in f32 () (delayed scale) */                    \
+      .Arg<xla::ffi::AnyBuffer>() /* amax_in f32 () / scale-shaped */                      \
+      .Ret<xla::ffi::AnyBuffer>() /* data (packed along axis) */                           \
+      .Ret<xla::ffi::AnyBuffer>() /* scale */                                              \
+      .Ret<xla::ffi::AnyBuffer>() /* amax f32 () */                                        \
+      .Ret<xla::ffi::AnyBuffer>() /* tensor_scale f32 () */                                \
+      .Attr<int32_t>("kind")                                                               \
+      .Attr<int32_t>("fmt")                                                                \
+      .Attr<int32_t>("block")                                                              \
+      .Attr<int32_t>("tile_rows")                                                          \
+      .Attr<int32_t>("scale_rule")                                                         \
+      .Attr<int32_t>("power_of_two")                                                       \
+      .Attr<int32_t>("axis")                                                               \
+      .Attr<int32_t>("delayed")                                                            \
+      .Attr<int32_t>("amax_mode")
+
 // Handler symbols are looked up with ctypes / dlsym: export them from a -fvisibility=hidden build.
 #if defined(_WIN32)
 #define MXPREC_EXPORT __declspec(dllexport)

@@ -96,7 +96,7 @@ MXPREC_HD inline float tensor_scale(float amax, ElemFormat f) {
   return amax == 0.0f ? 1.0f : div_f32(amax, format_info(f).max_finite);
 }
 
-// 3. / 4. Row and tile FP32 scale (quantize_cpu.cc per_group_fp32_scale); power_of_two: tile only.
+// 3. / 4. Row and tile FP32 scale (quantize._per_group_fp32_scale); power_of_two: tile only.
 MXPREC_HD inline float group_scale(float amax, ElemFormat f, bool power_of_two) {
   amax = flush_denormal(amax);
   float s;

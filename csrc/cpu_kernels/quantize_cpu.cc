@@ -32,18 +32,6 @@ struct GroupScale {
   bool zero = false;  // mx (bad | zero) / nvfp4 (eff == 0): element codes from g = 0
 };
 
-// tile power-of-two and plain per-group FP32 scale (quantize._per_group_fp32_scale).
-float per_group_fp32_scale(float amax, ElemFormat f, bool power_of_two) {
-  float s;
-  if (power_of_two) {
-    const float safe = (is_finite(amax) && amax > 0.0f) ? amax : 1.0f;
-    s = exp2i(mx_exponent(safe, f, ScaleRule::kRceil, -126, 127));
-    s = is_finite(amax) ? s : amax;
-  } else {
-    s = amax / format_info(f).max_finite;
-  }
-  return amax == 0.0f ? 1.0f : s;
-}
 
 ffi::Error QuantizeImpl(ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffer amax_in,
                         ffi::Result<ffi::AnyBuffer> data, ffi::Result<ffi::AnyBuffer> scale,
@@ -125,7 +113,7 @@ ffi::Error QuantizeImpl(ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffe
     case ScalingKind::kRow:
     case ScalingKind::kTile:
       for (int64_t g = 0; g < ngroups; ++g)
-        gs[g].s = per_group_fp32_scale(gamax[g], d.fmt, d.kind == ScalingKind::kTile && d.power_of_two);
+        gs[g].s = group_scale(gamax[g], d.fmt, d.kind == ScalingKind::kTile && d.power_of_two);
       break;
     case ScalingKind::kMX:
       for (int64_t g = 0; g < ngroups; ++g) {
@@ -217,20 +205,4 @@ ffi::Error QuantizeImpl(ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffe
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeCpu);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeCpu, mxprec::QuantizeImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()  // x (B, R, C) f32|bf16|f16
-                                  .Arg<xla::ffi::AnyBuffer>()  // scale_in f32 () (delayed scale)
-                                  .Arg<xla::ffi::AnyBuffer>()  // amax_in f32 () / scale-shaped
-                                  .Ret<xla::ffi::AnyBuffer>()  // data (packed along axis)
-                                  .Ret<xla::ffi::AnyBuffer>()  // scale
-                                  .Ret<xla::ffi::AnyBuffer>()  // amax f32 ()
-                                  .Ret<xla::ffi::AnyBuffer>()  // tensor_scale f32 ()
-                                  .Attr<int32_t>("kind")
-                                  .Attr<int32_t>("fmt")
-                                  .Attr<int32_t>("block")
-                                  .Attr<int32_t>("tile_rows")
-                                  .Attr<int32_t>("scale_rule")
-                                  .Attr<int32_t>("power_of_two")
-                                  .Attr<int32_t>("axis")
-                                  .Attr<int32_t>("delayed")
-                                  .Attr<int32_t>("amax_mode"));
+                              MXPREC_QUANTIZE_BIND(xla::ffi::Ffi::Bind()));

@@ -860,22 +860,4 @@ ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, 
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeCuda);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeCuda, mxprec::cuda_quantize::QuantizeCudaImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<xla::ffi::ScratchAllocator>()
-                                  .Arg<xla::ffi::AnyBuffer>()  // x (B, R, C) f32|bf16|f16
-                                  .Arg<xla::ffi::AnyBuffer>()  // scale_in f32 () (delayed scale)
-                                  .Arg<xla::ffi::AnyBuffer>()  // amax_in f32 () / scale-shaped
-                                  .Ret<xla::ffi::AnyBuffer>()  // data (packed along axis)
-                                  .Ret<xla::ffi::AnyBuffer>()  // scale
-                                  .Ret<xla::ffi::AnyBuffer>()  // amax f32 ()
-                                  .Ret<xla::ffi::AnyBuffer>()  // tensor_scale f32 ()
-                                  .Attr<int32_t>("kind")
-                                  .Attr<int32_t>("fmt")
-                                  .Attr<int32_t>("block")
-                                  .Attr<int32_t>("tile_rows")
-                                  .Attr<int32_t>("scale_rule")
-                                  .Attr<int32_t>("power_of_two")
-                                  .Attr<int32_t>("axis")
-                                  .Attr<int32_t>("delayed")
-                                  .Attr<int32_t>("amax_mode"));
+                              MXPREC_QUANTIZE_BIND(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>().Ctx<xla::ffi::ScratchAllocator>()));

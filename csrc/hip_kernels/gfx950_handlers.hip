@@ -476,21 +476,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecScaledGemmHip, mxprec::hip::ScaledGemmHipImp
                               MXPREC_SCALED_GEMM_BIND(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<hipStream_t>>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeHip, mxprec::hip::QuantizeHipImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<hipStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()  // x (B, R, C) f32|bf16|f16
-                                  .Arg<xla::ffi::AnyBuffer>()  // scale_in f32 () (delayed scale)
-                                  .Arg<xla::ffi::AnyBuffer>()  // amax_in f32 () / scale-shaped
-                                  .Ret<xla::ffi::AnyBuffer>()  // data (packed along axis)
-                                  .Ret<xla::ffi::AnyBuffer>()  // scale
-                                  .Ret<xla::ffi::AnyBuffer>()  // amax f32 ()
-                                  .Ret<xla::ffi::AnyBuffer>()  // tensor_scale f32 ()
-                                  .Attr<int32_t>("kind")
-                                  .Attr<int32_t>("fmt")
-                                  .Attr<int32_t>("block")
-                                  .Attr<int32_t>("tile_rows")
-                                  .Attr<int32_t>("scale_rule")
-                                  .Attr<int32_t>("power_of_two")
-                                  .Attr<int32_t>("axis")
-                                  .Attr<int32_t>("delayed")
-                                  .Attr<int32_t>("amax_mode"));
+                              MXPREC_QUANTIZE_BIND(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<hipStream_t>>()));
