@@ -317,26 +317,7 @@ def test_large_bf16_both_axes(spec):
 
 @needs_gpu
 def test_malformed_calls_return_errors():
-    outs = (
-        jax.ShapeDtypeStruct((1, 8, 48), jnp.float8_e4m3fn),
-        jax.ShapeDtypeStruct((1, 8, 1), jnp.float8_e8m0fnu),
-        jax.ShapeDtypeStruct((), jnp.float32),
-        jax.ShapeDtypeStruct((), jnp.float32),
-    )
-    qcall = jax.ffi.ffi_call("mxprec_quantize", outs)
-    attrs = {"kind": 4, "fmt": 0, "block": 32, "tile_rows": 1, "scale_rule": 0, "power_of_two": 0}
-    attrs.update({"axis": 2, "delayed": 0, "amax_mode": 0})
-    one = jnp.ones((), jnp.float32)
-    for over, match in (
-        ({}, "not a multiple of the block 32"),
-        ({"kind": 0}, "kind=0"),
-        ({"scale_rule": 5}, "scale_rule"),
-    ):
-        kw = {k: np.int32(v) for k, v in dict(attrs, **over).items()}
-        with pytest.raises(jax.errors.JaxRuntimeError, match=match):
-            jax.block_until_ready(
-                jax.jit(lambda x, kw=kw: qcall(x, one, one, **kw))(jnp.ones((1, 8, 48), jnp.float32))
-            )
+    C.check_malformed_quantize_calls_raise()
 
 
 @needs_gpu

@@ -620,6 +620,30 @@ def test_malformed_scaled_gemm_raises(mutate, overrides, match):
         _raw_gemm_call(bufs, **overrides)
 
 
+def check_malformed_quantize_calls_raise():
+    """Raw ``mxprec_quantize`` calls the handler must reject with a clear error (any platform's handler)."""
+    outs = (
+        jax.ShapeDtypeStruct((1, 8, 48), jnp.float8_e4m3fn),
+        jax.ShapeDtypeStruct((1, 8, 1), jnp.float8_e8m0fnu),
+        jax.ShapeDtypeStruct((), jnp.float32),
+        jax.ShapeDtypeStruct((), jnp.float32),
+    )
+    qcall = jax.ffi.ffi_call("mxprec_quantize", outs)
+    attrs = {"kind": 4, "fmt": 0, "block": 32, "tile_rows": 1, "scale_rule": 0, "power_of_two": 0}
+    attrs.update({"axis": 2, "delayed": 0, "amax_mode": 0})
+    one = jnp.ones((), jnp.float32)
+    for over, match in (
+        ({}, "not a multiple of the block 32"),
+        ({"kind": 0}, "kind=0"),
+        ({"scale_rule": 5}, "scale_rule"),
+    ):
+        kw = {k: np.int32(v) for k, v in dict(attrs, **over).items()}
+        with pytest.raises(jax.errors.JaxRuntimeError, match=match):
+            jax.block_until_ready(
+                jax.jit(lambda x, kw=kw: qcall(x, one, one, **kw))(jnp.ones((1, 8, 48), jnp.float32))
+            )
+
+
 def test_malformed_calls_raise_python_errors():
     _, a, b = _mx_pair()
     # Wrong result shape / dtype and a missing attribute.
@@ -645,26 +669,7 @@ def test_malformed_calls_raise_python_errors():
     with pytest.raises(jax.errors.JaxRuntimeError, match="lhs scale has shape"):
         jax.block_until_ready(ffi.scaled_gemm(bad, b, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32))
     # quantize: raw call with a block that does not divide the axis, and a bad kind.
-    outs = (
-        jax.ShapeDtypeStruct((1, 8, 48), jnp.float8_e4m3fn),
-        jax.ShapeDtypeStruct((1, 8, 1), jnp.float8_e8m0fnu),
-        jax.ShapeDtypeStruct((), jnp.float32),
-        jax.ShapeDtypeStruct((), jnp.float32),
-    )
-    qcall = jax.ffi.ffi_call("mxprec_quantize", outs)
-    attrs = {"kind": 4, "fmt": 0, "block": 32, "tile_rows": 1, "scale_rule": 0, "power_of_two": 0}
-    attrs.update({"axis": 2, "delayed": 0, "amax_mode": 0})
-    one = jnp.ones((), jnp.float32)
-    for over, match in (
-        ({}, "not a multiple of the block 32"),
-        ({"kind": 0}, "kind=0"),
-        ({"scale_rule": 5}, "scale_rule"),
-    ):
-        kw = {k: np.int32(v) for k, v in dict(attrs, **over).items()}
-        with pytest.raises(jax.errors.JaxRuntimeError, match=match):
-            jax.block_until_ready(
-                jax.jit(lambda x, kw=kw: qcall(x, one, one, **kw))(jnp.ones((1, 8, 48), jnp.float32))
-            )
+    check_malformed_quantize_calls_raise()
     with pytest.raises(TypeError, match="integer input dtype"):
         ffi.quantize(jnp.ones((4, 32), jnp.int32), MXScaling(E4M3), -1)
     with pytest.raises(ValueError, match="DelayedScaling needs state"):
