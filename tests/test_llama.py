@@ -224,6 +224,44 @@ def test_bench_cli_writes_json(tmp_path, capsys):
     assert result["rows"][1]["arm"] == "fp8_current"
 
 
+def test_bench_merge_combines_per_arm_runs(tmp_path):
+    """--merge: rows of separate runs (one process / device call per arm) in one table, Amdahl redone."""
+    common = ["--config", "micro", "--steps", "1", "--warmup", "0", "--batch", "2", "--quantize", "mlp",
+              "--remat", "none", "--no-progress", "--gemm-reps", "1", "--fast-compile", "--isolate", "off"]
+    bench.main(common + ["--arms", "bf16", "--out", str(tmp_path / "a")])
+    bench.main(common + ["--arms", "flax_bf16", "--out", str(tmp_path / "b")])
+    merged = bench.main(["--merge", str(tmp_path / "a" / "llama_micro.json"), str(tmp_path / "b" / "llama_micro.json"),
+                         "--out", str(tmp_path / "m")])
+    assert [r["arm"] for r in merged["rows"]] == ["bf16", "flax_bf16"]
+    assert merged["rows"][1]["speedup_vs_bf16"] > 0 and merged["amdahl"]["f_measured"] is not None
+    assert "plain flax" in merged["rows"][1]["backend"]
+    data = json.loads((tmp_path / "m" / "llama_micro.json").read_text())
+    assert data["merged_from"] == ["llama_micro.json", "llama_micro.json"] and ";" in data["command"]
+    other = json.loads((tmp_path / "a" / "llama_micro.json").read_text())
+    other["model"]["d_model"] += 1
+    (tmp_path / "c.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="different models"):
+        bench.merge_results([str(tmp_path / "a" / "llama_micro.json"), str(tmp_path / "c.json")], str(tmp_path / "n"))
+
+
+def test_attention_impls_agree_and_cudnn_is_explicit():
+    """"auto" is XLA off-GPU; "cudnn" never silently becomes the XLA path (it needs a GPU)."""
+    assert L.micro(attention_impl="cudnn").attention_impl == "cudnn"
+    with pytest.raises(ValueError, match="attention_impl"):
+        L.micro(attention_impl="flash")
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    q = jax.random.normal(k1, (2, 16, 4, 32), jnp.float32).astype(jnp.bfloat16)
+    k = jax.random.normal(k2, (2, 16, 2, 32), jnp.float32).astype(jnp.bfloat16)
+    v = jax.random.normal(k3, (2, 16, 2, 32), jnp.float32).astype(jnp.bfloat16)
+    with jax.numpy_dtype_promotion("standard"):
+        a = L.attention_core(q, k, v, "auto")
+        b = L.attention_core(q, k, v, "jax")
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=2e-2)
+    if jax.default_backend() != "gpu":
+        with pytest.raises(Exception):  # noqa: B017 - cuDNN is unavailable here; the error type is JAX's
+            L.attention_core(q, k, v, "cudnn")
+
+
 def test_file_batches_windows(tmp_path):
     cfg = L.micro()
     stream = np.arange(5 * (cfg.seq + 1), dtype=np.int64) % cfg.vocab
