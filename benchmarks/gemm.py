@@ -119,18 +119,19 @@ def mxprec_rows(m, k, n, x, w, iters, backend, recipes=RECIPES):
     for name in recipes:
         r = mxprec.recipes.get(name, backend=backend)
         try:
-            qw = jax.jit(lambda w: mxprec.quantize(w.T, r.fprop_rhs, axis=1))(w)
-            qx = jax.jit(lambda x: mxprec.quantize(x, r.fprop_lhs, axis=1))(x)
+            qw = jax.jit(lambda w, r=r: mxprec.quantize(w.T, r.fprop_rhs, axis=1))(w)
+            qx = jax.jit(lambda x, r=r: mxprec.quantize(x, r.fprop_lhs, axis=1))(x)
             be = mxprec.kernels.resolve_backend(backend)  # "auto" on GPU picks per operand pair
             if be == "ffi" and jax.default_backend() == "gpu":
                 from mxprec.kernels import cuda
 
                 if not cuda.supports(_b(qx), _b(qw), lhs_contract=2, rhs_contract=2):
                     continue  # no sm_90a kernel for this pair (docs/backends/cuda.md): not timed
-            gemm = jax.jit(lambda qx, qw: mxprec.scaled_gemm(_b(qx), _b(qw), lhs_contract=2,
+            gemm = jax.jit(lambda qx, qw, be=be: mxprec.scaled_gemm(_b(qx), _b(qw), lhs_contract=2,
                                                             rhs_contract=2, out_dtype=jnp.bfloat16, backend=be))
             t = bench(gemm, qx, qw, iters=iters)
-            with_q = jax.jit(lambda x, qw: mxprec.scaled_gemm(_b(mxprec.quantize(x, r.fprop_lhs, axis=1)), _b(qw),
+            with_q = jax.jit(lambda x, qw, r=r, be=be: mxprec.scaled_gemm(_b(mxprec.quantize(x, r.fprop_lhs, axis=1)),
+                                                                          _b(qw),
                                                               lhs_contract=2, rhs_contract=2,
                                                               out_dtype=jnp.bfloat16, backend=be))
             tq = bench(with_q, x.astype(jnp.bfloat16), qw, iters=iters)

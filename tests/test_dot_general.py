@@ -191,12 +191,12 @@ def test_output_and_grad_dtypes():
 @pytest.mark.parametrize("name", ["fp8_current", "mxfp8", "fp8_block"])
 def test_quantized_residuals_equal_wide_residuals(name):
     """Saving column-wise quantized copies gives the same gradients as requantizing the wide source."""
-    x, w, kg = _inputs((2, 128, 128), (128, 128))
+    x, w, _kg = _inputs((2, 128, 128), (128, 128))
     dn = (((2,), (0,)), ((), ()))
     grads = {}
     for policy in ("wide", "quantized"):
         r = mxprec.recipes.get(name, residuals=policy)
-        f = lambda x, w: jnp.sum(mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=r) ** 2)
+        f = lambda x, w, r=r: jnp.sum(mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=r) ** 2)
         grads[policy] = jax.jit(jax.grad(f, argnums=(0, 1)))(x, w)
     for a, b in zip(grads["wide"], grads["quantized"]):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

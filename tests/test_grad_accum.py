@@ -40,10 +40,12 @@ def test_seed_example_per_microbatch_and_loss_scale():
     theta = jnp.float32(1.0)
     n = jnp.float32(2)
     ls = lsm.DynamicLossScale.create(8.0)
-    per = [ga.microbatch_grads(linear_loss, theta, jax.tree_util.tree_map(lambda a: a[i], SEED), n)[1] for i in range(2)]
+    per = [ga.microbatch_grads(linear_loss, theta, jax.tree_util.tree_map(lambda a, i=i: a[i], SEED), n)[1]
+           for i in range(2)]
     assert [float(p) for p in per] == [0.5, 4.5]
     scaled = [
-        ga.microbatch_grads(linear_loss, theta, jax.tree_util.tree_map(lambda a: a[i], SEED), n, ls)[1] for i in range(2)
+        ga.microbatch_grads(linear_loss, theta, jax.tree_util.tree_map(lambda a, i=i: a[i], SEED), n, ls)[1]
+        for i in range(2)
     ]
     assert [float(p) for p in scaled] == [4.0, 36.0]
     loss, g = jax.jit(lambda t, m, s: ga.accumulate_gradients(linear_loss, t, m, loss_scale=s))(theta, SEED, ls)

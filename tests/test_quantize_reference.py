@@ -386,7 +386,7 @@ def test_mx_adversarial(fmt, rule):
     extreme = extreme.astype(np.float32)
     extreme[np.abs(extreme) < F32_MIN_NORMAL] = 0.0
     x = pad_rows(np.concatenate([rows, special, extreme]).astype(np.float32))
-    out, (codes, sb) = check("mx", jx(x), fmt, -1, rule=rule)
+    out, (_codes, _sb) = check("mx", jx(x), fmt, -1, rule=rule)
     n = rows.shape[0]
     # explicit expectations straight from the spec text
     sbo = _u8(out["scale"])[:, 0]
@@ -655,13 +655,13 @@ def test_nvfp4_ties_and_underflow():
         blocks.append(tiny)
         blocks.append(np.zeros(16))
         x = np.concatenate(blocks).astype(np.float32)
-        out, (codes, sb) = check("nvfp4", jx(x), None, 0)
+        out, (_codes, _sb) = check("nvfp4", jx(x), None, 0)
         assert out["tensor_scale"] == np.float32(2.0**k)
         assert np.all(out["codes"][-32:] == 0)
 
 
 def test_nvfp4_special():
-    out, (codes, sb) = check("nvfp4", jx(np.zeros((2, 32))), None, -1)
+    out, (_codes, _sb) = check("nvfp4", jx(np.zeros((2, 32))), None, -1)
     assert out["tensor_scale"] == 1.0 and np.all(out["codes"] == 0) and np.all(_u8(out["scale"]) == 0)
     for bad in (np.nan, np.inf, -np.inf):
         x = rand((2, 32), 60)
@@ -683,7 +683,7 @@ def test_nvfp4_special():
 def test_packing_codes_other_axes(fmt, shape, axis):
     """q.data packs along a non-last axis exactly as the spec says, and q.codes() unpacks it
     (FP4: nibble pairs; FP6: 4 codes in 3 little-endian bytes); checked in full mode."""
-    out, (codes, _) = check("mx", jx(rand(shape, 70)), fmt, axis)
+    out, (_codes, _) = check("mx", jx(rand(shape, 70)), fmt, axis)
     f = R.get_format(fmt)
     assert out["data"].shape[axis] == shape[axis] * f.bits // 8
     np.testing.assert_array_equal(R.ref_pack(out["codes"], f, axis), out["data"])
@@ -702,7 +702,7 @@ def test_nbytes():
     ]
     bpv = {"E4M3": 8.25, "E2M3": 6.25, "E2M1": 4.25}
     for spec, kind, fmt in cases:
-        q = jax.eval_shape(lambda x: mxprec.quantize(x, spec, axis=-1), x)  # shapes only, no compile
+        q = jax.eval_shape(lambda x, spec=spec: mxprec.quantize(x, spec, axis=-1), x)  # shapes only, no compile
         assert mxprec.nbytes(q) == R.ref_nbytes((4, 64), fmt, kind, -1, 32, (2, 32)), spec
         if kind == "mx":
             assert mxprec.bits_per_value(q) == bpv[fmt]

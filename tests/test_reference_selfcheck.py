@@ -189,10 +189,10 @@ def test_delayed_update_hand():
 
 def test_row_hand():
     x = np.array([[448.0, 1.0], [0.0, 0.0], [1.0, -2.0]], np.float32)
-    codes, s = R.ref_row(x, R.E4M3, axis=-1)
+    _codes, s = R.ref_row(x, R.E4M3, axis=-1)
     assert s.shape == (3, 1)
     np.testing.assert_array_equal(s[:, 0], np.array([1.0, 1.0, np.float32(2) / np.float32(448)], np.float32))
-    codes0, s0 = R.ref_row(x, R.E4M3, axis=0)
+    _codes0, s0 = R.ref_row(x, R.E4M3, axis=0)
     assert s0.shape == (1, 2)
 
 
@@ -327,7 +327,7 @@ def test_nvfp4_tiny_block_scale_underflow():
     x = np.zeros(32, np.float32)
     x[0] = 1000.0
     x[16:] = -1e-6  # s_b underflows to 0 -> codes 0
-    codes, sb, ts = R.ref_nvfp4(x)
+    codes, sb, _ts = R.ref_nvfp4(x)
     assert sb[1] == 0 and np.all(codes[16:] == 0)
 
 

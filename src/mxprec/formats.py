@@ -59,7 +59,7 @@ class ElementFormat:
     @property
     def emax(self) -> int:
         """floor(log2(max_finite)): the exponent of the largest binade."""
-        return int(math.floor(math.log2(self.max_finite)))
+        return math.floor(math.log2(self.max_finite))
 
     @property
     def emin(self) -> int:

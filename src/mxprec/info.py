@@ -12,8 +12,8 @@ def info() -> str:
     platform = jax.default_backend()
     lines = [
         f"mxprec on jax {jax.__version__}, platform {platform}, devices {[d.device_kind for d in jax.devices()]}",
-        f"native custom calls (mxprec_scaled_gemm, mxprec_quantize) for {platform}: "
-        f"{'available' if kernels.ffi_available(platform) else 'not available'}",
+        (f"native custom calls (mxprec_scaled_gemm, mxprec_quantize) for {platform}: "
+         f"{'available' if kernels.ffi_available(platform) else 'not available'}"),
     ]
     for name in ("bf16", "fp8_current", "mxfp8", "mxfp4"):
         lines.append(f"  {name:12s} -> {kernels.backend_report(recipes.get(name))}")

@@ -124,9 +124,9 @@ class Recipe:
         """One line per GEMM operand: format, scaling, rounding; and the backend that will run."""
         from mxprec.kernels import backend_report
 
-        lines = [f"Recipe {self.name!r}: accumulate {jnp.dtype(self.accumulation_dtype).name}, "
-                 f"output {'input dtype' if self.output_dtype is None else jnp.dtype(self.output_dtype).name}, "
-                 f"residuals {self.residuals}"]
+        lines = [(f"Recipe {self.name!r}: accumulate {jnp.dtype(self.accumulation_dtype).name}, "
+                  f"output {'input dtype' if self.output_dtype is None else jnp.dtype(self.output_dtype).name}, "
+                  f"residuals {self.residuals}")]
         for role in ROLES:
             spec = getattr(self, role)
             what = spec.describe() if spec is not None else (

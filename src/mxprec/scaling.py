@@ -8,7 +8,7 @@ multiplier: ``x ≈ float32(element) * scale``. Exact formulas: docs/numerics.md
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Union
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -189,7 +189,7 @@ class NVFP4Scaling:
         return f"NVFP4 e2m1 /{self.block} E4M3 + FP32 tensor scale"
 
 
-ScalingSpec = Union[TensorScaling, DelayedScaling, RowScaling, TileScaling, MXScaling, NVFP4Scaling]
+ScalingSpec = TensorScaling | DelayedScaling | RowScaling | TileScaling | MXScaling | NVFP4Scaling
 
 
 # ----------------------------------------------------------------------------- exact scale rules
@@ -223,7 +223,7 @@ def mx_exponent(amax: jax.Array, fmt: ElementFormat, rule: str, lo: int = -127, 
     exp, frac = floor_log2(amax)
     e = exp - fmt.emax
     if rule == "rceil":
-        max_frac = int(round((fmt.max_mantissa - 1.0) * 2**23))
+        max_frac = round((fmt.max_mantissa - 1.0) * 2**23)
         e = e + (frac > max_frac).astype(jnp.int32)
     elif rule != "floor":
         raise ValueError(f"unknown scale rule {rule!r}")

@@ -527,7 +527,6 @@ def ref_nbytes(shape, fmt, scaling, axis=-1, block=32, tile=(1, 128)) -> int:
     """data bytes + scale bytes (+4 for the NVFP4 FP32 tensor scale)."""
     fmt = get_format(fmt)
     n = int(np.prod(shape))
-    ndim = len(shape)
     data = n * fmt.bits // 8
     if scaling in ("tensor", "delayed"):
         return data + 4

@@ -28,8 +28,6 @@ which :func:`reference_scaled_gemm` implements; it is the oracle for every backe
 
 from __future__ import annotations
 
-from typing import Union
-
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -39,7 +37,7 @@ from mxprec.scaling import DelayedScaling, RowScaling, TensorScaling
 
 __all__ = ["Operand", "reference_scaled_gemm", "scaled_gemm"]
 
-Operand = Union[QTensor, jax.Array]
+Operand = QTensor | jax.Array
 _CONSTANT_ALONG_K = (TensorScaling, DelayedScaling, RowScaling)
 
 

@@ -17,7 +17,7 @@ multiplied by ``growth_factor`` (clamped to ``[min_scale, max_scale]``).
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -121,7 +121,7 @@ def NoOpLossScale() -> StaticLossScale:
     return StaticLossScale.create(1.0)
 
 
-LossScale = Union[DynamicLossScale, StaticLossScale]
+LossScale = DynamicLossScale | StaticLossScale
 
 
 def scale_loss(loss: jax.Array, ls: LossScale) -> jax.Array:
