@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One device call's worth of GPU work, by stage, with per-step time limits so that a call that runs
+# out of time still returns everything finished before (results tarred into $OUT/results.tgz: the
+# device tool returns at most a few files).
+#
+#   OUT=/path bash benchmarks/h200_session.sh STAGE [STAGE ...]
+#
+# Stages (each bounded by `timeout`; order them by priority):
+#   cuda-tests   tests/test_cuda.py + tests/test_cuda_quantize.py (needs build-cuda/libmxprec_cuda.so)
+#   dg-ffi       tests/test_dot_general.py oracle suite with backend="ffi" on the GPU
+#   gemm:SHAPES  benchmarks/gemm.py for the fp8 recipes on both backends, e.g. gemm:8192x8192x8192
+#   quant        benchmarks/cuda_quantize.py (all kinds)
+#   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
+#                merge the per-arm JSONs afterwards with `python -m mxprec.bench llama --merge ...`
+#   delayed-diag fp8_delayed with XLA GPU autotuning off / Triton GEMMs off (its compile did not finish
+#                within 210 s in the second session; which flag, if any, makes it compile?)
+# Environment: OUT (required), STEP_TIMEOUT (s, default 170), PYTHON (default python3).
+set -uo pipefail
+: "${OUT:?set OUT to the output folder}"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+PY="${PYTHON:-python3}"
+T="${STEP_TIMEOUT:-170}"
+R="$OUT/r"
+mkdir -p "$R"
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader > "$R/smi.txt" 2>&1 || true
+
+step() {  # step NAME COMMAND...: runs under the time limit, logs to $R/NAME.log, prints the tail
+  local name="$1"
+  shift
+  timeout "$T" "$@" > "$R/$name.log" 2>&1
+  echo "== $name rc=$?"
+  tail -n 6 "$R/$name.log"
+}
+
+for stage in "$@"; do
+  case "$stage" in
+    cuda-tests)
+      step test_cuda_quantize "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda_quantize.py
+      step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py ;;
+    dg-ffi)
+      step test_dg_ffi "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/test_dot_general.py -k "ffi" ;;
+    gemm:*)
+      step "gemm_${stage#gemm:}" "$PY" benchmarks/gemm.py --recipes fp8_current,fp8_rowwise,fp8_block \
+        --backend both --iters 10 --shapes "${stage#gemm:}" --out "$R/gemm_${stage#gemm:}" ;;
+    quant)
+      step quant "$PY" benchmarks/cuda_quantize.py --out "$R/quant" ;;
+    llama:*)
+      IFS=, read -r -a arms <<< "${stage#llama:}"
+      for arm in "${arms[@]}"; do
+        step "llama_$arm" "$PY" -m mxprec.bench llama --config llama3_8b_4layer --arms "$arm" --isolate off \
+          --no-progress --out "$R/llama_$arm"
+      done ;;
+    delayed-diag)
+      step delayed_autotune0 env XLA_FLAGS=--xla_gpu_autotune_level=0 "$PY" -m mxprec.bench llama \
+        --config llama3_8b_4layer --arms fp8_delayed --isolate off --no-progress --out "$R/delayed_autotune0"
+      step delayed_notriton env XLA_FLAGS=--xla_gpu_enable_triton_gemm=false "$PY" -m mxprec.bench llama \
+        --config llama3_8b_4layer --arms fp8_delayed --isolate off --no-progress --out "$R/delayed_notriton" ;;
+    *)
+      echo "unknown stage $stage" >&2 ;;
+  esac
+done
+tar czf "$OUT/results.tgz" -C "$OUT" r
