@@ -12,12 +12,18 @@
 
 Skipped unless nvcc and the CUTLASS headers (<repo>/.deps/cutlass_library/source/include, or
 $MXPREC_CUTLASS_INCLUDE) are present. The PTX test runs cicc over CUTLASS: ~1.5-2 min on 2 cores.
+
+With MXPREC_CUDA_CI_BUILD=1 (set by .ci/run) and nvcc on PATH, this module first fetches the CUTLASS
+headers and cuobjdump/nvdisasm from PyPI (csrc/cuda_kernels/fetch_ci_tools.sh) and builds the sm_90a
+library (csrc/cuda_kernels/build.sh, one TU at a time: ~6 min on 2 cores) when it is not built, so
+that CI compiles every CUDA source and checks its SASS; a fetch or compile failure then fails here.
 """
 
 import os
 import re
 import shutil
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -28,6 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "csrc" / "cuda_kernels"
 BUILD = Path(os.environ.get("MXPREC_CUDA_BUILD_DIR") or ROOT / "build-cuda")
 SM100_SRC = KERNELS / "sm100_mx_gemm_blockscaled.cu"
+CI_BUILD = os.environ.get("MXPREC_CUDA_CI_BUILD") == "1" and shutil.which(os.environ.get("NVCC") or "nvcc")
+
+if CI_BUILD:  # at collection, so that the skip conditions below see the fetched headers
+    subprocess.run(["bash", str(KERNELS / "fetch_ci_tools.sh")], check=True,
+                   env={**os.environ, "PYTHON": sys.executable})
 
 
 def _slow(f):
@@ -81,6 +92,15 @@ def _nvcc_flags():
     if util.is_dir():
         flags += ["-isystem", str(util)]
     return flags
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ci_build_sm90():
+    """Under MXPREC_CUDA_CI_BUILD=1: build the sm_90a library into BUILD unless it is there."""
+    if CI_BUILD and not (BUILD / "libmxprec_cuda.so").is_file():
+        res = subprocess.run(["bash", str(KERNELS / "build.sh"), str(BUILD)], check=False, capture_output=True,
+                             text=True, env={**os.environ, "PYTHON": sys.executable, "JOBS": "1"})
+        assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
 
 
 # --- scale layout -------------------------------------------------------------------------------

@@ -7,7 +7,12 @@ if [ ! -f "$CUTLASS_DIR/include/cutlass/cutlass.h" ]; then
   echo "CUTLASS headers not in $CUTLASS_DIR; downloading nvidia-cutlass==$CUTLASS_VERSION into $ROOT/.deps" >&2
   mkdir -p "$ROOT/.deps"
   "$PYTHON" -m pip download -q --no-deps "nvidia-cutlass==$CUTLASS_VERSION" -d "$ROOT/.deps"
-  (cd "$ROOT/.deps" && unzip -q -o "nvidia_cutlass-$CUTLASS_VERSION-py3-none-any.whl" \
-      'cutlass_library/source/include/*' 'cutlass_library/source/tools/util/include/*')
+  "$PYTHON" - "$ROOT/.deps" "nvidia_cutlass-$CUTLASS_VERSION-py3-none-any.whl" <<'PYEOF'
+import sys, zipfile
+deps, wheel = sys.argv[1], sys.argv[2]
+keep = ("cutlass_library/source/include/", "cutlass_library/source/tools/util/include/")
+with zipfile.ZipFile(f"{deps}/{wheel}") as z:  # headers only (no unzip needed)
+    z.extractall(deps, [n for n in z.namelist() if n.startswith(keep)])
+PYEOF
   CUTLASS_DIR="$ROOT/.deps/cutlass_library/source"
 fi
