@@ -32,7 +32,6 @@ struct GroupScale {
   bool zero = false;  // mx (bad | zero) / nvfp4 (eff == 0): element codes from g = 0
 };
 
-
 ffi::Error QuantizeImpl(ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffer amax_in,
                         ffi::Result<ffi::AnyBuffer> data, ffi::Result<ffi::AnyBuffer> scale,
                         ffi::Result<ffi::AnyBuffer> amax_out, ffi::Result<ffi::AnyBuffer> tensor_scale_out,

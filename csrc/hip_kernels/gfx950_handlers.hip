@@ -48,6 +48,7 @@
 #include "gfx950_kernels.h"
 #include "mfma_layout.h"
 #include "quantize.h"
+#include "quantize_ffi.h"
 #include "scaled_gemm.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -278,57 +279,17 @@ ffi::Error ScaledGemmHipImpl(hipStream_t stream, ffi::AnyBuffer ld, ffi::AnyBuff
 ffi::Error QuantizeScaledHip(hipStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffer amax_in,
                              ffi::Result<ffi::AnyBuffer> data, ffi::Result<ffi::AnyBuffer> scale,
                              ffi::Result<ffi::AnyBuffer> amax_out, ffi::Result<ffi::AnyBuffer> tensor_scale_out,
-                             ScalingKind k, ElemFormat f, int32_t block, int32_t tile_rows, int32_t power_of_two,
-                             int32_t axis, int32_t delayed, int32_t amax_mode) {
+                             const QuantizeCall& call) {
   const char* op = kQuantOp;
-  const QuantizeDesc d{k, f, (k == ScalingKind::kTile || k == ScalingKind::kNVFP4) ? block : 1,
-                       k == ScalingKind::kTile ? tile_rows : 1, ScaleRule::kRceil, power_of_two == 1, axis,
-                       delayed == 1, static_cast<AmaxMode>(amax_mode)};
-  if (d.delayed && k != ScalingKind::kTensor)
-    return invalid(std::string(op) + ": delayed=1 needs kind 1 (tensor), got " + scaling_kind_name(k));
-  if (d.amax_mode == AmaxMode::kTensor && !(k == ScalingKind::kTensor || k == ScalingKind::kNVFP4))
-    return invalid(std::string(op) + ": amax_mode=1 (tensor amax) needs kind tensor or nvfp4");
-  if (d.amax_mode == AmaxMode::kPerGroup && !(k == ScalingKind::kRow || k == ScalingKind::kTile))
-    return invalid(std::string(op) + ": amax_mode=2 (per-group amax) needs kind row or tile");
+  const QuantizeDesc& d = call.desc;
+  const ScalingKind k = d.kind;
+  const ElemFormat f = d.fmt;
+  const int64_t B = call.b, R = call.r, C = call.c;
   if (!scaled_quantize_supported(k, f))
     return invalid(std::string(op) + ": " + scaling_kind_name(k) + " does not take format " + format_name(f));
-  if (axis != 2)
-    return unimplemented(op, "axis=1 (strided) quantization is not implemented: quantize along the contiguous axis 2");
-  if (k == ScalingKind::kTile && !((tile_rows == 1 || tile_rows == 128) && block == 128))
-    return unimplemented(op, "tile " + std::to_string(tile_rows) + "x" + std::to_string(block) +
+  if (k == ScalingKind::kTile && !((d.tile_rows == 1 || d.tile_rows == 128) && d.block == 128))
+    return unimplemented(op, "tile " + std::to_string(d.tile_rows) + "x" + std::to_string(d.block) +
                                  " is not implemented (1x128 and 128x128 only)");
-
-  const auto xd = x.dimensions();
-  if (xd.size() != 3 || !is_wide_float(x.element_type()))
-    return invalid(std::string(op) + ": x must be a 3-D float32/bfloat16/float16 array, got shape " + dims_str(xd) +
-                   " dtype " + dtype_name(x.element_type()));
-  const int64_t B = xd[0], R = xd[1], C = xd[2];
-  if (C % d.block != 0 || C % pack_unit(f) != 0) {
-    std::ostringstream os;
-    os << op << ": x " << dims_str(xd) << " axis 2 has size " << C << ", not a multiple of the block " << d.block;
-    return invalid(os.str());
-  }
-  if (R % d.tile_rows != 0) {
-    std::ostringstream os;
-    os << op << ": x " << dims_str(xd) << " row axis has size " << R << ", not a multiple of tile_rows " << d.tile_rows;
-    return invalid(os.str());
-  }
-  const Dims3 scalar{0, {0, 0, 0}};
-  const Dims3 sdims = quantize_scale_dims(d, B, R, C);
-  if (d.delayed) {
-    if (auto e = check_buffer(op, "scale_in (delayed scale)", scale_in, scalar, ffi::DataType::F32); e.failure())
-      return e;
-  }
-  if (d.amax_mode == AmaxMode::kTensor) {
-    if (auto e = check_buffer(op, "amax_in (tensor amax)", amax_in, scalar, ffi::DataType::F32); e.failure()) return e;
-  } else if (d.amax_mode == AmaxMode::kPerGroup) {
-    if (auto e = check_buffer(op, "amax_in (per-group amax)", amax_in, sdims, ffi::DataType::F32); e.failure())
-      return e;
-  }
-  if (auto e = check_buffer(op, "data", *data, quantize_data_dims(d, B, R, C), data_dtype(f)); e.failure()) return e;
-  if (auto e = check_buffer(op, "scale", *scale, sdims, scale_dtype(k)); e.failure()) return e;
-  if (auto e = check_buffer(op, "amax", *amax_out, scalar, ffi::DataType::F32); e.failure()) return e;
-  if (auto e = check_buffer(op, "tensor_scale", *tensor_scale_out, scalar, ffi::DataType::F32); e.failure()) return e;
 
   const int32_t in_type = x.element_type() == ffi::DataType::F32 ? 0 : (x.element_type() == ffi::DataType::BF16 ? 1 : 2);
   float* amax_p = static_cast<float*>(amax_out->untyped_data());
@@ -353,7 +314,7 @@ ffi::Error QuantizeScaledHip(hipStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffe
   args.l = C;
   args.tr = k == ScalingKind::kTile ? d.tile_rows : 1;
   args.tc = k == ScalingKind::kTile ? d.block : C;
-  args.power_of_two = power_of_two;
+  args.power_of_two = d.power_of_two ? 1 : 0;
   const int64_t stride_groups =
       std::min<int64_t>(kElementwiseMaxGroups, std::max<int64_t>(1, (n + kScaledGroupSize - 1) / kScaledGroupSize));
   args.stride = stride_groups * kScaledGroupSize;
@@ -390,47 +351,22 @@ ffi::Error QuantizeHipImpl(hipStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
                            int32_t kind, int32_t fmt, int32_t block, int32_t tile_rows, int32_t scale_rule,
                            int32_t power_of_two, int32_t axis, int32_t delayed, int32_t amax_mode) {
   const char* op = kQuantOp;
-  if (kind == static_cast<int32_t>(ScalingKind::kNone))
-    return invalid(std::string(op) + ": kind=0 (none) does not quantize; use kind 1..5");
-  {
-    std::string err = check_operand_attrs("quantize", kind, fmt, block, tile_rows, axis);
-    if (!err.empty()) return invalid(std::string(op) + ": " + err);
-  }
-  if (scale_rule != 0 && scale_rule != 1)
-    return invalid(std::string(op) + ": scale_rule=" + std::to_string(scale_rule) + " must be 0 (rceil) or 1 (floor)");
-  if ((power_of_two != 0 && power_of_two != 1) || (delayed != 0 && delayed != 1))
-    return invalid(std::string(op) + ": power_of_two and delayed must be 0 or 1");
-  if (amax_mode < 0 || amax_mode > 2)
-    return invalid(std::string(op) + ": amax_mode=" + std::to_string(amax_mode) + " must be 0, 1 or 2");
-  const auto k = static_cast<ScalingKind>(kind);
-  const auto f = static_cast<ElemFormat>(fmt);
-  if (k != ScalingKind::kMX)
-    return QuantizeScaledHip(stream, x, scale_in, amax_in, data, scale, amax_out, tensor_scale_out, k, f, block,
-                             tile_rows, power_of_two, axis, delayed, amax_mode);
-  if (block != kMxBlock) return unimplemented(op, "MX block " + std::to_string(block) + " is not implemented (32 only)");
-  if (axis != 2)
-    return unimplemented(op, "axis=1 (strided) quantization is not implemented: quantize along the contiguous axis 2");
-  if (delayed != 0 || amax_mode != 0)
-    return unimplemented(op, "delayed scaling / amax_in (amax_mode 1, 2) are not implemented for kind mx");
-
-  const auto xd = x.dimensions();
-  if (xd.size() != 3 || !is_wide_float(x.element_type()))
-    return invalid(std::string(op) + ": x must be a 3-D float32/bfloat16/float16 array, got shape " + dims_str(xd) +
-                   " dtype " + dtype_name(x.element_type()));
-  const int64_t B = xd[0], R = xd[1], C = xd[2];
-  if (C % kMxBlock != 0) {
-    std::ostringstream os;
-    os << op << ": x " << dims_str(xd) << " axis 2 has size " << C << ", not a multiple of the block " << kMxBlock;
-    return invalid(os.str());
-  }
-  const QuantizeDesc d{k, f, kMxBlock, 1, static_cast<ScaleRule>(scale_rule), false, 2, false, AmaxMode::kLocal};
-  const Dims3 scalar{0, {0, 0, 0}};
-  if (auto e = check_buffer(op, "data", *data, quantize_data_dims(d, B, R, C), data_dtype(f)); e.failure()) return e;
-  if (auto e = check_buffer(op, "scale", *scale, quantize_scale_dims(d, B, R, C), ffi::DataType::F8E8M0FNU);
+  // The contract's checks of attributes and buffers, as every backend does (csrc/common/quantize_ffi.h),
+  // then what the gfx950 kernels do not implement.
+  QuantizeCall call{};
+  if (auto e = validate_quantize(op, x, scale_in, amax_in, *data, *scale, *amax_out, *tensor_scale_out, kind, fmt,
+                                 block, tile_rows, scale_rule, power_of_two, axis, delayed, amax_mode, &call);
       e.failure())
     return e;
-  if (auto e = check_buffer(op, "amax", *amax_out, scalar, ffi::DataType::F32); e.failure()) return e;
-  if (auto e = check_buffer(op, "tensor_scale", *tensor_scale_out, scalar, ffi::DataType::F32); e.failure()) return e;
+  const QuantizeDesc& d = call.desc;
+  if (d.axis != 2)
+    return unimplemented(op, "axis=1 (strided) quantization is not implemented: quantize along the contiguous axis 2");
+  if (d.kind != ScalingKind::kMX)
+    return QuantizeScaledHip(stream, x, scale_in, amax_in, data, scale, amax_out, tensor_scale_out, call);
+  if (d.block != kMxBlock)
+    return unimplemented(op, "MX block " + std::to_string(d.block) + " is not implemented (32 only)");
+  const ElemFormat f = d.fmt;
+  const int64_t B = call.b, R = call.r, C = call.c;
 
   const int32_t in_type = x.element_type() == ffi::DataType::F32 ? 0 : (x.element_type() == ffi::DataType::BF16 ? 1 : 2);
   const int64_t rows = B * R;
@@ -450,7 +386,7 @@ ffi::Error QuantizeHipImpl(hipStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer 
   }
   if (blocks == 0) return ffi::Error::Success();
 
-  const std::string name = quantize_kernel_name(f, static_cast<ScaleRule>(scale_rule), in_type);
+  const std::string name = quantize_kernel_name(f, d.scale_rule, in_type);
   const void* kernel = find_kernel(quantize_kernels(), name);
   if (kernel == nullptr) return ffi::Error::Internal(std::string(op) + ": kernel " + name + " is not in libmxprec_hip.so");
   QuantizeArgs args{};
