@@ -82,14 +82,10 @@ def test_element_fast_path_matches_exact_functions_on_cpu(tmp_path):
 # ----------------------------------------------------------------------------- oracles
 
 
-@functools.cache
-def _gpu_q(spec, axis):
-    return jax.jit(lambda x, st: ffi.quantize(x, spec, axis, state=st))
-
-
-@functools.cache
-def _cpu_q(spec, axis):
-    return jax.jit(lambda x, st: quantize(x, spec, axis=axis, state=st))
+# test_ffi_cpu's jitted quantizers: the custom call (here on the GPU) and mxprec.quantize (run on
+# the CPU device: the oracle).
+_gpu_q = C._ffi_q
+_cpu_q = C._jax_q
 
 
 def _cpu():
