@@ -765,6 +765,27 @@ def _quant_cfg(spec, axis3: int) -> _QuantCfg:
     raise TypeError(f"quantize: spec must be a scaling spec, got {spec!r}")  # pragma: no cover
 
 
+def _quantized_shapes(shape, axis: int, cfg: _QuantCfg) -> tuple[tuple, tuple | None]:
+    """QTensor data and scale shapes of ``x`` of ``shape`` quantized along ``axis`` (scale None: ``()``).
+
+    data: the axis packed (FP6 3/4, FP4 1/2); scale: the axis 1 (row) or divided by the block, and
+    for tiles of tr > 1 rows the row axis (the last axis other than ``axis``) divided by tr.
+    """
+    data_shape = list(shape)
+    data_shape[axis] = data_shape[axis] * cfg.bits // 8
+    if cfg.kind == 1:
+        return tuple(data_shape), None
+    scale_shape = list(shape)
+    if cfg.kind == 2:
+        scale_shape[axis] = 1
+    else:
+        scale_shape[axis] //= cfg.block
+        if cfg.kind == 3 and cfg.tile_rows > 1:
+            row = max(d for d in range(len(shape)) if d != axis)
+            scale_shape[row] //= cfg.tile_rows
+    return tuple(data_shape), tuple(scale_shape)
+
+
 def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
     """``mxprec_quantize``: the custom-call twin of :func:`mxprec.quantize` (bit-identical output).
 
@@ -804,20 +825,8 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
     shape3, axis3 = _view3(shape, axis)
     cfg = _quant_cfg(spec, axis3)
     data3, scale3, amax, ts = _quant_vmappable(cfg)(jnp.reshape(x, shape3), scale_in)
-    data_shape = list(shape)
-    data_shape[axis] = data_shape[axis] * cfg.bits // 8
-    if cfg.kind == 1:
-        scale = scale3
-    else:
-        scale_shape = list(shape)
-        if cfg.kind == 2:
-            scale_shape[axis] = 1
-        else:
-            scale_shape[axis] //= cfg.block
-            if cfg.kind == 3 and cfg.tile_rows > 1:
-                row = max(d for d in range(len(shape)) if d != axis)
-                scale_shape[row] //= cfg.tile_rows
-        scale = scale3.reshape(scale_shape)
+    data_shape, scale_shape = _quantized_shapes(shape, axis, cfg)
+    scale = scale3 if scale_shape is None else scale3.reshape(scale_shape)
     return QTensor(
         data=data3.reshape(data_shape),
         scale=scale,

@@ -35,7 +35,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mxprec.kernels.ffi import _bias_buffer, _GemmCfg, _operand_desc, _quant_cfg, _quant_ffi, _view3
+from mxprec.kernels.ffi import (
+    _bias_buffer,
+    _GemmCfg,
+    _operand_desc,
+    _quant_cfg,
+    _quant_ffi,
+    _quantized_shapes,
+    _view3,
+)
 from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor
 from mxprec.quantize import _validate as _validate_quantize_args
@@ -315,15 +323,9 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
     assert axis3 == 2
     cfg = _quant_cfg(spec, axis3)
     data3, scale3, amax, ts = _quant_ffi(cfg, jnp.reshape(xm, shape3), scale_in)
-    data = data3.reshape(mshape[:-1] + (mshape[-1] * cfg.bits // 8,))
-    if cfg.kind == 1:
-        scale = scale3
-    else:
-        sshape = list(mshape)
-        sshape[-1] = 1 if cfg.kind == 2 else sshape[-1] // cfg.block
-        if cfg.kind == 3 and cfg.tile_rows > 1:
-            sshape[-2] //= cfg.tile_rows
-        scale = scale3.reshape(sshape)
+    data_shape, scale_shape = _quantized_shapes(mshape, last, cfg)
+    data = data3.reshape(data_shape)
+    scale = scale3 if scale_shape is None else scale3.reshape(scale_shape)
     if axis != last:
         data = jnp.moveaxis(data, -1, axis)
         if cfg.kind != 1:
