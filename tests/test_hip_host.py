@@ -36,6 +36,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import reference as R
+from test_hip_isa import BITS, FP8_PAIRS, MX_PAIRS  # the gfx950 format tables, defined once
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "csrc", "hip_kernels", "tests", "hip_host_test.cc")
@@ -44,7 +45,6 @@ CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shu
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ / c++ / clang++) on PATH")
 
 FMTS = {"e4m3": R.E4M3, "e5m2": R.E5M2, "e2m3": R.E2M3, "e3m2": R.E3M2, "e2m1": R.E2M1}
-BITS = {"e4m3": 8, "e5m2": 8, "e2m3": 6, "e3m2": 6, "e2m1": 4}
 GEOM = {"16x16x128": (16, 16, 128), "32x32x64": (32, 32, 64)}
 
 
@@ -175,19 +175,6 @@ def _check(out, a, b, bias, rtol):
     )
 
 
-MX_PAIRS = [
-    ("e4m3", "e4m3"),
-    ("e4m3", "e5m2"),
-    ("e5m2", "e4m3"),
-    ("e5m2", "e5m2"),
-    ("e2m3", "e2m3"),
-    ("e2m3", "e3m2"),
-    ("e3m2", "e2m3"),
-    ("e3m2", "e3m2"),
-    ("e2m1", "e2m1"),
-]
-
-
 @pytest.mark.parametrize("shape", list(GEOM))
 @pytest.mark.parametrize("fa,fb", MX_PAIRS)
 def test_mx_gemm_wave_loop(exe, tmp_path, fa, fb, shape):
@@ -228,9 +215,6 @@ def test_mx_gemm_nan_scale(exe, tmp_path):
     )
     assert np.isnan(out[0, 5]).all()
     assert not np.isnan(np.delete(out[0], 5, axis=0)).any()
-
-
-FP8_PAIRS = [("e4m3", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e4m3"), ("e5m2", "e5m2")]
 
 
 @pytest.mark.parametrize("fa,fb", FP8_PAIRS)
