@@ -209,16 +209,19 @@ def test_sm100_mxfp8_ptx_has_block_scaled_tcgen05_mma(tmp_path):
     assert "tcgen05.cp" in text  # scale factors smem -> tensor memory (UTCCP)
 
 
-def _sass(path):
+def _cuobjdump_out(flag, path):
+    """``cuobjdump <flag> <path>``'s output (skips when cuobjdump / nvdisasm are not available)."""
     tool = _cuobjdump()
     if tool is None:
         pytest.skip("needs cuobjdump and nvdisasm (pip download nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
     exe, env = tool
-    res = subprocess.run(
-        [exe, "--dump-sass", str(path)], check=False, capture_output=True, text=True, env=env
-    )
+    res = subprocess.run([exe, flag, str(path)], check=False, capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
     return res.stdout
+
+
+def _sass(path):
+    return _cuobjdump_out("--dump-sass", path)
 
 
 def _first_existing(*paths):
@@ -280,16 +283,8 @@ def test_sm90_blockwise_sass_has_qgmma_and_scaled_promotion(out):
 )
 def test_sm90_gemm_kernels_do_not_spill(tu):
     """Every kernel of a built sm_90a GEMM object: STACK:0 and LOCAL:0 (register spills make it slow)."""
-    obj = _first_existing(BUILD / "obj" / f"sm90_fp8_gemm_{tu}.o")
-    tool = _cuobjdump()
-    if tool is None:
-        pytest.skip("needs cuobjdump (pip download nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-    exe, env = tool
-    res = subprocess.run(
-        [exe, "--dump-resource-usage", str(obj)], check=False, capture_output=True, text=True, env=env
-    )
-    assert res.returncode == 0, res.stderr
-    usage = re.findall(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", res.stdout)
-    assert len(usage) >= 3, res.stdout  # 3 operand pairs per TU
+    text = _cuobjdump_out("--dump-resource-usage", _first_existing(BUILD / "obj" / f"sm90_fp8_gemm_{tu}.o"))
+    usage = re.findall(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", text)
+    assert len(usage) >= 3, text  # 3 operand pairs per TU
     for reg, stack, local in usage:
         assert (stack, local) == ("0", "0"), f"{tu}: REG:{reg} STACK:{stack} LOCAL:{local} (spills)"
