@@ -753,14 +753,7 @@ def merge_results(paths, out_dir: str) -> dict:
         merged_from=[os.path.basename(p) for p in paths],
         compile_s_note="each arm compiled in its own process",
     )
-    os.makedirs(out_dir, exist_ok=True)
-    stem = os.path.join(out_dir, f"llama_{base['config']}")
-    md = markdown(base)
-    with open(stem + ".json", "w") as fh:
-        json.dump(base, fh, indent=1, default=str)
-    with open(stem + ".md", "w") as fh:
-        fh.write(md)
-    plot(base, stem + ".png")
+    _, md = _save(base, out_dir, with_png=True)
     print(md)
     return base
 
@@ -848,16 +841,22 @@ def _write_results(args, argv, cfg, rows, device, isolate, wall_s, partial: bool
         "partial": partial,
         "device_info": device,
     }
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"llama_{args.config}")
+    stem, md = _save(result, args.out, with_png=final)
+    return result, stem, md
+
+
+def _save(result: dict, out_dir: str, with_png: bool) -> tuple[str, str]:
+    """Writes <out_dir>/llama_<config>.{json,md} (and .png); returns (path stem, markdown)."""
+    os.makedirs(out_dir, exist_ok=True)
+    stem = os.path.join(out_dir, f"llama_{result['config']}")
     md = markdown(result)
     with open(stem + ".json", "w") as fh:
         json.dump(result, fh, indent=1, default=str)
     with open(stem + ".md", "w") as fh:
         fh.write(md)
-    if final:
+    if with_png:
         plot(result, stem + ".png")
-    return result, stem, md
+    return stem, md
 
 
 if __name__ == "__main__":
