@@ -12,6 +12,11 @@
 #   quant        benchmarks/cuda_quantize.py (all kinds)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
 #                merge the per-arm JSONs afterwards with `python -m mxprec.bench llama --merge ...`
+#   forms        benchmarks/xla_fp8_forms.py: which HLO form of the XLA per-tensor FP8 GEMM becomes one
+#                cuBLASLt call (and compile/step times of one dot_general step per form)
+#   profile:ARMS like llama:ARMS with --profile (jax.profiler, 2 traced steps) and 5 timed steps
+#   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
+#                compile is
 #   delayed-diag fp8_delayed with XLA GPU autotuning off / Triton GEMMs off (its compile did not finish
 #                within 210 s in the second session; which flag, if any, makes it compile?)
 # Environment: OUT (required), STEP_TIMEOUT (s, default 170), PYTHON (default python3).
@@ -50,6 +55,19 @@ for stage in "$@"; do
         step "llama_$arm" "$PY" -m mxprec.bench llama --config llama3_8b_4layer --arms "$arm" --isolate off \
           --no-progress --out "$R/llama_$arm"
       done ;;
+    forms)
+      step forms "$PY" benchmarks/xla_fp8_forms.py --out "$R/forms" ;;
+    profile:*)
+      IFS=, read -r -a arms <<< "${stage#profile:}"
+      for arm in "${arms[@]}"; do
+        step "prof_$arm" "$PY" -m mxprec.bench llama --config llama3_8b_4layer --arms "$arm" --isolate off \
+          --no-progress --warmup 2 --steps 5 --out "$R/prof_$arm" --profile "/tmp/mxprec_trace_$arm"
+      done ;;
+    delayed-passlog)
+      step delayed_passlog env TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_VMODULE=hlo_pass_pipeline=1 "$PY" -m mxprec.bench \
+        llama --config llama3_8b_4layer --arms fp8_delayed --isolate off --no-progress --warmup 1 --steps 3 \
+        --out "$R/delayed_passlog"
+      grep -c "" "$R/delayed_passlog.log"; grep -i "pass" "$R/delayed_passlog.log" | tail -n 5 ;;
     delayed-diag)
       step delayed_autotune0 env XLA_FLAGS=--xla_gpu_autotune_level=0 "$PY" -m mxprec.bench llama \
         --config llama3_8b_4layer --arms fp8_delayed --isolate off --no-progress --out "$R/delayed_autotune0"

@@ -424,10 +424,12 @@ def predicted_mem_gb(cfg, batch: int, saved: str, mu_dtype: Any = None) -> float
 
 def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3e-4, mu_dtype: Any = None,
             data: str | None = None, seed: int = 0, measure_gemms: bool = False, gemm_reps: int = 5,
-            progress: bool = True, compiler_options: dict | None = None) -> dict:
+            progress: bool = True, compiler_options: dict | None = None, profile_dir: str | None = None) -> dict:
     """Compiles and times one arm; returns its row (without the columns that need the BF16 arm).
 
     ``compiler_options``: XLA options for this compile (e.g. ``FAST_COMPILE``).
+    ``profile_dir``: after timing, two more steps run under ``jax.profiler.trace(profile_dir)`` and
+    the row gets a ``profile`` summary (:func:`mxprec.bench.trace_summary.summarize_trace`).
     """
     import jax
     import numpy as np
@@ -460,6 +462,16 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
         finites.append(metrics["finite"])
         bar.update(1)
     bar.close()
+    profile = None
+    if profile_dir:
+        from mxprec.bench.trace_summary import summarize_trace
+
+        n_prof = 2
+        with jax.profiler.trace(profile_dir):
+            for i in range(n_prof):
+                state, metrics = compiled(state, batches[i % len(batches)])
+            jax.block_until_ready((state, metrics))
+        profile = summarize_trace(profile_dir, steps=n_prof)
     losses = [float(x) for x in losses]
     finites = [bool(x) for x in finites]
     final_scale = float(state["loss_scale"].scale) if state["loss_scale"] is not None else None
@@ -492,6 +504,8 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
         "loss_scale_final": final_scale,
         "step_times_s": times,
     }
+    if profile is not None:
+        row["profile"] = profile
     if measure_gemms:
         row["gemm_s"] = measure_gemm_seconds(cfg, batch, reps=gemm_reps)
     return row
@@ -639,6 +653,9 @@ def parse_args(argv):
                    help="one process per arm (auto: on for accelerators, so peak memory is per arm)")
     p.add_argument("--fast-compile", action="store_true",
                    help="XLA backend optimization level 0: faster compiles, slower steps (smoke runs)")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="after timing, trace two steps per arm with jax.profiler into DIR/<arm> and add a "
+                        "per-category GPU-time summary to each row (``profile``)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--child-json", default=None, help=argparse.SUPPRESS)
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
@@ -674,7 +691,8 @@ def _run_arm_safely(arm, args, cfg) -> dict:
         return run_arm(arm, cfg, batch=args.batch, steps=args.steps, warmup=args.warmup, lr=args.lr,
                        mu_dtype=_mu_dtype(args), data=args.data, seed=args.seed, measure_gemms=(arm == "bf16"),
                        gemm_reps=args.gemm_reps, progress=not args.no_progress,
-                       compiler_options=FAST_COMPILE if args.fast_compile else None)
+                       compiler_options=FAST_COMPILE if args.fast_compile else None,
+                       profile_dir=os.path.join(args.profile, arm) if args.profile else None)
     except Exception as e:  # noqa: BLE001 - an arm's failure (OOM, unsupported shape) becomes its row
         msg = f"{type(e).__name__}: {e}"
         print(f"arm {arm} failed: {msg.splitlines()[0][:300]}", file=sys.stderr)

@@ -28,6 +28,8 @@ which :func:`reference_scaled_gemm` implements; it is the oracle for every backe
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -39,6 +41,7 @@ __all__ = ["Operand", "reference_scaled_gemm", "scaled_gemm"]
 
 Operand = QTensor | jax.Array
 _CONSTANT_ALONG_K = (TensorScaling, DelayedScaling, RowScaling)
+_PER_TENSOR = (TensorScaling, DelayedScaling)
 
 
 def _dims(lhs_contract: int, rhs_contract: int):
@@ -90,9 +93,28 @@ def _row_scale_for_output(q: QTensor, contract: int, is_lhs: bool) -> jax.Array:
     return s[:, :, None] if is_lhs else s[:, None, :]
 
 
+def _gpu_fp8_form() -> str:
+    """How the XLA path writes a per-tensor FP8 GEMM on GPU (experiment switch; see _xla_scaled_gemm)."""
+    return os.environ.get("MXPREC_XLA_FP8_FORM", "qdq")
+
+
 def _xla_scaled_gemm(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype) -> jax.Array:
     dims = _dims(lhs_contract, rhs_contract)
     both_q = isinstance(lhs, QTensor) and isinstance(rhs, QTensor)
+    if (
+        both_q
+        and isinstance(lhs.spec, _PER_TENSOR)
+        and isinstance(rhs.spec, _PER_TENSOR)
+        and jax.default_backend() == "gpu"
+        and _gpu_fp8_form() != "native"
+    ):
+        # XLA GPU's GEMM rewriter turns dot(convert(fp8) * s_a, convert(fp8) * s_b) into one cuBLASLt
+        # FP8 matmul whose epilogue applies s_a * s_b and writes out_dtype (BF16) directly; the
+        # native form below writes an FP32 product and rescales it in a separate pass.
+        dq = jnp.bfloat16 if _gpu_fp8_form() == "qdq_bf16" else jnp.float32
+        a = lhs.data.astype(dq) * lhs.scale.astype(dq)
+        b = rhs.data.astype(dq) * rhs.scale.astype(dq)
+        return lax.dot_general(a, b, dims, preferred_element_type=out_dtype)
     if both_q and isinstance(lhs.spec, _CONSTANT_ALONG_K) and isinstance(rhs.spec, _CONSTANT_ALONG_K):
         # Scales are constant along K: factor them out of the sum, run the native FP8 dot.
         acc = lax.dot_general(lhs.data, rhs.data, dims, preferred_element_type=jnp.float32)

@@ -1,0 +1,87 @@
+"""Summarize a ``jax.profiler.trace`` capture: GPU kernel time by category and the top kernels.
+
+The profiler writes ``<dir>/plugins/profile/<run>/*.trace.json.gz`` (Chrome trace events). Device
+kernels are the complete events (``ph == "X"``) on a GPU process's ``Stream`` threads; XLA's own
+per-op rows (``XLA Ops``) are summed separately so a kernel can be traced back to its HLO op.
+
+    summary = summarize_trace(log_dir, steps=2)
+    summary["categories_ms"]   # {"gemm_fp8": .., "gemm_bf16": .., "attention": .., "other": ..} per step
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+
+__all__ = ["categorize", "summarize_trace"]
+
+_FP8 = re.compile(r"e4m3|e5m2|f8e|fp8|_f8|qgmma", re.IGNORECASE)
+_GEMM = re.compile(r"gemm|xmma|cutlass|cublas|matmul|gemv|wgmma|sm90_|nvjet", re.IGNORECASE)
+_ATTN = re.compile(r"cudnn|fmha|flash|sdpa|attention|dot_product", re.IGNORECASE)
+
+
+def categorize(kernel: str) -> str:
+    """``gemm_fp8`` | ``gemm_wide`` | ``attention`` | ``other`` from a GPU kernel's name."""
+    if _ATTN.search(kernel):
+        return "attention"
+    if _GEMM.search(kernel):
+        return "gemm_fp8" if _FP8.search(kernel) else "gemm_wide"
+    return "other"
+
+
+def _latest_trace(log_dir: str) -> str:
+    files = glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "*.trace.json.gz"))
+    if not files:
+        raise FileNotFoundError(f"no *.trace.json.gz under {log_dir}/plugins/profile")
+    return max(files, key=os.path.getmtime)
+
+
+def summarize_trace(log_dir: str, steps: int = 1, top: int = 25) -> dict:
+    """Per-step GPU time (ms): by kernel category, top kernels, top XLA ops."""
+    with gzip.open(_latest_trace(log_dir), "rt") as f:
+        events = json.load(f)["traceEvents"]
+    gpu_pids, stream_tids, op_tids = set(), set(), set()
+    lines = {}  # (pid, tid) -> "process / thread", for reading an unfamiliar trace
+    pnames = {}
+    for e in events:
+        if e.get("ph") != "M":
+            continue
+        name = str(e.get("args", {}).get("name", ""))
+        if e.get("name") == "process_name":
+            pnames[e["pid"]] = name
+            if "GPU" in name:
+                gpu_pids.add(e["pid"])
+        elif e.get("name") == "thread_name":
+            lines[(e["pid"], e["tid"])] = name
+            if name.startswith("Stream"):
+                stream_tids.add((e["pid"], e["tid"]))
+            elif name == "XLA Ops":
+                op_tids.add((e["pid"], e["tid"]))
+    kernels, ops, per_line = collections.Counter(), collections.Counter(), collections.Counter()
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        key = (e["pid"], e.get("tid"))
+        per_line[f"{pnames.get(key[0], key[0])} / {lines.get(key, key[1])}"] += float(e.get("dur", 0.0))
+        if e.get("pid") not in gpu_pids:
+            continue
+        if key in stream_tids:
+            kernels[e["name"]] += float(e.get("dur", 0.0))
+        elif key in op_tids:
+            ops[e["name"]] += float(e.get("dur", 0.0))
+    per_step = 1e-3 / max(steps, 1)  # us -> ms per step
+    cats = collections.Counter()
+    for k, us in kernels.items():
+        cats[categorize(k)] += us
+    return {
+        "steps": steps,
+        "gpu_kernel_ms": round(sum(kernels.values()) * per_step, 3),
+        "categories_ms": {c: round(us * per_step, 3) for c, us in cats.most_common()},
+        "top_kernels_ms": [[k[:200], categorize(k), round(us * per_step, 3)] for k, us in kernels.most_common(top)],
+        "top_ops_ms": [[k[:120], round(us * per_step, 3)] for k, us in ops.most_common(top)],
+        "lines_ms": {k: round(us * per_step, 3) for k, us in per_line.most_common(20)},
+    }
