@@ -12,14 +12,15 @@
 #   quant        benchmarks/cuda_quantize.py (all kinds)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
 #                merge the per-arm JSONs afterwards with `python -m mxprec.bench llama --merge ...`
-#   forms        benchmarks/xla_fp8_forms.py: which HLO form of the XLA per-tensor FP8 GEMM becomes one
+#   forms:FORMS  benchmarks/xla_fp8_forms.py: which HLO form of the XLA per-tensor FP8 GEMM becomes one
 #                cuBLASLt call (and compile/step times of one dot_general step per form)
 #   profile:ARMS like llama:ARMS with --profile (jax.profiler, 2 traced steps) and 5 timed steps
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
 #   delayed-diag fp8_delayed with XLA GPU autotuning off / Triton GEMMs off (its compile did not finish
 #                within 210 s in the second session; which flag, if any, makes it compile?)
-# Environment: OUT (required), STEP_TIMEOUT (s, default 170), PYTHON (default python3).
+# Environment: OUT (required), STEP_TIMEOUT (s, default 170), PYTHON (default python3), FORM (llama:
+# stage only: MXPREC_XLA_FP8_FORM for the arm).
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -52,11 +53,14 @@ for stage in "$@"; do
     llama:*)
       IFS=, read -r -a arms <<< "${stage#llama:}"
       for arm in "${arms[@]}"; do
-        step "llama_$arm" "$PY" -m mxprec.bench llama --config llama3_8b_4layer --arms "$arm" --isolate off \
-          --no-progress --out "$R/llama_$arm"
+        step "llama_$arm${FORM:+_$FORM}" env ${FORM:+MXPREC_XLA_FP8_FORM=$FORM} "$PY" -m mxprec.bench llama --config llama3_8b_4layer --arms "$arm" --isolate off \
+          --no-progress --out "$R/llama_$arm${FORM:+_$FORM}"
       done ;;
-    forms)
-      step forms "$PY" benchmarks/xla_fp8_forms.py --out "$R/forms" ;;
+    forms:*)  # forms:FORM,FORM,... one process per form
+      IFS=, read -r -a forms <<< "${stage#forms:}"
+      for form in "${forms[@]}"; do
+        step "forms_$form" "$PY" benchmarks/xla_fp8_forms.py --forms "$form" --no-bf16 --out "$R/forms" --reps 5
+      done ;;
     profile:*)
       IFS=, read -r -a arms <<< "${stage#profile:}"
       for arm in "${arms[@]}"; do

@@ -27,11 +27,11 @@ import jax.numpy as jnp
 from jax import lax
 
 import mxprec
-from mxprec.kernels import scaled_gemm
+from mxprec.kernels.scaled_gemm import reference_scaled_gemm
 from mxprec.quantize import quantize
 from mxprec.scaling import TensorScaling
 
-FORMS = ("native", "qdq", "qdq_bf16")
+FORMS = ("native", "qdq", "qdq_f32", "qdq_bf16", "direct_bf16", "direct_f32scale")
 
 
 def f8_calls(hlo: str) -> list[str]:
@@ -69,7 +69,9 @@ def measure(name, fn, args, reps, flops):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="16384x4096x14336", help="MxKxN[,MxKxN...]")
+    p.add_argument("--forms", default=",".join(FORMS), help="forms to run (each in this process, in order)")
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--no-bf16", action="store_true", help="skip the BF16 reference row")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     rows = []
@@ -80,22 +82,19 @@ def main(argv=None):
         w = jax.random.normal(kw, (k, n), jnp.float32) * 0.02
         g = jax.random.normal(kg, (m, n), jnp.bfloat16)
         dims = (((1,), (0,)), ((), ()))
-        one, step = 2.0 * m * k * n, 6.0 * m * k * n
+        step = 6.0 * m * k * n
 
         def bf16_step(x, w, g, dims=dims):
             y, vjp = jax.vjp(lambda x, w: lax.dot_general(x, w.astype(jnp.bfloat16), dims), x, w)
             return y, vjp(g)
 
-        rows.append(dict(shape=shape, **measure("bf16 step", bf16_step, (x, w, g), args.reps, step)))
-        for form in FORMS:
+        if not args.no_bf16:
+            rows.append(dict(shape=shape, **measure("bf16 step", bf16_step, (x, w, g), args.reps, step)))
+        spec = TensorScaling(mxprec.formats.E4M3)
+        ref = reference_scaled_gemm(quantize(x[None], spec, axis=2), quantize(w[None], spec, axis=1),
+                                    lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32)[0]
+        for form in args.forms.split(","):
             os.environ["MXPREC_XLA_FP8_FORM"] = form
-            qx = quantize(x[None], TensorScaling(mxprec.formats.E4M3), axis=2)
-            qw = quantize(w[None], TensorScaling(mxprec.formats.E4M3), axis=1)
-
-            def fprop(qx, qw):
-                return scaled_gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=jnp.bfloat16, backend="xla")
-
-            rows.append(dict(shape=shape, form=form, **measure(f"{form} fprop", fprop, (qx, qw), args.reps, one)))
             for recipe in ("fp8_current", "fp8_delayed"):
                 st = mxprec.DotGeneralState.init(mxprec.recipes.get(recipe))
 
@@ -103,12 +102,18 @@ def main(argv=None):
                     y, vjp = jax.vjp(lambda x, w: mxprec.dot_general(x, w, dims, recipe=recipe, state=st), x, w)
                     return y, vjp(g)
 
-                rows.append(dict(shape=shape, form=form,
-                                 **measure(f"{form} {recipe} step", q_step, (x, w, g), args.reps, step)))
+                row = dict(shape=shape, form=form, **measure(f"{form} {recipe} step", q_step, (x, w, g), args.reps, step))
+                if recipe == "fp8_current":  # forward output vs the FP32 product of the dequantized operands
+                    y = jax.jit(q_step)(x, w, g)[0].astype(jnp.float32)
+                    err = jnp.abs(y - ref)
+                    row["max_err_rel_to_max"] = float(jnp.max(err) / jnp.max(jnp.abs(ref)))
+                    row["max_err_rel_elem"] = float(jnp.max(err / jnp.maximum(jnp.abs(ref), 1e-30)))
+                    print(json.dumps({k: row[k] for k in ("form", "max_err_rel_to_max", "max_err_rel_elem")}), flush=True)
+                rows.append(row)
     os.environ.pop("MXPREC_XLA_FP8_FORM", None)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "xla_fp8_forms.json"), "w") as f:
+        with open(os.path.join(args.out, f"xla_fp8_forms_{args.forms.replace(',', '_')}.json"), "w") as f:
             json.dump(dict(device=str(jax.devices()[0].device_kind), command=" ".join(sys.argv), rows=rows), f, indent=1)
     return rows
 

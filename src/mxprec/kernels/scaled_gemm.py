@@ -95,7 +95,7 @@ def _row_scale_for_output(q: QTensor, contract: int, is_lhs: bool) -> jax.Array:
 
 def _gpu_fp8_form() -> str:
     """How the XLA path writes a per-tensor FP8 GEMM on GPU (experiment switch; see _xla_scaled_gemm)."""
-    return os.environ.get("MXPREC_XLA_FP8_FORM", "qdq")
+    return os.environ.get("MXPREC_XLA_FP8_FORM", "native")
 
 
 def _xla_scaled_gemm(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype) -> jax.Array:
@@ -111,9 +111,18 @@ def _xla_scaled_gemm(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract
         # XLA GPU's GEMM rewriter turns dot(convert(fp8) * s_a, convert(fp8) * s_b) into one cuBLASLt
         # FP8 matmul whose epilogue applies s_a * s_b and writes out_dtype (BF16) directly; the
         # native form below writes an FP32 product and rescales it in a separate pass.
-        dq = jnp.bfloat16 if _gpu_fp8_form() == "qdq_bf16" else jnp.float32
+        form = _gpu_fp8_form()
+        if form.startswith("direct"):  # Flax Fp8DirectDotGeneralOp: FP8 dot -> out, then rescale
+            y = lax.dot_general(lhs.data, rhs.data, dims, preferred_element_type=out_dtype)
+            s = lhs.scale * rhs.scale
+            if form == "direct_bf16":
+                return y * s.astype(out_dtype)
+            return (y.astype(jnp.float32) * s).astype(out_dtype)
+        dq = jnp.bfloat16 if form == "qdq_bf16" else jnp.float32
         a = lhs.data.astype(dq) * lhs.scale.astype(dq)
         b = rhs.data.astype(dq) * rhs.scale.astype(dq)
+        if form == "qdq_f32":
+            return lax.dot_general(a, b, dims, preferred_element_type=jnp.float32).astype(out_dtype)
         return lax.dot_general(a, b, dims, preferred_element_type=out_dtype)
     if both_q and isinstance(lhs.spec, _CONSTANT_ALONG_K) and isinstance(rhs.spec, _CONSTANT_ALONG_K):
         # Scales are constant along K: factor them out of the sum, run the native FP8 dot.
