@@ -2,9 +2,11 @@
 
 For each form of ``mxprec.kernels.scaled_gemm``'s per-tensor FP8 path (``MXPREC_XLA_FP8_FORM``):
 
-* ``native``: ``dot(fp8, fp8) -> f32``, then ``* s_a * s_b`` and a cast (a separate pass);
-* ``qdq``: ``dot(f32(fp8) * s_a, f32(fp8) * s_b) -> out`` (the GEMM rewriter's dequantize pattern);
-* ``qdq_bf16``: the same with BF16 dequantization (Flax fp8_ops' form; rounds the scales to BF16),
+* ``native``: ``dot(fp8, fp8) -> f32`` at DEFAULT precision (cuBLASLt fast accumulation), then
+  ``* s_a * s_b`` and a cast (a separate pass over an FP32 product);
+* ``direct``: ``dot(fp8, fp8) -> bf16`` with ``DotAlgorithmPreset.ANY_F8_ANY_F8_F32`` (FP32
+  accumulation with promotion), the scales applied to the BF16 product in FP32;
+* ``direct_fast``: the same with ``ANY_F8_ANY_F8_F32_FAST_ACCUM`` (what DEFAULT precision gives),
 
 this compiles a whole ``mxprec.dot_general`` step (Fprop + Dgrad + Wgrad, fp8_current and
 fp8_delayed) and one Fprop GEMM, reports the cuBLASLt FP8 custom calls and their result types in
@@ -31,7 +33,7 @@ from mxprec.kernels.scaled_gemm import reference_scaled_gemm
 from mxprec.quantize import quantize
 from mxprec.scaling import TensorScaling
 
-FORMS = ("native", "qdq", "qdq_f32", "qdq_bf16", "direct_bf16", "direct_f32scale")
+FORMS = ("native", "direct", "direct_fast")
 
 
 def f8_calls(hlo: str) -> list[str]:

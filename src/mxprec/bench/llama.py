@@ -96,7 +96,8 @@ def arm_info(arm: str) -> dict:
     if arm == PLAIN_ARM:
         return dict(recipe=None, dot_general_cls=None, dtype=jnp.bfloat16, loss_scale=False, fmt="bf16",
                     saved="bf16", backend="plain flax DenseGeneral (lax.dot_general, no mxprec)")
-    recipe = recipes.get(arm)
+    name, _, backend_override = arm.partition(":")  # "fp8_current:ffi": the preset on another backend
+    recipe = recipes.get(name, backend=backend_override) if backend_override else recipes.get(name)
     fp16 = recipe.compute_dtype is not None and jnp.dtype(recipe.compute_dtype) == jnp.dtype(jnp.float16)
     backend = recipe.describe().splitlines()[-1].strip()
     backend = backend.removeprefix("backend: ")
@@ -632,7 +633,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m mxprec.bench llama", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arms", default=",".join(DEFAULT_ARMS),
-                   help=f"comma-separated recipe presets and/or the peers '{PEER_ARM}', '{PLAIN_ARM}' "
+                   help=f"comma-separated RECIPE[:BACKEND] (e.g. fp8_current:ffi) recipe presets and/or the peers '{PEER_ARM}', '{PLAIN_ARM}' "
                         "(default: %(default)s)")
     p.add_argument("--config", default="tiny", help="tiny | micro | llama3_8b_4layer | h200_large | llama70b_layer")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default per config)")
@@ -803,7 +804,8 @@ def main(argv=None) -> dict:
         if arm not in (PEER_ARM, PLAIN_ARM):
             from mxprec import recipes
 
-            recipes.get(arm)  # fail fast on an unknown name
+            name, _, backend = arm.partition(":")
+            recipes.get(name, **({"backend": backend} if backend else {}))  # fail fast on an unknown name
     isolate = args.isolate == "on" or (args.isolate == "auto" and jax.default_backend() != "cpu")
     child_argv = _child_argv(argv)
 

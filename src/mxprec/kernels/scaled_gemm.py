@@ -95,35 +95,27 @@ def _row_scale_for_output(q: QTensor, contract: int, is_lhs: bool) -> jax.Array:
 
 def _gpu_fp8_form() -> str:
     """How the XLA path writes a per-tensor FP8 GEMM on GPU (experiment switch; see _xla_scaled_gemm)."""
-    return os.environ.get("MXPREC_XLA_FP8_FORM", "native")
+    return os.environ.get("MXPREC_XLA_FP8_FORM", "direct")
 
 
 def _xla_scaled_gemm(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype) -> jax.Array:
     dims = _dims(lhs_contract, rhs_contract)
     both_q = isinstance(lhs, QTensor) and isinstance(rhs, QTensor)
+    form = _gpu_fp8_form()
     if (
         both_q
         and isinstance(lhs.spec, _PER_TENSOR)
         and isinstance(rhs.spec, _PER_TENSOR)
         and jax.default_backend() == "gpu"
-        and _gpu_fp8_form() != "native"
+        and form != "native"
     ):
-        # XLA GPU's GEMM rewriter turns dot(convert(fp8) * s_a, convert(fp8) * s_b) into one cuBLASLt
-        # FP8 matmul whose epilogue applies s_a * s_b and writes out_dtype (BF16) directly; the
-        # native form below writes an FP32 product and rescales it in a separate pass.
-        form = _gpu_fp8_form()
-        if form.startswith("direct"):  # Flax Fp8DirectDotGeneralOp: FP8 dot -> out, then rescale
-            y = lax.dot_general(lhs.data, rhs.data, dims, preferred_element_type=out_dtype)
-            s = lhs.scale * rhs.scale
-            if form == "direct_bf16":
-                return y * s.astype(out_dtype)
-            return (y.astype(jnp.float32) * s).astype(out_dtype)
-        dq = jnp.bfloat16 if form == "qdq_bf16" else jnp.float32
-        a = lhs.data.astype(dq) * lhs.scale.astype(dq)
-        b = rhs.data.astype(dq) * rhs.scale.astype(dq)
-        if form == "qdq_f32":
-            return lax.dot_general(a, b, dims, preferred_element_type=jnp.float32).astype(out_dtype)
-        return lax.dot_general(a, b, dims, preferred_element_type=out_dtype)
+        # One cuBLASLt FP8 matmul that writes out_dtype (BF16) directly, FP32 accumulation with
+        # promotion (an FP8 dot at DEFAULT precision would use cuBLASLt's fast accumulation); the
+        # per-tensor scales are applied to the BF16 result in FP32 (rounded to BF16 twice).
+        preset = lax.DotAlgorithmPreset
+        algo = preset.ANY_F8_ANY_F8_F32_FAST_ACCUM if form == "direct_fast" else preset.ANY_F8_ANY_F8_F32
+        y = lax.dot_general(lhs.data, rhs.data, dims, precision=algo, preferred_element_type=out_dtype)
+        return (y.astype(jnp.float32) * (lhs.scale * rhs.scale)).astype(out_dtype)
     if both_q and isinstance(lhs.spec, _CONSTANT_ALONG_K) and isinstance(rhs.spec, _CONSTANT_ALONG_K):
         # Scales are constant along K: factor them out of the sum, run the native FP8 dot.
         acc = lax.dot_general(lhs.data, rhs.data, dims, preferred_element_type=jnp.float32)
