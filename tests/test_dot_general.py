@@ -400,3 +400,28 @@ def test_ffi_backend_runs_both_custom_calls():
     hlo = f.lower(x, w).compile().as_text()
     assert "mxprec_scaled_gemm" in hlo and "mxprec_quantize" in hlo
     assert "backend: ffi" in r.describe()
+
+
+@pytest.mark.skipif(not ON_GPU, reason="inspects XLA's GPU lowering of the per-tensor FP8 GEMMs")
+@pytest.mark.parametrize("name", ["fp8_current", "fp8_delayed"])
+def test_gpu_xla_per_tensor_gemms_are_fp8_dots_with_fp32_accumulation(name):
+    """No silent wide fallback: every GEMM of the step consumes FP8 operands, none fast-accumulates."""
+    import re
+
+    recipe = mxprec.recipes.get(name, backend="xla")
+    state = mxprec.DotGeneralState.init(recipe)
+    x = jnp.ones((1024, 512), jnp.bfloat16)
+    w = jnp.ones((512, 768), jnp.float32)
+    g = jnp.ones((1024, 768), jnp.bfloat16)
+    dn = (((1,), (0,)), ((), ()))
+
+    def step(x, w, g):
+        y, vjp = jax.vjp(lambda x, w: mxprec.dot_general(x, w, dn, recipe=recipe, state=state), x, w)
+        return y, vjp(g)
+
+    hlo = jax.jit(step).lower(x, w, g).compile().as_text()
+    gemms = [ln for ln in hlo.splitlines() if re.search(r"\sdot\(|custom_call_target=\"__cublas", ln)]
+    assert len(gemms) >= 3, "\n".join(gemms)
+    wide = [ln for ln in gemms if not re.search(r"(dot|custom-call)\(f8e\w+\[", ln)]
+    assert not wide, "GEMMs without FP8 operands:\n" + "\n".join(wide)
+    assert "FAST_ACCUM" not in hlo and '"fast_accum":true' not in hlo.replace(" ", "")

@@ -15,7 +15,10 @@ Mathematically equivalent to::
 which :func:`reference_scaled_gemm` implements; it is the oracle for every backend. Backends:
 
 * ``"xla"``: exact XLA formulations. Per-tensor / per-row FP8 operands (scales constant along K)
-  run XLA's native FP8 dot (cuBLASLt on GPU) with the scales applied to the FP32 result; block-
+  run XLA's native FP8 dot (cuBLASLt on GPU, FP32 accumulation: ``ANY_F8_ANY_F8_F32``) with the
+  scales applied to the FP32 result. On GPU a per-tensor pair's dot writes ``out_dtype`` directly
+  and the scales are applied to that (rounded to ``out_dtype`` twice; ``MXPREC_XLA_FP8_FORM``
+  selects the form, see :func:`_gpu_fp8_form`). Block-
   and tile-scaled operands are dequantized (FP32 on CPU; BF16 on GPU, exact for every element
   format unless a scaled value falls below 2**-126) and run a wide dot with FP32 accumulation.
 * ``"ffi"``: the ``mxprec_scaled_gemm`` custom call: the C++ lowering on CPU (mxprec.kernels.ffi),
@@ -93,32 +96,41 @@ def _row_scale_for_output(q: QTensor, contract: int, is_lhs: bool) -> jax.Array:
     return s[:, :, None] if is_lhs else s[:, None, :]
 
 
+_FP8_FORMS = ("direct", "native", "direct_fast")
+
+
 def _gpu_fp8_form() -> str:
-    """How the XLA path writes a per-tensor FP8 GEMM on GPU (experiment switch; see _xla_scaled_gemm)."""
-    return os.environ.get("MXPREC_XLA_FP8_FORM", "direct")
+    """``MXPREC_XLA_FP8_FORM``: how the XLA path writes an FP8 GEMM on GPU (see _xla_scaled_gemm).
+
+    ``direct`` (default) | ``native`` | ``direct_fast`` (cuBLASLt fast accumulation: for
+    benchmarks/xla_fp8_forms.py's comparison only, it drops the FP32 promotion).
+    """
+    form = os.environ.get("MXPREC_XLA_FP8_FORM", "direct")
+    if form not in _FP8_FORMS:
+        raise ValueError(f"MXPREC_XLA_FP8_FORM must be one of {_FP8_FORMS}, got {form!r}")
+    return form
 
 
 def _xla_scaled_gemm(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype) -> jax.Array:
     dims = _dims(lhs_contract, rhs_contract)
     both_q = isinstance(lhs, QTensor) and isinstance(rhs, QTensor)
-    form = _gpu_fp8_form()
-    if (
-        both_q
-        and isinstance(lhs.spec, _PER_TENSOR)
-        and isinstance(rhs.spec, _PER_TENSOR)
-        and jax.default_backend() == "gpu"
-        and form != "native"
-    ):
-        # One cuBLASLt FP8 matmul that writes out_dtype (BF16) directly, FP32 accumulation with
-        # promotion (an FP8 dot at DEFAULT precision would use cuBLASLt's fast accumulation); the
-        # per-tensor scales are applied to the BF16 result in FP32 (rounded to BF16 twice).
-        preset = lax.DotAlgorithmPreset
-        algo = preset.ANY_F8_ANY_F8_F32_FAST_ACCUM if form == "direct_fast" else preset.ANY_F8_ANY_F8_F32
-        y = lax.dot_general(lhs.data, rhs.data, dims, precision=algo, preferred_element_type=out_dtype)
-        return (y.astype(jnp.float32) * (lhs.scale * rhs.scale)).astype(out_dtype)
     if both_q and isinstance(lhs.spec, _CONSTANT_ALONG_K) and isinstance(rhs.spec, _CONSTANT_ALONG_K):
-        # Scales are constant along K: factor them out of the sum, run the native FP8 dot.
-        acc = lax.dot_general(lhs.data, rhs.data, dims, preferred_element_type=jnp.float32)
+        # Scales are constant along K: factor them out of the sum, run the native FP8 dot. On GPU the
+        # dot names its algorithm: at DEFAULT precision XLA gives an FP8 dot cuBLASLt's fast
+        # accumulation (no FP32 promotion); ANY_F8_ANY_F8_F32 accumulates in FP32.
+        algo = None
+        if jax.default_backend() == "gpu":
+            form = _gpu_fp8_form()
+            fast = form == "direct_fast"
+            preset = lax.DotAlgorithmPreset
+            algo = preset.ANY_F8_ANY_F8_F32_FAST_ACCUM if fast else preset.ANY_F8_ANY_F8_F32
+            if isinstance(lhs.spec, _PER_TENSOR) and isinstance(rhs.spec, _PER_TENSOR) and form != "native":
+                # One cuBLASLt call writing out_dtype (BF16) itself: the FP32 product never reaches
+                # memory. The scales multiply the BF16 product in FP32, so the result is rounded to
+                # out_dtype twice (documented tolerance, docs/numerics.md).
+                y = lax.dot_general(lhs.data, rhs.data, dims, precision=algo, preferred_element_type=out_dtype)
+                return (y.astype(jnp.float32) * (lhs.scale * rhs.scale)).astype(out_dtype)
+        acc = lax.dot_general(lhs.data, rhs.data, dims, precision=algo, preferred_element_type=jnp.float32)
         acc = acc * _row_scale_for_output(lhs, lhs_contract, True)
         acc = acc * _row_scale_for_output(rhs, rhs_contract, False)
         return acc.astype(out_dtype)
