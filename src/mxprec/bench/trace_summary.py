@@ -22,6 +22,9 @@ __all__ = ["categorize", "summarize_trace"]
 _FP8 = re.compile(r"e4m3|e5m2|f8e|fp8|_f8|qgmma", re.IGNORECASE)
 _GEMM = re.compile(r"gemm|xmma|cutlass|cublas|matmul|gemv|wgmma|sm90_|nvjet", re.IGNORECASE)
 _ATTN = re.compile(r"cudnn|fmha|flash|sdpa|attention|dot_product", re.IGNORECASE)
+# cuBLASLt's nvjet kernels spell their A/B types as the first letters after the arch: q = E4M3,
+# r = E5M2 (t = BF16, s = FP32), e.g. nvjet_sm90_qrtst_... is an E4M3 x E5M2 GEMM.
+_NVJET_FP8 = re.compile(r"nvjet_sm\d+a?_[qr][qr]")
 
 
 def categorize(kernel: str) -> str:
@@ -29,7 +32,7 @@ def categorize(kernel: str) -> str:
     if _ATTN.search(kernel):
         return "attention"
     if _GEMM.search(kernel):
-        return "gemm_fp8" if _FP8.search(kernel) else "gemm_wide"
+        return "gemm_fp8" if _FP8.search(kernel) or _NVJET_FP8.search(kernel) else "gemm_wide"
     return "other"
 
 

@@ -1,0 +1,38 @@
+"""mxprec.bench.trace_summary on a synthetic Chrome trace (the layout jax.profiler writes on GPU)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from mxprec.bench.trace_summary import categorize, summarize_trace
+
+
+def test_categorize_kernel_names():
+    assert categorize("nvjet_sm90_qrtst_128x160_128x5_2x1_v_bz_coopA_algo2_TNT") == "gemm_fp8"
+    assert categorize("nvjet_sm90_tststt_128x256_64x4_1x2_h_bz_TNT") == "gemm_wide"
+    assert categorize("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x256x32") == "gemm_wide"
+    assert categorize("cutlass::device_kernel<GemmUniversal<MainloopSm90TmaGmmaWarpSpecializedFP8<float_e4m3_t>>>") == "gemm_fp8"
+    assert categorize("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16") == "attention"
+    assert categorize("input_convert_transpose_fusion_8") == "other"
+
+
+def test_summarize_trace_counts_gpu_stream_kernels_per_step(tmp_path):
+    run = tmp_path / "plugins" / "profile" / "2026_11_29"
+    run.mkdir(parents=True)
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "Stream #14(Compute)"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 8, "args": {"name": "XLA Ops"}},
+        {"ph": "X", "pid": 1, "tid": 7, "name": "nvjet_sm90_qqtst_x", "ts": 0, "dur": 3000.0},
+        {"ph": "X", "pid": 1, "tid": 7, "name": "loop_add_fusion", "ts": 0, "dur": 1000.0},
+        {"ph": "X", "pid": 1, "tid": 8, "name": "fusion.1", "ts": 0, "dur": 4000.0},
+        {"ph": "X", "pid": 2, "tid": 1, "name": "python", "ts": 0, "dur": 9000.0},
+    ]
+    with gzip.open(run / "host.trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    s = summarize_trace(str(tmp_path), steps=2)
+    assert s["gpu_kernel_ms"] == 2.0  # (3 + 1) ms over 2 steps; the XLA Ops row is not a kernel
+    assert s["categories_ms"] == {"gemm_fp8": 1.5, "other": 0.5}
+    assert s["top_ops_ms"] == [["fusion.1", 2.0]]
