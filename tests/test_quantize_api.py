@@ -80,3 +80,25 @@ def test_bad_input_raises_before_compute():
         mxprec.MXScaling(formats.E4M3, scale_rule="ceil")
     with pytest.raises(ValueError, match="unknown element format 'e9m9'"):
         mxprec.MXScaling("e9m9")
+
+
+@pytest.mark.parametrize("fmt", [formats.E4M3, formats.E5M2], ids=lambda f: f.name)
+def test_fp8_convert_rounds_like_the_software_rne_at_every_tie(fmt):
+    """The quantizer's FP8 codes come from XLA's FP32 -> FP8 convert (after a clamp). It must round
+    exactly like round_to_grid + encode on this backend, also for values a few FP32 ulps around each
+    tie (a convert that went through FP16 would round those twice)."""
+    from mxprec.quantize import _codes, encode, round_to_grid
+
+    grid = np.arange(256, dtype=np.uint8).view(fmt.dtype).astype(np.float32)
+    grid = np.unique(grid[np.isfinite(grid)])
+    mids = ((grid[1:].astype(np.float64) + grid[:-1]) / 2).astype(np.float32)
+    xs = [mids]
+    for k in (1, 2, 7, 100, 1000):
+        step = np.float32(k) * np.spacing(mids)
+        xs += [mids + step, mids - step]
+    x = np.concatenate(xs + [np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, 1e-40], np.float32)])
+    x = jnp.asarray(np.concatenate([x, -x]))
+    want = jax.jit(lambda v: encode(round_to_grid(v, fmt, None), fmt))(x)
+    got = jax.jit(lambda v: _codes(v, fmt, None))(x)
+    bad = np.nonzero(np.asarray(want != got))[0]
+    assert bad.size == 0, f"{bad.size} codes differ, e.g. x={np.asarray(x)[bad[:5]]}"
