@@ -68,6 +68,8 @@ def _operands(key, b, m, n, k, lfmt, rfmt, lc=2, rc=2, delayed=False, scale=(3.0
 FAMILIES = {
     "row": lambda lf, rf: (RowScaling(FMTS[lf]), RowScaling(FMTS[rf])),
     "block": lambda lf, rf: (TileScaling(FMTS[lf], tile=(1, 128)), TileScaling(FMTS[rf], tile=(128, 128))),
+    # The Wgrad pair (dW = X^T dY): 1x128 tiles on both operands.
+    "block1d": lambda lf, rf: (TileScaling(FMTS[lf], tile=(1, 128)), TileScaling(FMTS[rf], tile=(1, 128))),
 }
 
 
@@ -168,9 +170,11 @@ def test_supports_row_and_block_without_gpu():
     # Mixed families.
     assert "not implemented" in cuda.why_unsupported(rl, br, check_library=False)
     assert "TileScaling" in cuda.why_unsupported(bl, _q(w, "e4m3", 2), check_library=False)
-    # Only 1x128 (lhs) x 128x128 (rhs) tiles are built.
+    # Built: 1x128 lhs x 128x128 or 1x128 rhs tiles (the Wgrad pair); nothing else.
     w_tile_1 = mxprec.quantize(w, TileScaling(formats.E4M3, tile=(1, 128)), axis=2)
-    assert "(1, 128)" in cuda.why_unsupported(bl, w_tile_1, check_library=False)
+    assert cuda.why_unsupported(bl, w_tile_1, check_library=False) == ""
+    w_tile_32 = mxprec.quantize(w, TileScaling(formats.E4M3, tile=(32, 128)), axis=2)
+    assert "(32, 128)" in cuda.why_unsupported(bl, w_tile_32, check_library=False)
     x_tile_128 = mxprec.quantize(jnp.ones((2, 128, 256)), TileScaling(formats.E4M3, tile=(128, 128)), axis=2)
     assert "tiles" in cuda.why_unsupported(x_tile_128, br, check_library=False)
     # e5m2 x e5m2 is not built in any family.
@@ -185,7 +189,7 @@ def test_supports_row_and_block_without_gpu():
     assert "N=12" in cuda.why_unsupported(rl, rr12, check_library=False)
 
 
-@pytest.mark.parametrize("family", ["row", "block"])
+@pytest.mark.parametrize("family", ["row", "block", "block1d"])
 @pytest.mark.parametrize("lc,rc", [(1, 1), (2, 1), (1, 2), (2, 2)])
 def test_wrapper_relayout_preserves_the_product(family, lc, rc):
     """What cuda.scaled_gemm hands the handler (K-major data, contract-2 scales) is the same GEMM."""
@@ -194,9 +198,9 @@ def test_wrapper_relayout_preserves_the_product(family, lc, rc):
     tn = []
     for q, c in ((lhs, lc), (rhs, rc)):
         data = cuda._to_tn(q, c)
-        scale = cuda._scale_tn(q, c, family)
+        scale = cuda._scale_tn(q, c, "row" if family == "row" else "block")
         rows = data.shape[1]
-        want_shape = (b, rows // q.spec.tile[0], k // 128) if family == "block" else (b, rows, 1)
+        want_shape = (b, rows // q.spec.tile[0], k // 128) if family != "row" else (b, rows, 1)
         assert scale.shape == want_shape  # the contract-2 scale layout of csrc/common/scaled_gemm.h
         tn.append(dataclasses.replace(q, data=data, scale=scale, axis=2, shape=tuple(data.shape)))
     want = reference_scaled_gemm(lhs, rhs, lhs_contract=lc, rhs_contract=rc, out_dtype=jnp.float32)
@@ -294,11 +298,12 @@ _PAIRS = [("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2")]
 
 
 @needs_gpu
-@pytest.mark.parametrize("family", ["row", "block"])
+@pytest.mark.parametrize("family", ["row", "block", "block1d"])
 @pytest.mark.parametrize("pair", _PAIRS)
 @pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32])
 def test_family_matches_reference(family, pair, out_dtype):
-    seed = 1000 + 10 * _PAIRS.index(pair) + (family == "block") * 2 + (out_dtype == jnp.float32)
+    fam_i = ("row", "block", "block1d").index(family)
+    seed = 1000 + 10 * _PAIRS.index(pair) + 2 * fam_i + (out_dtype == jnp.float32)
     b, m, n, k = 2, 202, 384, 1152  # M not a multiple of the 128 tile (nor of 4); 9 K blocks
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(seed), b, m, n, k, *pair)
     f = jax.jit(lambda l, r: cuda.scaled_gemm(l, r, lhs_contract=2, rhs_contract=2, out_dtype=out_dtype))
@@ -306,7 +311,7 @@ def test_family_matches_reference(family, pair, out_dtype):
 
 
 @needs_gpu
-@pytest.mark.parametrize("family", ["row", "block"])
+@pytest.mark.parametrize("family", ["row", "block", "block1d"])
 @pytest.mark.parametrize("lc,rc", [(1, 1), (2, 1), (1, 2)])
 def test_family_transposed_operands_bias(family, lc, rc):
     b, m, n, k = 3, 136, 256, 384
@@ -322,7 +327,7 @@ def test_family_transposed_operands_bias(family, lc, rc):
 
 
 @needs_gpu
-@pytest.mark.parametrize("family", ["row", "block"])
+@pytest.mark.parametrize("family", ["row", "block", "block1d"])
 @pytest.mark.parametrize(
     "shape", [(1, 1, 128, 128), (1, 8, 128, 256), (4, 333, 640, 1024), (1, 4096, 4096, 4096)]
 )
@@ -335,7 +340,7 @@ def test_family_shapes_bf16_bias(family, shape):
 
 
 @needs_gpu
-@pytest.mark.parametrize("family", ["row", "block"])
+@pytest.mark.parametrize("family", ["row", "block", "block1d"])
 def test_family_fresh_scales_one_compile(family):
     # The same compiled function on inputs whose scales differ by orders of magnitude each call.
     f = jax.jit(lambda l, r: cuda.scaled_gemm(l, r, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32))
@@ -347,7 +352,7 @@ def test_family_fresh_scales_one_compile(family):
 
 
 @needs_gpu
-@pytest.mark.parametrize("family", ["row", "block"])
+@pytest.mark.parametrize("family", ["row", "block", "block1d"])
 def test_family_routed_by_scaled_gemm(family):
     # mxprec.kernels.scaled_gemm(backend="ffi") on GPU runs these operands on the CUDA kernels.
     from mxprec.kernels import scaled_gemm

@@ -266,11 +266,13 @@ def test_sm90_rowwise_sass_has_qgmma_and_fp32_promotion(out):
     assert len(re.findall(r"\bFADD\b", sass)) >= 256
 
 
+@pytest.mark.parametrize("fam", ["blockwise", "blockwise1d"])
 @pytest.mark.parametrize("out", ["bf16", "f32"])
-def test_sm90_blockwise_sass_has_qgmma_and_scaled_promotion(out):
-    """Block-scaled GEMM objects: FP8 wgmma for the 3 pairs; each 128-of-K partial sum enters the FP32
-    accumulator through an FFMA with its scale (CUTLASS GmmaFP8Accumulation::scale); TMA loads."""
-    sass = _sass(_first_existing(BUILD / "obj" / f"sm90_fp8_gemm_blockwise_{out}.o"))
+def test_sm90_blockwise_sass_has_qgmma_and_scaled_promotion(fam, out):
+    """Block-scaled GEMM objects (B in 128x128 / 1x128 tiles): FP8 wgmma for the 3 pairs; each
+    128-of-K partial sum enters the FP32 accumulator through an FFMA with its scale (CUTLASS
+    GmmaFP8Accumulation::scale); TMA loads of the operands."""
+    sass = _sass(_first_existing(BUILD / "obj" / f"sm90_fp8_gemm_{fam}_{out}.o"))
     for pair in _SM90_PAIRS:
         assert re.search(rf"QGMMA\.64x\d+x32\.F32\.{pair}", sass), pair
     assert len(re.findall(r"\bFFMA\b", sass)) >= 3 * 64  # >= one per accumulator register per kernel
@@ -279,7 +281,8 @@ def test_sm90_blockwise_sass_has_qgmma_and_scaled_promotion(out):
 
 # The first per-tensor tile (128x256, FP32 promotion) spilled: STACK:248 and ~390 TFLOP/s on the H200.
 @pytest.mark.parametrize(
-    "tu", [f"{fam}_{out}" for fam in ("tensorwise", "rowwise", "blockwise") for out in ("bf16", "f32")]
+    "tu",
+    [f"{fam}_{out}" for fam in ("tensorwise", "rowwise", "blockwise", "blockwise1d") for out in ("bf16", "f32")],
 )
 def test_sm90_gemm_kernels_do_not_spill(tu):
     """Every kernel of a built sm_90a GEMM object: STACK:0 and LOCAL:0 (register spills make it slow)."""

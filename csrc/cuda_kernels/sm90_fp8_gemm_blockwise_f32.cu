@@ -3,8 +3,8 @@
 
 namespace mxprec {
 namespace cuda {
-MXPREC_INSTANTIATE_SM90_BLOCKWISE(0, 1)  // e4m3 x e4m3
-MXPREC_INSTANTIATE_SM90_BLOCKWISE(1, 1)  // e5m2 x e4m3
-MXPREC_INSTANTIATE_SM90_BLOCKWISE(2, 1)  // e4m3 x e5m2
+MXPREC_INSTANTIATE_SM90_BLOCKWISE(0, 1, kBlockwiseRowsB)  // e4m3 x e4m3
+MXPREC_INSTANTIATE_SM90_BLOCKWISE(1, 1, kBlockwiseRowsB)  // e5m2 x e4m3
+MXPREC_INSTANTIATE_SM90_BLOCKWISE(2, 1, kBlockwiseRowsB)  // e4m3 x e5m2
 }  // namespace cuda
 }  // namespace mxprec

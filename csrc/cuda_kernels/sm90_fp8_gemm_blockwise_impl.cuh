@@ -5,9 +5,12 @@
 // the scale-factor layouts ride along with the operand layouts: the builder takes
 // `cute::tuple<LayoutA, LayoutSFA>` / `cute::tuple<LayoutB, LayoutSFB>`, where LayoutSF* are CuTe
 // layouts of shape ((granularity, blocks_MN), (granularity_K, blocks_K), L). The granularities
-// come from Sm90BlockwiseScaleConfig<1, 128, 128>: one A scale per row and 128 of K (128 per
-// 128-row CTA tile, loaded by TMA since they are M-major), one B scale per 128x128 tile (one per
-// CTA tile, loaded with cp.async by the producer's auxiliary warp).
+// come from Sm90BlockwiseScaleConfig<1, kRowsB, 128>. kRowsB = 128: one A scale per row and 128 of
+// K (128 per 128-row CTA tile, loaded by TMA since they are M-major), one B scale per 128x128 tile
+// (one per CTA tile, loaded with cp.async by the producer's auxiliary warp). kRowsB = 1: 128 scales
+// per CTA tile on both sides, both loaded with cp.async (CUTLASS uses TMA for a scale operand only
+// when the other one has fewer than 32 per tile), and every accumulator element gets its own
+// sa[m] * sb[n] at each promotion.
 // Epilogue: LinCombPerColBias with alpha = 1 (the scales are already in the accumulator):
 // D = acc + bias[n], bias_ptr == nullptr: no bias.
 #ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_BLOCKWISE_IMPL_CUH_
@@ -22,12 +25,13 @@ namespace mxprec {
 namespace cuda {
 namespace blockwise {
 
-template <int kPair, int kOut>
+template <int kPair, int kOut, int kRowsB>
 struct Sm90BlockwiseGemm {
+  static_assert(kRowsB == kBlockwiseRowsB || kRowsB == kBlockwiseRowsB1D, "B scale tiles are 128x128 or 1x128");
   using Ops = sm90::TnOperands<kPair, kOut>;
 
-  // Scale granularity (M, N, K) = (1, 128, 128); both scale layouts MN-major (the only SM90 form).
-  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kBlockwiseRowsB, kBlockwiseK>;
+  // Scale granularity (M, N, K) = (1, kRowsB, 128); both scale layouts MN-major (the only SM90 form).
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kRowsB, kBlockwiseK>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
@@ -57,7 +61,7 @@ struct Sm90BlockwiseGemm {
 
   static typename Gemm::Arguments make_args(const BlockwiseGemmArgs& p) {
     const sm90::PackedProblem<Gemm> pp(p.m, p.n, p.k, p.l, p.sm_count);
-    // ((128, N/128), (128, K/128), L) : ((0, 1), (0, N/128), N/128 * K/128): float[L][K/128][N/128].
+    // ((kRowsB, NB), (128, K/128), L) : ((0, 1), (0, NB), NB * K/128): float[L][K/128][NB], NB = N/kRowsB.
     LayoutSFB layout_sfb = ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(p.m, p.n, p.k, p.l));
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
@@ -78,22 +82,22 @@ struct Sm90BlockwiseGemm {
 
 }  // namespace blockwise
 
-template <int kPair, int kOut>
+template <int kPair, int kOut, int kRowsB>
 size_t sm90_blockwise_workspace(const BlockwiseGemmArgs& args) {
-  return sm90::workspace<blockwise::Sm90BlockwiseGemm<kPair, kOut>>(args);
+  return sm90::workspace<blockwise::Sm90BlockwiseGemm<kPair, kOut, kRowsB>>(args);
 }
 
-template <int kPair, int kOut>
+template <int kPair, int kOut, int kRowsB>
 const char* sm90_blockwise_run(const BlockwiseGemmArgs& args, void* workspace, cudaStream_t stream) {
   static constexpr sm90::RunErrors kErrors{"CUTLASS can_implement rejected the block-scaled problem",
                                            "CUTLASS initialize failed (block-scaled)",
                                            "CUTLASS kernel launch failed (block-scaled)"};
-  return sm90::run<blockwise::Sm90BlockwiseGemm<kPair, kOut>>(args, workspace, stream, kErrors);
+  return sm90::run<blockwise::Sm90BlockwiseGemm<kPair, kOut, kRowsB>>(args, workspace, stream, kErrors);
 }
 
-#define MXPREC_INSTANTIATE_SM90_BLOCKWISE(P, O)                                                   \
-  template size_t sm90_blockwise_workspace<P, O>(const BlockwiseGemmArgs&);                      \
-  template const char* sm90_blockwise_run<P, O>(const BlockwiseGemmArgs&, void*, cudaStream_t);
+#define MXPREC_INSTANTIATE_SM90_BLOCKWISE(P, O, R)                                                   \
+  template size_t sm90_blockwise_workspace<P, O, R>(const BlockwiseGemmArgs&);                      \
+  template const char* sm90_blockwise_run<P, O, R>(const BlockwiseGemmArgs&, void*, cudaStream_t);
 
 }  // namespace cuda
 }  // namespace mxprec

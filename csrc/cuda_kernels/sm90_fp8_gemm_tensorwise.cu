@@ -8,9 +8,10 @@
 //   * row x row (kind 2, scales (B, M, 1) / (B, N, 1)) -> row-wise GEMM (sm90_fp8_gemm_rowwise.h),
 //     scales applied in the epilogue;
 //   * tile x tile with lhs 1x128 tiles (tile_rows 1, block 128; scales (B, M, K/128)) and rhs
-//     128x128 tiles (tile_rows 128, block 128; scales (B, N/128, K/128)) -> block-scaled GEMM
-//     (sm90_fp8_gemm_blockwise.h), scales applied per 128 of K in the mainloop; the scale buffers
-//     are transposed on the stream into the kernel's layout (XLA scratch memory).
+//     128x128 tiles (tile_rows 128; scales (B, N/128, K/128): Fprop / Dgrad) or 1x128 tiles
+//     (tile_rows 1; scales (B, N, K/128): Wgrad) -> block-scaled GEMM (sm90_fp8_gemm_blockwise.h),
+//     scales applied per 128 of K in the mainloop; the scale buffers are transposed on the stream
+//     into the kernel's layout (XLA scratch memory).
 // Common to all three:
 //   * formats e4m3 x e4m3, e5m2 x e4m3, e4m3 x e5m2 (the HYBRID pairs);
 //   * lhs_contract == 2 and rhs_contract == 2 ("TN": lhs (B, M, K), rhs (B, N, K), K contiguous).
@@ -54,7 +55,7 @@ bool sm90_tensorwise_aligned(GemmOut out, int64_t m, int64_t n, int64_t k) {
 
 bool sm90_blockwise_aligned(int64_t m, int64_t n, int64_t k) {
   (void)m;
-  return k > 0 && k % kBlockwiseK == 0 && n > 0 && n % kBlockwiseRowsB == 0;
+  return k > 0 && k % kBlockwiseK == 0 && n > 0 && n % kBlockwiseRowsB == 0;  // whole 128-row N tiles either way
 }
 
 namespace {
@@ -158,13 +159,16 @@ struct Rowwise {
   template <int P, int O>
   static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_rowwise_run<P, O>(a, ws, s); }
 };
+template <int kRowsB>
 struct Blockwise {
   using Args = BlockwiseGemmArgs;
   template <int P, int O>
-  static size_t workspace(const Args& a) { return sm90_blockwise_workspace<P, O>(a); }
+  static size_t workspace(const Args& a) { return sm90_blockwise_workspace<P, O, kRowsB>(a); }
   template <int P, int O>
-  static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_blockwise_run<P, O>(a, ws, s); }
+  static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_blockwise_run<P, O, kRowsB>(a, ws, s); }
 };
+using Blockwise2D = Blockwise<kBlockwiseRowsB>;    // B in 128x128 tiles
+using Blockwise1D = Blockwise<kBlockwiseRowsB1D>;  // B in 1x128 tiles
 
 template <class F, int P>
 size_t workspace_out(GemmOut out, const typename F::Args& a) {
@@ -218,11 +222,11 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
   } else if (lk == ScalingKind::kRow && rk == ScalingKind::kRow) {
     fam = Family::kRow;
   } else if (lk == ScalingKind::kTile && rk == ScalingKind::kTile) {
-    if (lhs_tile_rows != 1 || lhs_block != kBlockwiseK || rhs_tile_rows != kBlockwiseRowsB ||
-        rhs_block != kBlockwiseK) {
+    if (lhs_tile_rows != 1 || lhs_block != kBlockwiseK ||
+        (rhs_tile_rows != kBlockwiseRowsB && rhs_tile_rows != kBlockwiseRowsB1D) || rhs_block != kBlockwiseK) {
       std::ostringstream os;
       os << "unimplemented tile shapes lhs " << lhs_tile_rows << "x" << lhs_block << ", rhs " << rhs_tile_rows << "x"
-         << rhs_block << ": the block-scaled kernel takes lhs 1x128 and rhs 128x128 tiles";
+         << rhs_block << ": the block-scaled kernels take lhs 1x128 and rhs 128x128 or 1x128 tiles";
       return unimplemented(os.str());
     }
     fam = Family::kBlock;
@@ -230,7 +234,7 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
     return unimplemented(std::string("unimplemented scaling kinds lhs ") + scaling_kind_name(lk) + ", rhs " +
                          scaling_kind_name(rk) +
                          ": the CUDA kernels take tensor x tensor (tensor / delayed), row x row and tile 1x128 x "
-                         "tile 128x128 FP8 operands (use backend='xla' or the CPU backend)");
+                         "tile 128x128 or 1x128 FP8 operands (use backend='xla' or the CPU backend)");
   }
   const auto lf = static_cast<ElemFormat>(lhs_fmt), rf = static_cast<ElemFormat>(rhs_fmt);
   int pair = -1;
@@ -257,13 +261,13 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
   const OperandDesc ro{rk, rf, fam == Family::kBlock ? rhs_block : 1, fam == Family::kBlock ? rhs_tile_rows : 1, 2};
   if (auto e = check_buffer(op, "lhs data", ld, operand_data_dims(lo, B, M, K), data_dtype(lf)); e.failure()) return e;
   if (auto e = check_buffer(op, "rhs data", rd, operand_data_dims(ro, B, N, K), data_dtype(rf)); e.failure()) return e;
-  if (fam == Family::kBlock && (K % kBlockwiseK != 0 || N % kBlockwiseRowsB != 0)) {
+  if (fam == Family::kBlock && (K % kBlockwiseK != 0 || N % rhs_tile_rows != 0)) {
     std::ostringstream os;
     os << op << ": K=" << K << " and N=" << N << " must be multiples of the tile block " << kBlockwiseK
-       << " and the rhs tile rows " << kBlockwiseRowsB;
+       << " and the rhs tile rows " << rhs_tile_rows;
     return invalid(os.str());
   }
-  // Scales: tensor f32 (); row (B, M, 1) / (B, N, 1); tile (B, M, K/128) / (B, N/128, K/128).
+  // Scales: tensor f32 (); row (B, M, 1) / (B, N, 1); tile (B, M, K/128) / (B, N/tile_rows, K/128).
   if (auto e = check_buffer(op, "lhs scale", ls, operand_scale_dims(lo, B, M, K), ffi::DataType::F32); e.failure())
     return e;
   if (auto e = check_buffer(op, "rhs scale", rs, operand_scale_dims(ro, B, N, K), ffi::DataType::F32); e.failure())
@@ -293,9 +297,11 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
   }
   constexpr int64_t kI32 = 2147483647;
   if (B > kI32 || M > kI32 || N > kI32 || K > kI32) return unimplemented("extents must be < 2**31");
-  const int64_t m_pitch = blockwise_sfa_pitch(M), kb = K / kBlockwiseK, nb = N / kBlockwiseRowsB;
-  if (fam == Family::kBlock && (m_pitch > kI32 || B * m_pitch * kb > kI32)) {
-    return unimplemented("block-scaled: B * M * K/128 (the lhs scale count) must be < 2**31");
+  const bool rows_b_1d = fam == Family::kBlock && rhs_tile_rows == kBlockwiseRowsB1D;
+  const int64_t m_pitch = blockwise_sfa_pitch(M), kb = K / kBlockwiseK;
+  const int64_t nb = N / (rows_b_1d ? kBlockwiseRowsB1D : kBlockwiseRowsB);
+  if (fam == Family::kBlock && (m_pitch > kI32 || B * m_pitch * kb > kI32 || B * nb * kb > kI32)) {
+    return unimplemented("block-scaled: B * M * K/128 and B * N/tile_rows * K/128 (the scale counts) must be < 2**31");
   }
 
   std::string err;
@@ -333,7 +339,7 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
       ba = BlockwiseGemmArgs{ld.untyped_data(), rd.untyped_data(), out->untyped_data(), nullptr, nullptr, biasp,
                              static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), static_cast<int>(B),
                              static_cast<int>(m_pitch), sms};
-      ws = workspace_for<Blockwise>(pair, gout, ba);
+      ws = rows_b_1d ? workspace_for<Blockwise1D>(pair, gout, ba) : workspace_for<Blockwise2D>(pair, gout, ba);
       sfa_bytes = round_up(static_cast<size_t>(B * m_pitch * kb) * sizeof(float));
       sfb_bytes = round_up(static_cast<size_t>(B * nb * kb) * sizeof(float));
       break;
@@ -391,7 +397,8 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
       if (ce != cudaSuccess) {
         return ffi::Error::Internal(std::string(op) + ": scale layout kernel: " + cudaGetErrorString(ce));
       }
-      msg = run_for<Blockwise>(pair, gout, ba, workspace, stream);
+      msg = rows_b_1d ? run_for<Blockwise1D>(pair, gout, ba, workspace, stream)
+                      : run_for<Blockwise2D>(pair, gout, ba, workspace, stream);
       break;
   }
   if (msg != nullptr) return ffi::Error::Internal(std::string(op) + ": " + msg);

@@ -75,9 +75,10 @@ BUILD_HINT = (
 # (lhs fmt, rhs fmt) pairs the library is built for.
 PAIRS = (("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2"))
 OUT_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32))
-# TileScaling tiles (rows, K) of the block-scaled kernel: 1x128 activations x 128x128 weights.
+# TileScaling tiles (rows, K) of the block-scaled kernels: 1x128 lhs x 128x128 rhs (Fprop: X x W;
+# Dgrad: dY x W) or 1x128 rhs (Wgrad: X^T x dY).
 LHS_TILE = (1, 128)
-RHS_TILE = (128, 128)
+RHS_TILES = ((128, 128), (1, 128))
 _PER_TENSOR = (TensorScaling, DelayedScaling)
 
 
@@ -117,16 +118,16 @@ def _family(lspec, rspec) -> tuple[str, str]:
     if isinstance(lspec, RowScaling) and isinstance(rspec, RowScaling):
         return "row", ""
     if isinstance(lspec, TileScaling) and isinstance(rspec, TileScaling):
-        if lspec.tile != LHS_TILE or rspec.tile != RHS_TILE:
+        if lspec.tile != LHS_TILE or rspec.tile not in RHS_TILES:
             return "", (
                 f"TileScaling tiles lhs {lspec.tile} x rhs {rspec.tile} are not built; the block-scaled "
-                f"kernel takes lhs {LHS_TILE} x rhs {RHS_TILE}"
+                f"kernels take lhs {LHS_TILE} x rhs {' or '.join(map(str, RHS_TILES))}"
             )
         return "block", ""
     return "", (
         f"lhs {type(lspec).__name__} x rhs {type(rspec).__name__} is not implemented; the CUDA kernels take "
         f"TensorScaling/DelayedScaling on both operands, RowScaling on both, or TileScaling lhs {LHS_TILE} x "
-        f"rhs {RHS_TILE}"
+        f"rhs {' or '.join(map(str, RHS_TILES))}"
     )
 
 
@@ -168,12 +169,12 @@ def why_unsupported(
     align = 8 if od == jnp.dtype(jnp.bfloat16) else 4
     if n % align:
         return f"N={n} must be a multiple of {align} for {od} output"
-    if family == "block" and (k % LHS_TILE[1] or n % RHS_TILE[0]):
-        return f"block-scaled: K={k} and N={n} must be multiples of 128 (whole 1x128 / 128x128 tiles)"
+    if family == "block" and (k % LHS_TILE[1] or n % 128):
+        return f"block-scaled: K={k} and N={n} must be multiples of 128 (whole scale blocks and 128-row N tiles)"
     if max(lhs.shape + rhs.shape) >= 2**31:
         return "extents must be < 2**31"
-    if family == "block" and b * (-(-lhs.shape[3 - lc] // 4) * 4) * (k // 128) >= 2**31:
-        return "block-scaled: B * M * K/128 (the lhs scale count) must be < 2**31"
+    if family == "block" and b * max(-(-lhs.shape[3 - lc] // 4) * 4, n // rhs.spec.tile[0]) * (k // 128) >= 2**31:
+        return "block-scaled: B * M * K/128 and B * N/tile_rows * K/128 (the scale counts) must be < 2**31"
     if check_library and not available():
         return _load()[1]
     return ""
@@ -222,7 +223,7 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
       lhs: FP8 QTensor ``(B, M, K)`` (lhs_contract=2) or ``(B, K, M)`` (=1): per-tensor / delayed,
         RowScaling, or TileScaling (1, 128).
       rhs: FP8 QTensor ``(B, N, K)`` (rhs_contract=2) or ``(B, K, N)`` (=1), of the same family
-        (TileScaling (128, 128) with a (1, 128) lhs).
+        (TileScaling (128, 128) or (1, 128) with a (1, 128) lhs).
       out_dtype: bfloat16 or float32.
       bias: optional float32 ``(N,)``, added in FP32 before the output cast.
 
