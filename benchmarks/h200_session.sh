@@ -6,7 +6,8 @@
 #   OUT=/path bash benchmarks/h200_session.sh STAGE [STAGE ...]
 #
 # Stages (each bounded by `timeout`; order them by priority):
-#   cuda-tests   tests/test_cuda.py + tests/test_cuda_quantize.py (needs build-cuda/libmxprec_cuda.so)
+#   cuda-tests   tests/test_cuda.py + tests/test_cuda_quantize.py (needs build-cuda/libmxprec_cuda.so), then
+#                the GPU checks of the XLA path (FP8 convert at ties, FP8 GEMMs with FP32 accumulation)
 #   dg-ffi       tests/test_dot_general.py oracle suite with backend="ffi" on the GPU
 #   gemm:SHAPES  benchmarks/gemm.py for the fp8 recipes on both backends, e.g. gemm:8192x8192x8192
 #   quant        benchmarks/cuda_quantize.py (all kinds)
@@ -42,7 +43,9 @@ for stage in "$@"; do
   case "$stage" in
     cuda-tests)
       step test_cuda_quantize "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda_quantize.py
-      step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py ;;
+      step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py
+      step test_gpu_numerics "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_quantize_api.py \
+        tests/test_dot_general.py -k "tie or gpu_xla" ;;
     dg-ffi)
       step test_dg_ffi "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/test_dot_general.py -k "ffi" ;;
     gemm:*)
