@@ -224,11 +224,19 @@ def test_bench_cli_writes_json(tmp_path, capsys):
     assert result["rows"][1]["arm"] == "fp8_current"
 
 
+def test_arm_names_select_a_backend():
+    assert bench.arm_info("fp8_current:xla")["recipe"].backend == "xla"
+    assert bench.arm_info("fp8_current")["recipe"].backend == "auto"
+    with pytest.raises(ValueError):
+        bench.arm_info("fp8_current:nope")
+
+
 def test_bench_merge_combines_per_arm_runs(tmp_path):
     """--merge: rows of separate runs (one process / device call per arm) in one table, Amdahl redone."""
     common = ["--config", "micro", "--steps", "1", "--warmup", "0", "--batch", "2", "--quantize", "mlp",
               "--remat", "none", "--no-progress", "--gemm-reps", "1", "--fast-compile", "--isolate", "off"]
-    bench.main(common + ["--arms", "bf16", "--out", str(tmp_path / "a")])
+    a = bench.main(common + ["--arms", "bf16", "--out", str(tmp_path / "a"), "--profile", str(tmp_path / "prof")])
+    assert set(a["rows"][0]["profile"]) >= {"gpu_kernel_ms", "categories_ms", "top_kernels_ms"}  # 0 kernels on CPU
     bench.main(common + ["--arms", "flax_bf16", "--out", str(tmp_path / "b")])
     merged = bench.main(["--merge", str(tmp_path / "a" / "llama_micro.json"), str(tmp_path / "b" / "llama_micro.json"),
                          "--out", str(tmp_path / "m")])
@@ -237,6 +245,8 @@ def test_bench_merge_combines_per_arm_runs(tmp_path):
     assert "plain flax" in merged["rows"][1]["backend"]
     data = json.loads((tmp_path / "m" / "llama_micro.json").read_text())
     assert data["merged_from"] == ["llama_micro.json", "llama_micro.json"] and ";" in data["command"]
+    data["notes"] = ["why a target is missed"]
+    assert "## Notes\n\n- why a target is missed" in bench.markdown(data)
     other = json.loads((tmp_path / "a" / "llama_micro.json").read_text())
     other["model"]["d_model"] += 1
     (tmp_path / "c.json").write_text(json.dumps(other))

@@ -588,6 +588,8 @@ def markdown(result: dict) -> str:
     for fmt, t in am["table"].items():
         lines.append(f"| {fmt} | {t['r']:.1f} | {t['f=0.7']:.2f} | {t['f=0.8']:.2f} | {t['f=0.9']:.2f} | "
                      f"{_fmt(t['f=measured'], '.2f')} |")
+    if result.get("notes"):  # free text a person added to a merged result (e.g. why a target is missed)
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in result["notes"]]
     return "\n".join(lines) + "\n"
 
 
