@@ -18,6 +18,7 @@
 #   profile:ARMS like llama:ARMS with --profile (jax.profiler, 2 traced steps) and 5 timed steps
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
+#   tiles        per-tensor GEMM tile configs 3/4/5 x persistent-scheduler swizzle 1/4/8 (cuda_fp8_gemm.py)
 #   delayed-diag fp8_delayed with XLA GPU autotuning off / Triton GEMMs off (its compile did not finish
 #                within 210 s in the second session; which flag, if any, makes it compile?)
 # Environment: OUT (required), STEP_TIMEOUT (s, default 170), PYTHON (default python3), FORM (llama:
@@ -75,6 +76,19 @@ for stage in "$@"; do
         llama --config llama3_8b_4layer --arms fp8_delayed --isolate off --no-progress --warmup 1 --steps 3 \
         --out "$R/delayed_passlog"
       grep -c "" "$R/delayed_passlog.log"; grep -i "pass" "$R/delayed_passlog.log" | tail -n 5 ;;
+    tiles)  # per-tensor tile configs 3 (carried build-cuda), 4, 5 (built here: carry .deps/cutlass_library) x swizzle 1 / 4 / 8
+      for cfg in 4 5; do
+        step "build_cfg$cfg" env EXTRA_NVCC_FLAGS=-DMXPREC_SM90_TENSORWISE_CONFIG=$cfg bash csrc/cuda_kernels/build.sh \
+          "/tmp/mxprec_cfg$cfg"
+      done
+      for lib in build-cuda /tmp/mxprec_cfg4 /tmp/mxprec_cfg5; do
+        for sw in 1 4 8; do
+          tag="$(basename "$lib")_sw$sw"
+          step "tiles_$tag" env MXPREC_CUDA_LIBRARY="$lib/libmxprec_cuda.so" MXPREC_SM90_SWIZZLE=$sw "$PY" \
+            benchmarks/cuda_fp8_gemm.py --only mxprec,torch_scaled_mm --shapes 8192x8192x8192,16384x4096x14336 \
+            --out "$R/tiles_$tag.json"
+        done
+      done ;;
     delayed-diag)
       step delayed_autotune0 env XLA_FLAGS=--xla_gpu_autotune_level=0 "$PY" -m mxprec.bench llama \
         --config llama3_8b_4layer --arms fp8_delayed --isolate off --no-progress --out "$R/delayed_autotune0"

@@ -49,6 +49,21 @@ struct TensorwiseTileConfig<3> {
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 
+template <>  // 128x160x128, cluster 2x1, cooperative: cuBLASLt's own FP8 tile on the H200 (nvjet_sm90_qqtst_128x160_128x5_2x1)
+struct TensorwiseTileConfig<4> {
+  using TileShape = cute::Shape<cute::_128, cute::Int<160>, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+template <>  // 128x160x128, cluster 1x2, cooperative
+struct TensorwiseTileConfig<5> {
+  using TileShape = cute::Shape<cute::_128, cute::Int<160>, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+
 template <int kPair, int kOut>
 struct Sm90TensorwiseGemm {
   using Ops = sm90::TnOperands<kPair, kOut>;

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdlib>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -113,17 +114,52 @@ struct RunErrors {
   const char* launch;
 };
 
+// Persistent-scheduler options from the environment, read once per process (tuning experiments;
+// unset = CUTLASS's defaults): MXPREC_SM90_SWIZZLE = max_swizzle_size (1, 2, 4, 8), MXPREC_SM90_RASTER
+// = "m" | "n" (raster along M / N; default: CUTLASS's heuristic). Unknown values keep the defaults.
+struct SchedulerEnv {
+  int swizzle = 1;
+  int raster = 0;  // 0 heuristic, 1 along M, 2 along N
+  SchedulerEnv() {
+    if (const char* s = std::getenv("MXPREC_SM90_SWIZZLE")) {
+      const int v = std::atoi(s);
+      if (v == 1 || v == 2 || v == 4 || v == 8) swizzle = v;
+    }
+    if (const char* r = std::getenv("MXPREC_SM90_RASTER")) {
+      if (r[0] == 'm' && r[1] == 0) raster = 1;
+      if (r[0] == 'n' && r[1] == 0) raster = 2;
+    }
+  }
+};
+inline const SchedulerEnv& scheduler_env() {
+  static const SchedulerEnv env;
+  return env;
+}
+
+// G::make_args(p) with the scheduler options of scheduler_env() applied.
+template <class G, class Args>
+typename G::Gemm::Arguments make_args(const Args& p) {
+  using RasterOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
+  auto a = G::make_args(p);
+  const SchedulerEnv& env = scheduler_env();
+  a.scheduler.max_swizzle_size = env.swizzle;
+  a.scheduler.raster_order = env.raster == 1   ? RasterOptions::AlongM
+                             : env.raster == 2 ? RasterOptions::AlongN
+                                               : RasterOptions::Heuristic;
+  return a;
+}
+
 // Bytes of device workspace family G (with static make_args(Args)) needs for these arguments.
 template <class G, class Args>
 size_t workspace(const Args& p) {
-  auto a = G::make_args(p);
+  auto a = make_args<G>(p);
   return G::Gemm::get_workspace_size(a);
 }
 
 // can_implement, initialize, run on `stream`; nullptr on success, else the matching RunErrors string.
 template <class G, class Args>
 const char* run(const Args& p, void* workspace, cudaStream_t stream, const RunErrors& errors) {
-  auto a = G::make_args(p);
+  auto a = make_args<G>(p);
   typename G::Gemm gemm;
   if (gemm.can_implement(a) != cutlass::Status::kSuccess) return errors.can_implement;
   if (gemm.initialize(a, workspace, stream) != cutlass::Status::kSuccess) return errors.initialize;
