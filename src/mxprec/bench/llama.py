@@ -1,7 +1,8 @@
 """Llama training-step benchmark: one row per recipe arm, seed 000's table.
 
 ``python -m mxprec.bench llama [--arms bf16,fp16,...] [--config tiny] [--steps N] [--warmup W]
-[--batch B] [--out DIR]`` (or ``benchmarks/llama_step.py``, the same ``main``).
+[--batch B] [--out DIR] [--profile DIR]`` (or ``benchmarks/llama_step.py``, the same ``main``). An
+arm is ``RECIPE[:BACKEND]`` (e.g. ``fp8_current:ffi``) or a Flax peer (``flax_bf16``, ``flax_fp8``).
 
 The step
 --------
