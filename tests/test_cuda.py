@@ -96,6 +96,16 @@ def _family_operands(family, key, b, m, n, k, lfmt, rfmt, lc=2, rc=2, scale=(3.0
     return mxprec.quantize(x, lspec, axis=lc), mxprec.quantize(w, rspec, axis=rc)
 
 
+def _raw_attrs(lhs, rhs):
+    """mxprec_scaled_gemm attributes of a direct FFI call: (kind, block, tile_rows) per operand, e4m3,
+    contraction axis 2, no bias."""
+    attrs = {"has_bias": 0}
+    for name, (kind, block, tile_rows) in (("lhs", lhs), ("rhs", rhs)):
+        attrs.update({f"{name}_kind": kind, f"{name}_fmt": 0, f"{name}_block": block,
+                      f"{name}_tile_rows": tile_rows, f"{name}_contract": 2})
+    return {k: np.int32(v) for k, v in attrs.items()}
+
+
 def _check(out, lhs, rhs, lc, rc, out_dtype, bias=None):
     out_dtype = jnp.dtype(out_dtype)
     assert out.dtype == out_dtype
@@ -271,20 +281,7 @@ def test_fresh_inputs_and_scales_vary():
 def test_unimplemented_kind_is_an_error():
     x = jax.random.normal(jax.random.PRNGKey(0), (1, 32, 64), jnp.float32)
     q = _q(x, "e4m3", 2)
-    attrs = {
-        "lhs_kind": 2,
-        "lhs_fmt": 0,
-        "lhs_block": 1,
-        "lhs_tile_rows": 1,
-        "lhs_contract": 2,
-        "rhs_kind": 1,
-        "rhs_fmt": 0,
-        "rhs_block": 1,
-        "rhs_tile_rows": 1,
-        "rhs_contract": 2,
-        "has_bias": 0,
-    }
-    attrs = {k: np.int32(v) for k, v in attrs.items()}
+    attrs = _raw_attrs(lhs=(2, 1, 1), rhs=(1, 1, 1))  # row x tensor
     call = jax.ffi.ffi_call(cuda.TARGET, jax.ShapeDtypeStruct((1, 32, 32), jnp.float32))
     row_scale = jnp.ones((1, 32, 1), jnp.float32)
     one = jnp.ones((), jnp.float32)
@@ -367,20 +364,7 @@ def test_family_routed_by_scaled_gemm(family):
 def test_unbuilt_tile_shapes_are_an_error():
     # tile x tile with lhs 128x128 tiles: a valid contract call the CUDA handler does not implement.
     x = mxprec.quantize(jnp.ones((1, 128, 256)), TileScaling(formats.E4M3, tile=(128, 128)), axis=2)
-    attrs = {
-        "lhs_kind": 3,
-        "lhs_fmt": 0,
-        "lhs_block": 128,
-        "lhs_tile_rows": 128,
-        "lhs_contract": 2,
-        "rhs_kind": 3,
-        "rhs_fmt": 0,
-        "rhs_block": 128,
-        "rhs_tile_rows": 128,
-        "rhs_contract": 2,
-        "has_bias": 0,
-    }
-    attrs = {k: np.int32(v) for k, v in attrs.items()}
+    attrs = _raw_attrs(lhs=(3, 128, 128), rhs=(3, 128, 128))
     call = jax.ffi.ffi_call(cuda.TARGET, jax.ShapeDtypeStruct((1, 128, 128), jnp.float32))
     one = jnp.ones((), jnp.float32)
     with pytest.raises(Exception, match="(?i)unimplemented tile shapes"):
