@@ -88,8 +88,6 @@ def arm_info(arm: str) -> dict:
     import flax.linen as nn
     import jax.numpy as jnp
 
-    from mxprec import recipes
-
     if arm == PEER_ARM:
         return dict(recipe=None, dot_general_cls=nn.Fp8DirectDotGeneralOp, dtype=jnp.bfloat16,
                     loss_scale=False, fmt="fp8", saved="bf16",
@@ -97,13 +95,20 @@ def arm_info(arm: str) -> dict:
     if arm == PLAIN_ARM:
         return dict(recipe=None, dot_general_cls=None, dtype=jnp.bfloat16, loss_scale=False, fmt="bf16",
                     saved="bf16", backend="plain flax DenseGeneral (lax.dot_general, no mxprec)")
-    name, _, backend_override = arm.partition(":")  # "fp8_current:ffi": the preset on another backend
-    recipe = recipes.get(name, backend=backend_override) if backend_override else recipes.get(name)
+    recipe = arm_recipe(arm)
     fp16 = recipe.compute_dtype is not None and jnp.dtype(recipe.compute_dtype) == jnp.dtype(jnp.float16)
     backend = recipe.describe().splitlines()[-1].strip()
     backend = backend.removeprefix("backend: ")
     return dict(recipe=recipe, dot_general_cls=None, dtype=jnp.float16 if fp16 else jnp.bfloat16,
                 loss_scale=fp16, fmt=_amdahl_format(recipe), saved=_saved_format(recipe), backend=backend)
+
+
+def arm_recipe(arm: str):
+    """The Recipe of a recipe arm ``RECIPE[:BACKEND]`` ("fp8_current:ffi": the preset on another backend)."""
+    from mxprec import recipes
+
+    name, _, backend = arm.partition(":")
+    return recipes.get(name, backend=backend) if backend else recipes.get(name)
 
 
 def _amdahl_format(recipe) -> str:
@@ -805,10 +810,7 @@ def main(argv=None) -> dict:
 
     for arm in args.arms:
         if arm not in (PEER_ARM, PLAIN_ARM):
-            from mxprec import recipes
-
-            name, _, backend = arm.partition(":")
-            recipes.get(name, **({"backend": backend} if backend else {}))  # fail fast on an unknown name
+            arm_recipe(arm)  # fail fast on an unknown name or backend
     isolate = args.isolate == "on" or (args.isolate == "auto" and jax.default_backend() != "cpu")
     child_argv = _child_argv(argv)
 
