@@ -40,6 +40,14 @@ step() {  # step NAME COMMAND...: runs under the time limit, logs to $R/NAME.log
   tail -n 6 "$R/$name.log"
 }
 
+llama_step() {  # llama_step NAME ARM [BENCH ARGS...]: one llama3_8b_4layer arm, env from LLAMA_ENV=(K=V ...)
+  local name="$1" arm="$2"
+  shift 2
+  step "$name" env "${LLAMA_ENV[@]}" "$PY" -m mxprec.bench llama --config llama3_8b_4layer --arms "$arm" \
+    --isolate off --no-progress --out "$R/$name" "$@"
+}
+LLAMA_ENV=()
+
 for stage in "$@"; do
   case "$stage" in
     cuda-tests)
@@ -56,10 +64,9 @@ for stage in "$@"; do
       step quant "$PY" benchmarks/cuda_quantize.py --out "$R/quant" ;;
     llama:*)
       IFS=, read -r -a arms <<< "${stage#llama:}"
-      for arm in "${arms[@]}"; do
-        step "llama_$arm${FORM:+_$FORM}" env ${FORM:+MXPREC_XLA_FP8_FORM=$FORM} "$PY" -m mxprec.bench llama --config llama3_8b_4layer --arms "$arm" --isolate off \
-          --no-progress --out "$R/llama_$arm${FORM:+_$FORM}"
-      done ;;
+      LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM})
+      for arm in "${arms[@]}"; do llama_step "llama_$arm${FORM:+_$FORM}" "$arm"; done
+      LLAMA_ENV=() ;;
     forms:*)  # forms:FORM,FORM,... one process per form
       IFS=, read -r -a forms <<< "${stage#forms:}"
       for form in "${forms[@]}"; do
@@ -68,13 +75,12 @@ for stage in "$@"; do
     profile:*)
       IFS=, read -r -a arms <<< "${stage#profile:}"
       for arm in "${arms[@]}"; do
-        step "prof_$arm" "$PY" -m mxprec.bench llama --config llama3_8b_4layer --arms "$arm" --isolate off \
-          --no-progress --warmup 2 --steps 5 --out "$R/prof_$arm" --profile "/tmp/mxprec_trace_$arm"
+        llama_step "prof_$arm" "$arm" --warmup 2 --steps 5 --profile "/tmp/mxprec_trace_$arm"
       done ;;
     delayed-passlog)
-      step delayed_passlog env TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_VMODULE=hlo_pass_pipeline=1 "$PY" -m mxprec.bench \
-        llama --config llama3_8b_4layer --arms fp8_delayed --isolate off --no-progress --warmup 1 --steps 3 \
-        --out "$R/delayed_passlog"
+      LLAMA_ENV=(TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_VMODULE=hlo_pass_pipeline=1)
+      llama_step delayed_passlog fp8_delayed --warmup 1 --steps 3
+      LLAMA_ENV=()
       grep -c "" "$R/delayed_passlog.log"; grep -i "pass" "$R/delayed_passlog.log" | tail -n 5 ;;
     tiles)  # per-tensor tile configs 3 (carried build-cuda), 4, 5 (built here: carry .deps/cutlass_library) x swizzle 1 / 4 / 8
       for cfg in 4 5; do
@@ -90,10 +96,11 @@ for stage in "$@"; do
         done
       done ;;
     delayed-diag)
-      step delayed_autotune0 env XLA_FLAGS=--xla_gpu_autotune_level=0 "$PY" -m mxprec.bench llama \
-        --config llama3_8b_4layer --arms fp8_delayed --isolate off --no-progress --out "$R/delayed_autotune0"
-      step delayed_notriton env XLA_FLAGS=--xla_gpu_enable_triton_gemm=false "$PY" -m mxprec.bench llama \
-        --config llama3_8b_4layer --arms fp8_delayed --isolate off --no-progress --out "$R/delayed_notriton" ;;
+      LLAMA_ENV=(XLA_FLAGS=--xla_gpu_autotune_level=0)
+      llama_step delayed_autotune0 fp8_delayed
+      LLAMA_ENV=(XLA_FLAGS=--xla_gpu_enable_triton_gemm=false)
+      llama_step delayed_notriton fp8_delayed
+      LLAMA_ENV=() ;;
     *)
       echo "unknown stage $stage" >&2 ;;
   esac
