@@ -8,6 +8,8 @@
 # Stages (each bounded by `timeout`; order them by priority):
 #   cuda-tests   tests/test_cuda.py + tests/test_cuda_quantize.py (needs build-cuda/libmxprec_cuda.so), then
 #                the GPU checks of the XLA path (FP8 convert at ties, FP8 GEMMs with FP32 accumulation)
+#   cuda-new     only what has not run on a GPU yet: tests/test_cuda.py -k block1d (1x128 x 1x128 kernel),
+#                the XLA-path GPU checks and fp8_block's backend="ffi" oracle cases
 #   dg-ffi       tests/test_dot_general.py oracle suite with backend="ffi" on the GPU
 #   gemm:SHAPES  benchmarks/gemm.py for the fp8 recipes on both backends, e.g. gemm:8192x8192x8192
 #   quant        benchmarks/cuda_quantize.py (all kinds)
@@ -16,6 +18,8 @@
 #   forms:FORMS  benchmarks/xla_fp8_forms.py: which HLO form of the XLA per-tensor FP8 GEMM becomes one
 #                cuBLASLt call (and compile/step times of one dot_general step per form)
 #   profile:ARMS like llama:ARMS with --profile (jax.profiler, 2 traced steps) and 5 timed steps
+#   hlo:ARMS     profile:ARMS plus XLA's optimized HLO of the train step ($R/hlo_ARM.txt.gz), to map the
+#                profile's fusion names to the ops they fuse
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
 #   tiles        per-tensor GEMM tile configs 3/4/5 x persistent-scheduler swizzle 1/4/8 (cuda_fp8_gemm.py)
@@ -55,6 +59,11 @@ for stage in "$@"; do
       step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py
       step test_gpu_numerics "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_quantize_api.py \
         tests/test_dot_general.py -k "tie or gpu_xla" ;;
+    cuda-new)
+      step test_cuda_block1d "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py -k block1d
+      step test_gpu_numerics "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_quantize_api.py \
+        tests/test_dot_general.py -k "tie or gpu_xla"
+      step test_dg_ffi_block "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/test_dot_general.py -k "ffi and fp8_block" ;;
     dg-ffi)
       step test_dg_ffi "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/test_dot_general.py -k "ffi" ;;
     gemm:*)
@@ -77,6 +86,16 @@ for stage in "$@"; do
       for arm in "${arms[@]}"; do
         llama_step "prof_$arm" "$arm" --warmup 2 --steps 5 --profile "/tmp/mxprec_trace_$arm"
       done ;;
+    hlo:*)
+      IFS=, read -r -a arms <<< "${stage#hlo:}"
+      for arm in "${arms[@]}"; do
+        rm -rf "/tmp/mxprec_hlo_$arm"
+        LLAMA_ENV=("XLA_FLAGS=--xla_dump_to=/tmp/mxprec_hlo_$arm --xla_dump_hlo_as_text")
+        llama_step "hlo_$arm" "$arm" --warmup 2 --steps 5 --profile "/tmp/mxprec_trace_$arm"
+        big="$(ls -S /tmp/mxprec_hlo_"$arm"/*after_optimizations.txt 2>/dev/null | head -n 1)"
+        [ -n "$big" ] && gzip -c "$big" > "$R/hlo_$arm.txt.gz"
+      done
+      LLAMA_ENV=() ;;
     delayed-passlog)
       LLAMA_ENV=(TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_VMODULE=hlo_pass_pipeline=1)
       llama_step delayed_passlog fp8_delayed --warmup 1 --steps 3

@@ -36,3 +36,4 @@ def test_summarize_trace_counts_gpu_stream_kernels_per_step(tmp_path):
     assert s["gpu_kernel_ms"] == 2.0  # (3 + 1) ms over 2 steps; the XLA Ops row is not a kernel
     assert s["categories_ms"] == {"gemm_fp8": 1.5, "other": 0.5}
     assert s["top_ops_ms"] == [["fusion.1", 2.0]]
+    assert s["kernel_launches"] == 1  # 2 kernels over 2 steps

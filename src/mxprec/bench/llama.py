@@ -478,7 +478,7 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
             for i in range(n_prof):
                 state, metrics = compiled(state, batches[i % len(batches)])
             jax.block_until_ready((state, metrics))
-        profile = summarize_trace(profile_dir, steps=n_prof)
+        profile = summarize_trace(profile_dir, steps=n_prof, top=80)
     losses = [float(x) for x in losses]
     finites = [bool(x) for x in finites]
     final_scale = float(state["loss_scale"].scale) if state["loss_scale"] is not None else None

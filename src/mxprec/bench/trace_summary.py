@@ -44,7 +44,7 @@ def _latest_trace(log_dir: str) -> str:
 
 
 def summarize_trace(log_dir: str, steps: int = 1, top: int = 25) -> dict:
-    """Per-step GPU time (ms): by kernel category, top kernels, top XLA ops."""
+    """Per-step GPU time (ms): by kernel category, top kernels, top XLA ops; kernel launches per step."""
     with gzip.open(_latest_trace(log_dir), "rt") as f:
         events = json.load(f)["traceEvents"]
     gpu_pids, stream_tids, op_tids = set(), set(), set()
@@ -65,6 +65,7 @@ def summarize_trace(log_dir: str, steps: int = 1, top: int = 25) -> dict:
             elif name == "XLA Ops":
                 op_tids.add((e["pid"], e["tid"]))
     kernels, ops, per_line = collections.Counter(), collections.Counter(), collections.Counter()
+    launches = collections.Counter()
     for e in events:
         if e.get("ph") != "X":
             continue
@@ -74,6 +75,7 @@ def summarize_trace(log_dir: str, steps: int = 1, top: int = 25) -> dict:
             continue
         if key in stream_tids:
             kernels[e["name"]] += float(e.get("dur", 0.0))
+            launches[e["name"]] += 1
         elif key in op_tids:
             ops[e["name"]] += float(e.get("dur", 0.0))
     per_step = 1e-3 / max(steps, 1)  # us -> ms per step
@@ -83,6 +85,7 @@ def summarize_trace(log_dir: str, steps: int = 1, top: int = 25) -> dict:
     return {
         "steps": steps,
         "gpu_kernel_ms": round(sum(kernels.values()) * per_step, 3),
+        "kernel_launches": round(sum(launches.values()) / max(steps, 1)),
         "categories_ms": {c: round(us * per_step, 3) for c, us in cats.most_common()},
         "top_kernels_ms": [[k[:200], categorize(k), round(us * per_step, 3)] for k, us in kernels.most_common(top)],
         "top_ops_ms": [[k[:120], round(us * per_step, 3)] for k, us in ops.most_common(top)],
