@@ -7,8 +7,10 @@ Rows, per bf16 input shape (R, C) and quantization axis (-1: along C, contiguous
 column-wise copy Wgrad needs): "copy" (``jnp.copy`` in jit: XLA's device-to-device copy), "xla"
 (the pure-JAX mxprec.quantize compiled by XLA, the peer) and "mxprec" (mxprec.kernels.ffi.quantize:
 the custom call) for tensor / delayed / row / tile 1x128 / tile 128x128 / MXFP8 / MXFP4 / NVFP4.
-Timing: one jitted call quantizes ``--sets`` distinct inputs (together far larger than the 50 MB L2;
-no dispatch gaps), median over ``--reps`` calls, divided by the sets. GB/s counts the bytes an
+Timing: one jitted call quantizes ``--sets`` distinct inputs (together far larger than the 50 MB L2);
+``--timing kernel`` (default) sums the GPU kernel time of ``--reps`` calls from a jax.profiler trace,
+``--timing wall`` takes the median wall time of synchronized calls (launch + sync overhead included:
+the first two sessions' tables used it); either is divided by the sets. GB/s counts the bytes an
 ideal single pass moves: x read once + data + scales written. "passes" says how often the kernel
 reads x (tensor current scaling and NVFP4 need the tensor amax first: 2); "% copy" is GB/s over the
 copy row's GB/s (copy: read + write of x); "% copy traffic" counts every pass's read of x (the DRAM
@@ -79,11 +81,28 @@ def _out_bytes(spec, shape, axis) -> int:
     return data + 4
 
 
-def _time(fn, args, reps):
+def _time(fn, args, reps, timing="kernel"):
+    """Seconds per call: summed GPU kernel time from a profiler trace of ``reps`` calls ("kernel"),
+    or the median wall time of synchronized calls ("wall", which includes launch and sync overhead:
+    ~0.1 ms per call, as large as one kernel on these shapes)."""
     import jax
 
     jax.block_until_ready(fn(*args))
     jax.block_until_ready(fn(*args))
+    if timing == "kernel":
+        import tempfile
+
+        from mxprec.bench.trace_summary import summarize_trace
+
+        with tempfile.TemporaryDirectory() as d:
+            with jax.profiler.trace(d):
+                for _ in range(reps):
+                    out = fn(*args)
+                jax.block_until_ready(out)
+            ms = summarize_trace(d, steps=reps, top=0)["gpu_kernel_ms"]
+        if ms <= 0:
+            raise RuntimeError("the profiler trace holds no GPU kernels: use --timing wall off GPU")
+        return ms * 1e-3
     ts = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -122,7 +141,7 @@ def run(args):
         x_bytes = xs[0].size * xs[0].dtype.itemsize
 
         copy = jax.jit(lambda *t: [jnp.copy(v) for v in t])
-        t_copy = _time(copy, xs, args.reps) / args.sets
+        t_copy = _time(copy, xs, args.reps, args.timing) / args.sets
         copy_gbps = 2 * x_bytes / t_copy / 1e9
         row = {
             "shape": list(shape),
@@ -160,7 +179,7 @@ def run(args):
 
                 for impl, fn in (("mxprec", ours), ("xla", peer)):
                     try:
-                        t = _time(jax.jit(fn), xs, args.reps) / args.sets
+                        t = _time(jax.jit(fn), xs, args.reps, args.timing) / args.sets
                     except Exception as e:  # noqa: BLE001 - report and keep going
                         print(
                             f"{name} axis {axis} {impl}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr
@@ -196,8 +215,15 @@ def run(args):
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "sets": args.sets,
         "reps": args.reps,
+        "timing": args.timing,
         "rows": rows,
     }
+
+
+_TIMING_DOC = {
+    "kernel": "summed GPU kernel time per call from a jax.profiler trace",
+    "wall": "median wall time of synchronized calls, launch overhead included",
+}
 
 
 def _fmt(v) -> str:
@@ -209,8 +235,9 @@ def markdown(result) -> str:
         f"# mxprec_quantize CUDA kernels: {result['device']}",
         "",
         (
-            f"`{result['command']}` — {result['date']}, jax {result['jax']}; bf16 input; GB/s = (x read once + "
-            "outputs written) / time; % copy = GB/s over XLA's device copy (read + write of x)."
+            f"`{result['command']}` — {result['date']}, jax {result['jax']}; timing: "
+            f"{result.get('timing', 'wall')} ({_TIMING_DOC[result.get('timing', 'wall')]}); bf16 input; GB/s = "
+            "(x read once + outputs written) / time; % copy = GB/s over XLA's device copy (read + write of x)."
         ),
         "",
         "| shape | axis | kernel | impl | µs | GB/s | % copy | x passes | % copy traffic |",
@@ -235,6 +262,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help=f"only {','.join(QUICK)}")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--sets", type=int, default=4, help="distinct inputs per timed call")
+    p.add_argument("--timing", choices=("kernel", "wall"), default="kernel",
+                   help="kernel: GPU kernel time from a profiler trace; wall: synchronized wall time")
     p.add_argument("--any-platform", action="store_true", help=argparse.SUPPRESS)  # smoke test on CPU
     args = p.parse_args(argv)
     result = run(args)

@@ -103,8 +103,9 @@ for stage in "$@"; do
       grep -c "" "$R/delayed_passlog.log"; grep -i "pass" "$R/delayed_passlog.log" | tail -n 5 ;;
     tiles)  # per-tensor tile configs 3 (carried build-cuda), 4, 5 (built here: carry .deps/cutlass_library) x swizzle 1 / 4 / 8
       for cfg in 4 5; do
-        step "build_cfg$cfg" env EXTRA_NVCC_FLAGS=-DMXPREC_SM90_TENSORWISE_CONFIG=$cfg bash csrc/cuda_kernels/build.sh \
-          "/tmp/mxprec_cfg$cfg"
+        rm -rf "/tmp/mxprec_cfg$cfg" && cp -r build-cuda "/tmp/mxprec_cfg$cfg"  # relink: only the per-tensor TUs change
+        step "build_cfg$cfg" env EXTRA_NVCC_FLAGS=-DMXPREC_SM90_TENSORWISE_CONFIG=$cfg ONLY='sm90_fp8_gemm_tensorwise*' \
+          bash csrc/cuda_kernels/build.sh "/tmp/mxprec_cfg$cfg"
       done
       for lib in build-cuda /tmp/mxprec_cfg4 /tmp/mxprec_cfg5; do
         for sw in 1 4 8; do

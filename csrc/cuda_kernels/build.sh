@@ -10,7 +10,9 @@
 #     (cd .deps && unzip -q -o nvidia_cutlass-4.2.0.0-py3-none-any.whl 'cutlass_library/source/include/*' \
 #        'cutlass_library/source/tools/util/include/*')
 # This script runs that download itself when the headers are missing (needs network).
-# Variables: NVCC (nvcc), PYTHON (python3), CUTLASS_DIR, JOBS (parallel TUs; default nproc).
+# Variables: NVCC (nvcc), PYTHON (python3), CUTLASS_DIR, JOBS (parallel TUs; default nproc),
+# ONLY (a shell glob, e.g. 'sm90_fp8_gemm_tensorwise*': compile only the matching TUs and link them
+# with the other objects already in OUT_DIR/obj, e.g. a copy of a full build).
 # Each CUTLASS TU takes ~1-3 min and ~3.5 GB of RAM.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -43,6 +45,11 @@ running=0
 for s in "${SRCS[@]}"; do
   o="$OUT/obj/${s%.cu}.o"
   objs+=("$o")
+  # shellcheck disable=SC2053
+  if [ -n "${ONLY:-}" ] && [[ "$s" != $ONLY ]]; then
+    [ -f "$o" ] || { echo "ONLY=$ONLY: $o is missing (build the full library into $OUT first)" >&2; exit 1; }
+    continue
+  fi
   "$NVCC" "${FLAGS[@]}" -c "$ROOT/csrc/cuda_kernels/$s" -o "$o" &
   pids+=($!)
   running=$((running + 1))
