@@ -22,16 +22,20 @@
 #                profile's fusion names to the ops they fuse
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
+#   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
+#                kernels (delayed cast, tile 1x128 along both axes) on one 8192x8192 bf16 input
 #   tiles        per-tensor GEMM tile configs 3/4/5 x persistent-scheduler swizzle 1/4/8 (cuda_fp8_gemm.py)
 #   delayed-diag fp8_delayed with XLA GPU autotuning off / Triton GEMMs off (its compile did not finish
 #                within 210 s in the second session; which flag, if any, makes it compile?)
 # Environment: OUT (required), STEP_TIMEOUT (s, default 170), PYTHON (default python3), FORM (llama:
-# stage only: MXPREC_XLA_FP8_FORM for the arm).
+# stage only: MXPREC_XLA_FP8_FORM for the arm), CONFIG (the Llama config of the llama / profile / hlo
+# stages; default llama3_8b_4layer).
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 T="${STEP_TIMEOUT:-170}"
+CONFIG="${CONFIG:-llama3_8b_4layer}"
 R="$OUT/r"
 mkdir -p "$R"
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader > "$R/smi.txt" 2>&1 || true
@@ -44,10 +48,11 @@ step() {  # step NAME COMMAND...: runs under the time limit, logs to $R/NAME.log
   tail -n 6 "$R/$name.log"
 }
 
-llama_step() {  # llama_step NAME ARM [BENCH ARGS...]: one llama3_8b_4layer arm, env from LLAMA_ENV=(K=V ...)
+llama_step() {  # llama_step NAME ARM [BENCH ARGS...]: one arm of $CONFIG, env from LLAMA_ENV=(K=V ...)
   local name="$1" arm="$2"
   shift 2
-  step "$name" env "${LLAMA_ENV[@]}" "$PY" -m mxprec.bench llama --config llama3_8b_4layer --arms "$arm" \
+  [ "$CONFIG" != llama3_8b_4layer ] && name="${name}_$CONFIG"
+  step "$name" env "${LLAMA_ENV[@]}" "$PY" -m mxprec.bench llama --config "$CONFIG" --arms "$arm" \
     --isolate off --no-progress --out "$R/$name" "$@"
 }
 LLAMA_ENV=()
@@ -101,6 +106,21 @@ for stage in "$@"; do
       llama_step delayed_passlog fp8_delayed --warmup 1 --steps 3
       LLAMA_ENV=()
       grep -c "" "$R/delayed_passlog.log"; grep -i "pass" "$R/delayed_passlog.log" | tail -n 5 ;;
+    ncu-quant)
+      cat > /tmp/mxprec_q1.py <<'PYEOF'
+import jax, jax.numpy as jnp
+from mxprec import formats as F
+from mxprec.kernels import ffi
+from mxprec.scaling import DelayedScaling, DelayedScalingState, TileScaling
+x = jax.random.normal(jax.random.PRNGKey(0), (8192, 8192), jnp.bfloat16)
+d = DelayedScaling(F.E4M3, history_len=16)
+st = DelayedScalingState(DelayedScalingState.init(d).amax_history, jnp.float32(0.0123))
+for spec, axis, state in ((d, -1, st), (TileScaling(F.E4M3, (1, 128)), -1, None), (TileScaling(F.E4M3, (1, 128)), 0, None)):
+    jax.block_until_ready(jax.jit(lambda v: ffi.quantize(v, spec, axis, state=state))(x))
+PYEOF
+      step ncu_quant ncu --kernel-name regex:"tensor_kernel|hgroup_kernel|vgroup_kernel" --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+        --section SchedulerStats "$PY" /tmp/mxprec_q1.py ;;
     tiles)  # per-tensor tile configs 3 (carried build-cuda), 4, 5 (built here: carry .deps/cutlass_library) x swizzle 1 / 4 / 8
       for cfg in 4 5; do
         rm -rf "/tmp/mxprec_cfg$cfg" && cp -r build-cuda "/tmp/mxprec_cfg$cfg"  # relink: only the per-tensor TUs change
