@@ -348,6 +348,34 @@ def test_family_fresh_scales_one_compile(family):
         _check(f(lhs, rhs), lhs, rhs, 2, 2, jnp.float32)
 
 
+def test_auto_prefers_only_the_families_that_measured_faster():
+    # backend="auto" sends block-scaled pairs (Fprop/Dgrad 1x128 x 128x128, Wgrad 1x128 x 1x128) to the
+    # CUDA kernels; per-tensor and row-wise pairs stay on XLA's cuBLASLt FP8 dot; plain arrays never go.
+    x = jnp.ones((1, 64, 256), jnp.float32)
+    w = jnp.ones((1, 128, 256), jnp.float32)
+    for family, expected in (("block", True), ("block1d", True), ("row", False)):
+        ls, rs = FAMILIES[family]("e4m3", "e4m3")
+        pair = (mxprec.quantize(x, ls, axis=2), mxprec.quantize(w, rs, axis=2))
+        assert cuda.auto_prefers(*pair) is expected, family
+    assert not cuda.auto_prefers(_q(x, "e4m3", 2), _q(w, "e4m3", 2))  # per-tensor
+    assert not cuda.auto_prefers(x, w)
+    assert cuda.AUTO_FAMILIES == ("block",)
+
+
+@needs_gpu
+def test_auto_runs_block_pairs_on_cuda_and_per_tensor_on_xla():
+    from mxprec.kernels import resolve_backend, scaled_gemm
+
+    assert resolve_backend("auto") == "auto"
+    for family, custom_call in (("block", True), ("row", False)):
+        lhs, rhs = _family_operands(family, jax.random.PRNGKey(4), 1, 64, 256, 512, "e4m3", "e4m3", 2, 1)
+        f = jax.jit(lambda a, b: scaled_gemm(a, b, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32,
+                                             backend="auto"))
+        hlo = f.lower(lhs, rhs).as_text()
+        assert ("mxprec_scaled_gemm" in hlo) is custom_call, family
+        _check(f(lhs, rhs), lhs, rhs, 2, 1, jnp.float32)
+
+
 @needs_gpu
 @pytest.mark.parametrize("family", ["row", "block", "block1d"])
 def test_family_routed_by_scaled_gemm(family):

@@ -5,8 +5,10 @@ Backend choice is an argument, never an environment variable:
 * ``"xla"`` — the exact pure-XLA formulation (see scaled_gemm's docstring).
 * ``"ffi"`` — the ``mxprec_scaled_gemm`` custom call; raises if no native library serves this
   platform.
-* ``"auto"`` — on GPU, ``"ffi"`` when a native library is loaded; otherwise (and always on CPU,
-  where XLA's dot is faster than the C++ reference lowering) the exact XLA path. Never a silent
+* ``"auto"`` — on an NVIDIA GPU with libmxprec_cuda.so loaded, the CUDA kernels for the operand
+  families that measured faster than XLA there (``mxprec.kernels.cuda.AUTO_FAMILIES``: block-scaled
+  FP8) and the exact XLA path for the rest; everywhere else (CPU, where XLA's dot is faster than the
+  C++ reference lowering; ROCm, whose kernels never ran) the exact XLA path. Never a silent
   downgrade of precision: both compute the same quantized GEMM.
 """
 
@@ -31,22 +33,27 @@ def ffi_available(platform: str | None = None) -> bool:
     return ffi.available(platform)
 
 
-# Platforms where "auto" prefers the native custom call: none yet. On CPU the C++ lowering exists
-# to run the exact custom-call path in CI (backend="ffi"); XLA's CPU dot is faster. On the H200 our
-# first CUTLASS sm_90a FP8 kernel measured ~390 TFLOP/s at 8192^3 against ~900-1290 for XLA's own
-# FP8 dot (benchmarks/results/h200_gemm.md), so "auto" keeps XLA until the kernel wins.
-_AUTO_FFI_PLATFORMS: tuple = ()
+def _auto_uses_cuda() -> bool:
+    """Whether "auto" may pick the CUDA kernels here: an NVIDIA GPU with libmxprec_cuda.so loaded.
+
+    On CPU the C++ lowering exists to run the exact custom-call path in CI (backend="ffi"); XLA's CPU
+    dot is faster. The ROCm kernels are compiled but have never run, so "auto" keeps XLA there.
+    """
+    if jax.default_backend() != "gpu":
+        return False
+    from mxprec.kernels import cuda, hip
+
+    return not hip.is_rocm() and cuda.available()
 
 
 def resolve_backend(backend: str) -> str:
     """Validates ``backend``; ``"ffi"`` must have a native library here (else RuntimeError).
 
-    ``"auto"`` stays ``"auto"`` on GPU (scaled_gemm picks the custom call per operand pair) and
-    becomes ``"xla"`` on CPU.
+    ``"auto"`` stays ``"auto"`` where the CUDA kernels are loaded (scaled_gemm then picks per operand
+    pair, see ``mxprec.kernels.cuda.AUTO_FAMILIES``) and becomes ``"xla"`` everywhere else.
     """
     if backend == "auto":
-        platform = jax.default_backend()
-        return "auto" if platform in _AUTO_FFI_PLATFORMS and ffi_available(platform) else "xla"
+        return "auto" if _auto_uses_cuda() else "xla"
     if backend == "ffi":
         if jax.default_backend() == "gpu":
             from mxprec.kernels import cuda, hip
@@ -69,9 +76,14 @@ def backend_report(recipe) -> str:
         return f"backend: xla dot_general (no quantized operand) on {platform}"
     if recipe.backend == "xla":
         return f"backend: xla (requested) on {platform}"
-    if ffi_available(platform) and (recipe.backend == "ffi" or platform in _AUTO_FFI_PLATFORMS):
-        extra = " for per-tensor FP8 operand pairs, exact XLA path for the rest" if platform == "gpu" else ""
+    if recipe.backend == "ffi" and ffi_available(platform):
+        extra = " (raises for operand pairs no kernel serves)" if platform == "gpu" else ""
         return f"backend: ffi (mxprec_scaled_gemm custom call) on {platform}{extra}"
+    if recipe.backend == "auto" and _auto_uses_cuda():
+        from mxprec.kernels import cuda
+
+        return (f"backend: auto on gpu: CUDA kernels for the {'/'.join(cuda.AUTO_FAMILIES)} FP8 families, "
+                "exact XLA path (cuBLASLt FP8) for the rest")
     if ffi_available(platform):
         return f"backend: xla exact path on {platform} (auto; the C++ custom call runs with backend='ffi')"
     if recipe.backend == "ffi":

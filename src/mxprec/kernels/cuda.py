@@ -53,9 +53,11 @@ from mxprec.quantize import QTensor
 from mxprec.scaling import DelayedScaling, RowScaling, TensorScaling, TileScaling
 
 __all__ = [
+    "AUTO_FAMILIES",
     "LIBRARY_NAME",
     "SYMBOL",
     "TARGET",
+    "auto_prefers",
     "available",
     "library_search_paths",
     "require",
@@ -129,6 +131,22 @@ def _family(lspec, rspec) -> tuple[str, str]:
         f"TensorScaling/DelayedScaling on both operands, RowScaling on both, or TileScaling lhs {LHS_TILE} x "
         f"rhs {' or '.join(map(str, RHS_TILES))}"
     )
+
+
+# Kernel families that backend="auto" runs here rather than on XLA's path, each because it measured
+# faster on the H200 (benchmarks/results/h200_gemm.md, h200_llama.md):
+# * "block": CUTLASS's block-scaled GEMM 1119 TFLOP/s at 8192^3 against 668 for XLA's exact path
+#   (dequantize to BF16 + BF16 dot); the fp8_block Llama step 227 ms on these kernels against 273 ms.
+# Per-tensor and row-wise pairs stay on XLA: cuBLASLt's FP8 GEMM is faster than ours there (1354 vs
+# 1259 and 1335 vs 1132 TFLOP/s at 8192^3; the fp8_current Llama step 172 ms on XLA vs 187 ms here).
+AUTO_FAMILIES = ("block",)
+
+
+def auto_prefers(lhs, rhs) -> bool:
+    """Whether backend="auto" sends this operand pair to the CUDA kernels (its family is in AUTO_FAMILIES)."""
+    if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
+        return False
+    return _family(lhs.spec, rhs.spec)[0] in AUTO_FAMILIES
 
 
 def why_unsupported(

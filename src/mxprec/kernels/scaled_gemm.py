@@ -25,8 +25,10 @@ which :func:`reference_scaled_gemm` implements; it is the oracle for every backe
   the CUTLASS sm_90a kernels on NVIDIA GPUs (mxprec.kernels.cuda; per-tensor FP8 pairs), the
   gfx950 kernels on ROCm (mxprec.kernels.hip; compiled, never run), raising
   NotImplementedError for operands no kernel serves.
-* ``"auto"``: on GPU the custom call where a kernel serves the operands, else the exact XLA path;
-  on CPU the XLA path (faster than the C++ reference lowering).
+* ``"auto"``: on NVIDIA GPUs the CUDA kernels for the operand families that measured faster there
+  (``mxprec.kernels.cuda.AUTO_FAMILIES``: block-scaled 1x128 / 128x128 tiles), the exact XLA path for
+  the rest (per-tensor and row-wise FP8 run cuBLASLt through XLA); on CPU the XLA path (faster than
+  the C++ reference lowering).
 """
 
 from __future__ import annotations
@@ -180,7 +182,7 @@ def scaled_gemm(
                 raise NotImplementedError(f"scaled_gemm: backend='ffi' on ROCm cannot run these operands: {reason}")
             return _xla_scaled_gemm(lhs, rhs, lhs_contract, rhs_contract, out_dtype)
 
-        if cuda.available() and cuda.supports(lhs, rhs, **kw):
+        if cuda.available() and (backend == "ffi" or cuda.auto_prefers(lhs, rhs)) and cuda.supports(lhs, rhs, **kw):
             return cuda.scaled_gemm(lhs, rhs, **kw)
         if backend == "ffi":
             reason = cuda.why_unsupported(lhs, rhs, **kw) if cuda.available() else "libmxprec_cuda.so is not loaded"
