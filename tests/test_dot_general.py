@@ -402,6 +402,34 @@ def test_ffi_backend_runs_both_custom_calls():
     assert "backend: ffi" in r.describe()
 
 
+@pytest.mark.parametrize("mode", [None, "separate", "fused"])
+def test_gpu_fp8_operands_to_transpose_sit_behind_a_barrier(monkeypatch, mode):
+    """On GPU the FP8 codes XLA must transpose for cuBLASLt (contraction axis 1) get an optimization
+    barrier (MXPREC_XLA_FP8_TRANSPOSE=separate, the default) so the transpose is a kernel of its own;
+    "fused" leaves them to XLA's fusion; anything else is an error. The codes are the same arrays."""
+    import dataclasses
+    import importlib
+
+    sg = importlib.import_module("mxprec.kernels.scaled_gemm")  # the module (the package exports the function)
+    if mode is None:
+        monkeypatch.delenv("MXPREC_XLA_FP8_TRANSPOSE", raising=False)
+    else:
+        monkeypatch.setenv("MXPREC_XLA_FP8_TRANSPOSE", mode)
+    monkeypatch.setattr(sg.jax, "default_backend", lambda: "gpu")
+    spec = TensorScaling(mxprec.formats.E4M3)
+    a = mxprec.quantize(jnp.ones((1, 64, 32)), spec, axis=1)  # (B, K, M): contracts axis 1
+    b = mxprec.quantize(jnp.ones((1, 64, 48)), spec, axis=1)
+    for lc, rc, n_barriers in ((1, 1, 2), (2, 1, 1), (2, 2, 0)):
+        l = a if lc == 1 else dataclasses.replace(a, axis=2)  # axis only steers the code selection here
+        r = b if rc == 1 else dataclasses.replace(b, axis=2)
+        jaxpr = str(jax.make_jaxpr(lambda l, r: sg._fp8_codes_for_dot(l, r, lc, rc))(l, r))
+        expected = n_barriers if mode != "fused" else 0
+        assert jaxpr.count("optimization_barrier") == expected, (lc, rc, mode, jaxpr)
+    monkeypatch.setenv("MXPREC_XLA_FP8_TRANSPOSE", "sideways")
+    with pytest.raises(ValueError, match="MXPREC_XLA_FP8_TRANSPOSE"):
+        sg._fp8_codes_for_dot(a, b, 1, 1)
+
+
 @pytest.mark.skipif(not ON_GPU, reason="inspects XLA's GPU lowering of the per-tensor FP8 GEMMs")
 @pytest.mark.parametrize("name", ["fp8_current", "fp8_delayed"])
 def test_gpu_xla_per_tensor_gemms_are_fp8_dots_with_fp32_accumulation(name):

@@ -113,6 +113,35 @@ def _gpu_fp8_form() -> str:
     return form
 
 
+_FP8_TRANSPOSES = ("separate", "fused")
+
+
+def _gpu_fp8_transpose() -> str:
+    """``MXPREC_XLA_FP8_TRANSPOSE``: how XLA makes the K-contiguous copy of an FP8 operand on GPU.
+
+    cuBLASLt's FP8 GEMMs are TN-only, so an operand contracted along axis 1 (Wgrad's X and dY,
+    Fprop's W) is transposed. ``separate`` (default): an optimization barrier on the FP8 codes keeps
+    the transpose out of the quantize fusion, so XLA casts in a plain loop fusion and transposes
+    the 1-byte codes in its own kernel. ``fused``: XLA fuses the transpose into the quantize fusion
+    (one kernel writing the row-major and the transposed codes). Same bits either way.
+    """
+    mode = os.environ.get("MXPREC_XLA_FP8_TRANSPOSE", "separate")
+    if mode not in _FP8_TRANSPOSES:
+        raise ValueError(f"MXPREC_XLA_FP8_TRANSPOSE must be one of {_FP8_TRANSPOSES}, got {mode!r}")
+    return mode
+
+
+def _fp8_codes_for_dot(lhs: QTensor, rhs: QTensor, lhs_contract: int, rhs_contract: int):
+    """The operands' FP8 codes; on GPU those that XLA must transpose sit behind an optimization barrier."""
+    ld, rd = lhs.data, rhs.data
+    if jax.default_backend() == "gpu" and _gpu_fp8_transpose() == "separate":
+        if lhs_contract == 1:
+            ld = lax.optimization_barrier(ld)
+        if rhs_contract == 1:
+            rd = lax.optimization_barrier(rd)
+    return ld, rd
+
+
 def _xla_scaled_gemm(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype) -> jax.Array:
     dims = _dims(lhs_contract, rhs_contract)
     both_q = isinstance(lhs, QTensor) and isinstance(rhs, QTensor)
@@ -121,6 +150,7 @@ def _xla_scaled_gemm(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract
         # dot names its algorithm: at DEFAULT precision XLA gives an FP8 dot cuBLASLt's fast
         # accumulation (no FP32 promotion); ANY_F8_ANY_F8_F32 accumulates in FP32.
         algo = None
+        ld, rd = _fp8_codes_for_dot(lhs, rhs, lhs_contract, rhs_contract)
         if jax.default_backend() == "gpu":
             form = _gpu_fp8_form()
             fast = form == "direct_fast"
@@ -130,9 +160,9 @@ def _xla_scaled_gemm(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract
                 # One cuBLASLt call writing out_dtype (BF16) itself: the FP32 product never reaches
                 # memory. The scales multiply the BF16 product in FP32, so the result is rounded to
                 # out_dtype twice (documented tolerance, docs/numerics.md).
-                y = lax.dot_general(lhs.data, rhs.data, dims, precision=algo, preferred_element_type=out_dtype)
+                y = lax.dot_general(ld, rd, dims, precision=algo, preferred_element_type=out_dtype)
                 return (y.astype(jnp.float32) * (lhs.scale * rhs.scale)).astype(out_dtype)
-        acc = lax.dot_general(lhs.data, rhs.data, dims, precision=algo, preferred_element_type=jnp.float32)
+        acc = lax.dot_general(ld, rd, dims, precision=algo, preferred_element_type=jnp.float32)
         acc = acc * _row_scale_for_output(lhs, lhs_contract, True)
         acc = acc * _row_scale_for_output(rhs, rhs_contract, False)
         return acc.astype(out_dtype)
