@@ -18,8 +18,8 @@
 #   forms:FORMS  benchmarks/xla_fp8_forms.py: which HLO form of the XLA per-tensor FP8 GEMM becomes one
 #                cuBLASLt call (and compile/step times of one dot_general step per form)
 #   profile:ARMS like llama:ARMS with --profile (jax.profiler, 2 traced steps) and 5 timed steps
-#   hlo:ARMS     profile:ARMS plus XLA's optimized HLO of the train step ($R/hlo_ARM.txt.gz), to map the
-#                profile's fusion names to the ops they fuse
+#   hlo:ARMS     profile:ARMS plus XLA's optimized HLO of the train step, its buffer live ranges and memory
+#                report ($R/hlo_ARM.*.gz), to map the profile's fusion names to the ops they fuse
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
@@ -97,8 +97,10 @@ for stage in "$@"; do
         rm -rf "/tmp/mxprec_hlo_$arm"
         LLAMA_ENV=("XLA_FLAGS=--xla_dump_to=/tmp/mxprec_hlo_$arm --xla_dump_hlo_as_text")
         llama_step "hlo_$arm" "$arm" --warmup 2 --steps 5 --profile "/tmp/mxprec_trace_$arm"
-        big="$(ls -S /tmp/mxprec_hlo_"$arm"/*after_optimizations.txt 2>/dev/null | head -n 1)"
-        [ -n "$big" ] && gzip -c "$big" > "$R/hlo_$arm.txt.gz"
+        # the train step's module (jit_step): optimized HLO, buffer live ranges, memory-usage report
+        for f in /tmp/mxprec_hlo_"$arm"/*jit_step*after_optimizations{.txt,-live-range.txt,-memory-usage-report.txt}; do
+          [ -f "$f" ] && gzip -c "$f" > "$R/hlo_${arm}${f##*after_optimizations}.gz"
+        done
       done
       LLAMA_ENV=() ;;
     delayed-passlog)
