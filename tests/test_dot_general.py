@@ -422,7 +422,7 @@ def test_gpu_fp8_operands_to_transpose_sit_behind_a_barrier(monkeypatch, mode):
     for lc, rc, n_barriers in ((1, 1, 2), (2, 1, 1), (2, 2, 0)):
         l = a if lc == 1 else dataclasses.replace(a, axis=2)  # axis only steers the code selection here
         r = b if rc == 1 else dataclasses.replace(b, axis=2)
-        jaxpr = str(jax.make_jaxpr(lambda l, r: sg._fp8_codes_for_dot(l, r, lc, rc))(l, r))
+        jaxpr = str(jax.make_jaxpr(lambda l, r, lc=lc, rc=rc: sg._fp8_codes_for_dot(l, r, lc, rc))(l, r))
         expected = n_barriers if mode != "fused" else 0
         assert jaxpr.count("optimization_barrier") == expected, (lc, rc, mode, jaxpr)
     monkeypatch.setenv("MXPREC_XLA_FP8_TRANSPOSE", "sideways")

@@ -250,9 +250,18 @@ def tensor_amax(x: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
 
 
 def _amax(x32: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
-    """max |x| over ``axis``; NaN when the group holds a NaN (XLA's max reduction may not say so)."""
-    a = jnp.max(jnp.abs(x32), axis=axis, keepdims=keepdims)
-    return jnp.where(jnp.any(jnp.isnan(x32), axis=axis, keepdims=keepdims), jnp.float32(jnp.nan), a)
+    """max |x| over ``axis``; NaN (canonical) when the group holds a NaN; +0 when it is subnormal.
+
+    One integer max over the FP32 bits of |x|: for non-negative floats the bit order is the numeric
+    order and every NaN pattern lies above +Inf, so the NaN rule needs no second reduction (XLA's
+    float max reduction need not propagate NaN, and a separate any(isnan) pass cost a second read
+    of x where XLA did not fuse the two). A subnormal maximum is flushed to +0 on every platform,
+    as XLA's CPU runtime (the oracle) and the native kernels do.
+    """
+    bits = jnp.max(jax.lax.bitcast_convert_type(jnp.abs(x32), jnp.uint32), axis=axis, keepdims=keepdims)
+    bits = jnp.where(bits < jnp.uint32(0x00800000), jnp.uint32(0), bits)  # a subnormal maximum: +0, as XLA CPU's FTZ
+    a = jax.lax.bitcast_convert_type(bits, jnp.float32)
+    return jnp.where(jnp.isnan(a), jnp.float32(jnp.nan), a)
 
 
 def _per_group_fp32_scale(amax: jax.Array, fmt: ElementFormat, power_of_two: bool = False) -> jax.Array:

@@ -39,7 +39,7 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from mxprec.quantize import QTensor
+from mxprec.quantize import QTensor, tensor_amax
 from mxprec.quantize import _validate as _validate_quantize_args
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
@@ -206,12 +206,9 @@ def _pmax_nan(v: jax.Array, axes: tuple) -> jax.Array:
     return jnp.where(any_nan, jnp.float32(jnp.nan), m)
 
 
-def _amax(x: jax.Array, axis=None, keepdims=False) -> jax.Array:
-    """max |x| as the kernel computes it: NaN (canonical) if the group holds a NaN (XLA's CPU max
-    reduction may drop it), a subnormal maximum flushed to +0 like XLA's runtime."""
-    x32 = x.astype(jnp.float32)
-    a = jnp.max(jnp.abs(x32), axis=axis, keepdims=keepdims)
-    return jnp.where(jnp.any(jnp.isnan(x32), axis=axis, keepdims=keepdims), jnp.float32(jnp.nan), a)
+# max |x| as the kernels compute it: NaN (canonical) if the group holds a NaN, a subnormal maximum
+# flushed to +0 (mxprec.quantize.tensor_amax, one integer max over the FP32 bits).
+_amax = tensor_amax
 
 
 # ----------------------------------------------------------------------------- scaled_gemm
