@@ -102,3 +102,31 @@ def test_fp8_convert_rounds_like_the_software_rne_at_every_tie(fmt):
     got = jax.jit(lambda v: _codes(v, fmt, None))(x)
     bad = np.nonzero(np.asarray(want != got))[0]
     assert bad.size == 0, f"{bad.size} codes differ, e.g. x={np.asarray(x)[bad[:5]]}"
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_tensor_amax_is_exact_nan_winning_and_flushes_subnormal_maxima(dtype):
+    """One integer max over the FP32 bits of |x|: the exact maximum, NaN if any element is NaN (wherever
+    it sits, with either sign), Inf above every finite value, and +0 for a subnormal maximum."""
+    from mxprec.quantize import tensor_amax
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((8, 256)).astype(np.float32) * np.float32(2.0) ** rng.integers(-20, 20, (8, 1))
+    x = np.asarray(jnp.asarray(x, dtype).astype(jnp.float32))  # representable in dtype
+    got = np.asarray(tensor_amax(jnp.asarray(x, dtype), axis=1))
+    np.testing.assert_array_equal(got, np.abs(x).max(axis=1))
+    for pos in (0, 17, 255):
+        for nan in (np.float32(np.nan), -np.float32(np.nan)):
+            y = x.copy()
+            y[3, pos] = nan
+            y[5, pos] = np.inf
+            a = np.asarray(tensor_amax(jnp.asarray(y, dtype), axis=1))
+            assert np.isnan(a[3]) and a[5] == np.inf, (pos, a)
+            np.testing.assert_array_equal(np.delete(a, [3, 5]), np.delete(np.abs(x).max(axis=1), [3, 5]))
+    z = np.zeros((2, 4), np.float32)
+    z[0] = [-0.0, 0.0, -0.0, 0.0]
+    if dtype == jnp.float32:
+        z[1] = [1e-40, -3e-39, 0.0, 2e-45]  # FP32 subnormals only: the maximum is flushed to +0
+    a = np.asarray(tensor_amax(jnp.asarray(z, dtype), axis=1))
+    assert a.tolist() == [0.0, 0.0] and not np.signbit(a).any()
+    assert float(tensor_amax(jnp.asarray([1e-40, 2.0**-126], jnp.float32))) == 2.0**-126  # smallest normal kept
