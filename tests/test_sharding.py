@@ -199,3 +199,18 @@ def test_sharded_ffi_quantize(mesh, spec, sharded):
     assert "all-gather" not in hlo
     assert "all-reduce" in hlo  # the amax (and tensor / row amaxes) are pmax-reduced
     assert tuple(got.data.sharding.spec)[:1] == ("data",)
+
+
+def test_pmax_nan_reduces_amaxes_across_shards_with_nan_winning(mesh):
+    """The cross-shard amax all-reduce (one integer pmax over the FP32 bits): the exact maximum, Inf
+    above every finite shard, NaN from any single shard."""
+    f = jax.jit(jax.shard_map(lambda v: ffi._pmax_nan(v, ("data", "model")), mesh=mesh,
+                          in_specs=P(("data", "model")), out_specs=P(("data", "model"))))
+    base = np.array([0.0, 3.5, 2.0**-126, 7.25, 1.0, 0.5, 6.0, 2.0], np.float32)
+    np.testing.assert_array_equal(np.asarray(f(jnp.asarray(base))), np.full(8, 7.25, np.float32))
+    for k in (0, 5, 7):
+        for special in (np.inf, np.nan):
+            v = base.copy()
+            v[k] = special
+            out = np.asarray(f(jnp.asarray(v)))
+            assert (np.isnan(out).all() if np.isnan(special) else (out == np.inf).all()), (k, special, out)

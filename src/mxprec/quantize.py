@@ -258,8 +258,13 @@ def _amax(x32: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
     of x where XLA did not fuse the two). A subnormal maximum is flushed to +0 on every platform,
     as XLA's CPU runtime (the oracle) and the native kernels do.
     """
-    bits = jnp.max(jax.lax.bitcast_convert_type(jnp.abs(x32), jnp.uint32), axis=axis, keepdims=keepdims)
-    bits = jnp.where(bits < jnp.uint32(0x00800000), jnp.uint32(0), bits)  # a subnormal maximum: +0, as XLA CPU's FTZ
+    return _amax_from_bits(jnp.max(jax.lax.bitcast_convert_type(jnp.abs(x32), jnp.uint32), axis=axis, keepdims=keepdims))
+
+
+def _amax_from_bits(bits: jax.Array) -> jax.Array:
+    """The amax whose FP32 bits are ``bits``, a max over bit patterns of non-negative values (or NaNs):
+    a subnormal maximum flushed to +0 (as XLA CPU's FTZ), any NaN made canonical."""
+    bits = jnp.where(bits < jnp.uint32(0x00800000), jnp.uint32(0), bits)
     a = jax.lax.bitcast_convert_type(bits, jnp.float32)
     return jnp.where(jnp.isnan(a), jnp.float32(jnp.nan), a)
 

@@ -39,7 +39,7 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from mxprec.quantize import QTensor, tensor_amax
+from mxprec.quantize import QTensor, _amax_from_bits, tensor_amax
 from mxprec.quantize import _validate as _validate_quantize_args
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
@@ -197,13 +197,11 @@ def _axes_size(mesh, axes: tuple) -> int:
 
 
 def _pmax_nan(v: jax.Array, axes: tuple) -> jax.Array:
-    """pmax that propagates NaN (an all-reduce max need not)."""
+    """pmax of amaxes (>= 0 or NaN) that propagates NaN (an all-reduce max need not): one integer
+    pmax over the FP32 bits, where NaN patterns sort above +Inf, as in :func:`tensor_amax`."""
     if not axes:
         return v
-    isn = jnp.isnan(v)
-    m = lax.pmax(jnp.where(isn, jnp.float32(0), v), axes)
-    any_nan = lax.pmax(isn.astype(jnp.float32), axes) > 0
-    return jnp.where(any_nan, jnp.float32(jnp.nan), m)
+    return _amax_from_bits(lax.pmax(lax.bitcast_convert_type(v, jnp.uint32), axes))
 
 
 # max |x| as the kernels compute it: NaN (canonical) if the group holds a NaN, a subnormal maximum
