@@ -26,6 +26,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+from gemm import bench  # benchmarks/gemm.py (this directory is on sys.path when run as a script)
 from jax import lax
 
 import mxprec
@@ -46,22 +47,12 @@ def f8_calls(hlo: str) -> list[str]:
     return out
 
 
-def timed(fn, args, reps: int) -> float:
-    out = fn(*args)
-    jax.block_until_ready(out)
-    t = time.perf_counter()
-    for _ in range(reps):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    return (time.perf_counter() - t) / reps
-
-
 def measure(name, fn, args, reps, flops):
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     compile_s = time.perf_counter() - t0
     calls = f8_calls(compiled.as_text())
-    s = timed(compiled, args, reps)
+    s = bench(compiled, *args, iters=reps, warmup=1)  # mean over a pipelined loop, after one warm call
     row = dict(case=name, compile_s=round(compile_s, 2), ms=round(s * 1e3, 3), tflops=round(flops / s / 1e12, 1),
                f8_calls=calls)
     print(json.dumps(row), flush=True)
