@@ -60,6 +60,7 @@ def peer_rows(m, k, n, x, w, iters):
     xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
     t = bench(f_bf16, xb, wb, iters=iters)
     rows.append(dict(op="gemm", recipe="bf16", backend="xla", impl="xla bf16", t=t))
+    _log(m, k, n, "xla bf16")
     wt = w.T  # (N, K): FP8 GEMMs on Hopper want K contiguous in both operands ("TN"), as torch gets it
     for name, da, db in (("xla fp8 e4m3xe4m3", jnp.float8_e4m3fn, jnp.float8_e4m3fn),
                          ("xla fp8 e5m2xe4m3", jnp.float8_e5m2, jnp.float8_e4m3fn)):
@@ -68,14 +69,20 @@ def peer_rows(m, k, n, x, w, iters):
                                           * (sa * sb)).astype(jnp.bfloat16))
         t = bench(f, x.astype(da), wt.astype(db), sa, sb, iters=iters)
         rows.append(dict(op="gemm", recipe="fp8_current", backend="xla", impl=name, t=t))
+        _log(m, k, n, name)
     try:
         f = jax.jit(lambda a, b: jax.nn.scaled_dot_general(a, b, DN, preferred_element_type=jnp.bfloat16))
         t = bench(f, xb, wb, iters=iters)
         rows.append(dict(op="gemm", recipe="mxfp8", backend="jax.nn", impl="jax.nn.scaled_dot_general mxfp8", t=t))
     except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
         rows.append(dict(op="gemm", recipe="mxfp8", backend="jax.nn", impl="jax.nn.scaled_dot_general", error=str(e)[:200]))
+    _log(m, k, n, "jax.nn.scaled_dot_general")
     rows += torch_rows(m, k, n, iters)
     return rows
+
+
+def _log(m, k, n, what):
+    print(f"  {m}x{k}x{n} {what}: done at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
 
 
 def torch_rows(m, k, n, iters):
@@ -117,6 +124,7 @@ def mxprec_rows(m, k, n, x, w, iters, backend, recipes=RECIPES):
     """The weight is quantized once, outside the timed region, as (N, K) (K contiguous, rhs_contract 2)."""
     rows = []
     for name in recipes:
+        t_start = time.perf_counter()
         r = mxprec.recipes.get(name, backend=backend)
         try:
             qw = jax.jit(lambda w, r=r: mxprec.quantize(w.T, r.fprop_rhs, axis=1))(w)
@@ -138,6 +146,8 @@ def mxprec_rows(m, k, n, x, w, iters, backend, recipes=RECIPES):
             rows.append(dict(op="gemm", recipe=name, backend=f"mxprec-{be}", impl=f"mxprec {name}", t=t, tq=tq))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(op="gemm", recipe=name, backend=f"mxprec-{backend}", impl=f"mxprec {name}", error=str(e)[:300]))
+        print(f"  {m}x{k}x{n} mxprec {name} ({backend}): {time.perf_counter() - t_start:.1f} s incl. compile",
+              file=sys.stderr, flush=True)
     return rows
 
 
@@ -181,7 +191,9 @@ def main(argv=None):
         x = jax.random.normal(kx, (m, k), jnp.float32).astype(jnp.bfloat16)
         w = (jax.random.normal(kw, (k, n), jnp.float32) * 0.02).astype(jnp.bfloat16)
         backends = ["xla", "ffi"] if args.backend == "both" else [args.backend]
+        t_start = time.perf_counter()
         shape_rows = peer_rows(m, k, n, x, w, iters)
+        print(f"  {m}x{k}x{n} peers: {time.perf_counter() - t_start:.1f} s incl. compile", file=sys.stderr, flush=True)
         for be in backends:
             shape_rows += mxprec_rows(m, k, n, x, w, iters, be, recipes)
         t_bf16 = shape_rows[0]["t"]

@@ -10,8 +10,11 @@
 #                the GPU checks of the XLA path (FP8 convert at ties, FP8 GEMMs with FP32 accumulation)
 #   cuda-new     only what has not run on a GPU yet: tests/test_cuda.py -k block1d (1x128 x 1x128 kernel),
 #                the XLA-path GPU checks and fp8_block's backend="ffi" oracle cases
+#   div          tests/test_scaling_div.py (the quantizers' reciprocal+FMA division, bit for bit) and the XLA-path
+#                GPU numerics checks, then benchmarks/xla_quantize_forms.py (HLO forms of the FP8 cast and amax)
 #   dg-ffi       tests/test_dot_general.py oracle suite with backend="ffi" on the GPU
-#   gemm:SHAPES  benchmarks/gemm.py for the fp8 recipes on both backends, e.g. gemm:8192x8192x8192
+#   gemm:SHAPES  benchmarks/gemm.py (every recipe, both backends), one process per shape, e.g. gemm:8192x8192x8192
+#   ncu-gemm     Nsight Compute sections of our per-tensor CUTLASS GEMM and of cuBLASLt's (via torch) at 8192^3
 #   quant        benchmarks/cuda_quantize.py (all kinds)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
 #                merge the per-arm JSONs afterwards with `python -m mxprec.bench llama --merge ...`
@@ -69,11 +72,27 @@ for stage in "$@"; do
       step test_gpu_numerics "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_quantize_api.py \
         tests/test_dot_general.py -k "tie or gpu_xla"
       step test_dg_ffi_block "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/test_dot_general.py -k "ffi and fp8_block" ;;
+    div)  # the quantizers' reciprocal+FMA division: bit-exactness on the GPU, then its speed against the other forms
+      step test_div "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_scaling_div.py
+      step test_gpu_numerics "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_quantize_api.py \
+        tests/test_dot_general.py -k "tie or gpu_xla"
+      step xla_quantize_forms "$PY" benchmarks/xla_quantize_forms.py --out "$R/xla_quantize_forms.json" ;;
     dg-ffi)
       step test_dg_ffi "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/test_dot_general.py -k "ffi" ;;
-    gemm:*)
-      step "gemm_${stage#gemm:}" "$PY" benchmarks/gemm.py --recipes fp8_current,fp8_rowwise,fp8_block \
-        --backend both --iters 10 --shapes "${stage#gemm:}" --out "$R/gemm_${stage#gemm:}" ;;
+    gemm:*)  # gemm:SHAPE,SHAPE,... one process per shape (each its own time limit); GEMM_RECIPES picks recipes
+      IFS=, read -r -a shapes <<< "${stage#gemm:}"
+      for shape in "${shapes[@]}"; do
+        step "gemm_$shape" "$PY" benchmarks/gemm.py --recipes "${GEMM_RECIPES:-fp8_current,fp8_rowwise,fp8_block,mxfp8,mxfp6,mxfp4,nvfp4}" \
+          --backend both --iters 20 --shapes "$shape" --out "$R/gemm_$shape"
+      done ;;
+    ncu-gemm)  # Nsight Compute on one 8192^3 e4m3 x e4m3 GEMM: our CUTLASS per-tensor kernel, then cuBLASLt (torch)
+      for who in "mxprec device_kernel" "torch_scaled_mm nvjet"; do
+        set -- $who
+        step "ncu_gemm_$1" ncu --kernel-name regex:"$2" --launch-count 1 --section SpeedOfLight \
+          --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+          --section SchedulerStats --section LaunchStats --section Occupancy --section InstructionStats \
+          "$PY" benchmarks/cuda_fp8_gemm.py --only "$1" --shapes 8192x8192x8192
+      done ;;
     quant)
       step quant "$PY" benchmarks/cuda_quantize.py --out "$R/quant" ;;
     llama:*)
