@@ -10,8 +10,8 @@
 #                the GPU checks of the XLA path (FP8 convert at ties, FP8 GEMMs with FP32 accumulation)
 #   cuda-new     only what has not run on a GPU yet: tests/test_cuda.py -k block1d (1x128 x 1x128 kernel),
 #                the XLA-path GPU checks and fp8_block's backend="ffi" oracle cases
-#   div          tests/test_scaling_div.py (the quantizers' reciprocal+FMA division, bit for bit) and the XLA-path
-#                GPU numerics checks, then benchmarks/xla_quantize_forms.py (HLO forms of the FP8 cast and amax)
+#   qforms       the XLA-path GPU numerics checks, then benchmarks/xla_quantize_forms.py (HLO forms of the FP8
+#                cast and amax, kernel-timed)
 #   dg-ffi       tests/test_dot_general.py oracle suite with backend="ffi" on the GPU
 #   gemm:SHAPES  benchmarks/gemm.py (every recipe, both backends), one process per shape, e.g. gemm:8192x8192x8192
 #   ncu-gemm     Nsight Compute sections of our per-tensor CUTLASS GEMM and of cuBLASLt's (via torch) at 8192^3
@@ -72,8 +72,7 @@ for stage in "$@"; do
       step test_gpu_numerics "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_quantize_api.py \
         tests/test_dot_general.py -k "tie or gpu_xla"
       step test_dg_ffi_block "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/test_dot_general.py -k "ffi and fp8_block" ;;
-    div)  # the quantizers' reciprocal+FMA division: bit-exactness on the GPU, then its speed against the other forms
-      step test_div "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_scaling_div.py
+    qforms)  # the XLA-path GPU numerics checks, then the HLO forms of the FP8 cast and amax
       step test_gpu_numerics "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_quantize_api.py \
         tests/test_dot_general.py -k "tie or gpu_xla"
       step xla_quantize_forms "$PY" benchmarks/xla_quantize_forms.py --out "$R/xla_quantize_forms.json" ;;

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 Q = importlib.import_module("mxprec.quantize")
-from mxprec.scaling import _div_reciprocal_fma, exact_div
+from mxprec.scaling import exact_div
 
 MAX = 448.0
 
@@ -39,7 +39,6 @@ FORMS = {
     "exact_div": (lambda x, s: _clip_cast(exact_div(x.astype(jnp.float32), s)), True, 3),
     "plain_div": (lambda x, s: _clip_cast(x.astype(jnp.float32) / s), False, 3),
     "reciprocal": (lambda x, s: _clip_cast(x.astype(jnp.float32) * (1 / s)), False, 3),
-    "reciprocal_fma": (lambda x, s: _clip_cast(_div_reciprocal_fma(x.astype(jnp.float32), s)), True, 3),
     "quantize_codes": (lambda x, s: Q._scaled_codes(x.astype(jnp.float32), s, _E4M3, None), True, 3),
     "amax_bits": (lambda x, s: Q._amax(x.astype(jnp.float32)), True, 2),
     "amax_float": (lambda x, s: jnp.max(jnp.abs(x.astype(jnp.float32))), False, 2),

@@ -31,7 +31,6 @@ from mxprec.scaling import (
     ScalingSpec,
     TensorScaling,
     TileScaling,
-    div_by_scale,
     exact_div,
     exp2_int,
     floor_log2,
@@ -294,7 +293,7 @@ def _codes(v: jax.Array, fmt: ElementFormat, uniform: jax.Array | None) -> jax.A
 
 
 def _scaled_codes(x32, s, fmt, uniform):
-    return _codes(div_by_scale(x32, s), fmt, uniform)
+    return _codes(exact_div(x32, s), fmt, uniform)
 
 
 def _blocked(xt: jax.Array, block: int) -> jax.Array:
@@ -402,7 +401,7 @@ def quantize(
         )
         eff = sb * tensor_scale
         ut = None if uniform is None else _blocked(jnp.moveaxis(uniform, axis, -1), spec.block)
-        g = round_to_grid(div_by_scale(xt, eff), fmt, ut)
+        g = round_to_grid(exact_div(xt, eff), fmt, ut)
         g = jnp.where(eff == 0, jnp.float32(0), g)
         codes = jnp.moveaxis(encode(g, fmt).reshape(*xt.shape[:-2], -1), -1, axis)
         scale = jnp.moveaxis(sb[..., 0].astype(jnp.float8_e4m3fn), -1, axis)

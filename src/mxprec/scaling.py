@@ -8,7 +8,6 @@ multiplier: ``x ≈ float32(element) * scale``. Exact formulas: docs/numerics.md
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Literal
 
 import jax
@@ -26,7 +25,6 @@ __all__ = [
     "ScalingSpec",
     "TensorScaling",
     "TileScaling",
-    "div_by_scale",
     "exact_div",
     "floor_log2",
     "mx_exponent",
@@ -243,60 +241,6 @@ def exact_div(a: jax.Array, b) -> jax.Array:
     """
     a = jnp.asarray(a, jnp.float32)
     return a / (jnp.asarray(b, jnp.float32) + jnp.minimum(jnp.abs(a), jnp.float32(0)))
-
-
-# Quotients in [2**-100, 2**127) are correctly rounded by the reciprocal path below; outside it
-# the result still has the right sign and saturates / flushes exactly as any FP8/FP6/FP4 cast does.
-_DIV_EXACT_MIN = 2.0**-100
-
-
-def _div_reciprocal_fma(a: jax.Array, b: jax.Array) -> jax.Array:
-    """``a / b`` from the scale's reciprocal and two remainder corrections (Markstein's method).
-
-    ``b`` is a scale array broadcastable to ``a`` (scalar, per row or per block); everything that
-    depends on ``b`` alone runs on its small shape. With b = ±sn * 2**e (sn in [1, 2)) and
-    rn = RN(1 / sn), an = a * 2**-e (exact), q0 = RN(an * rn) is within 1.5 ulp of an / sn; each
-    step r = an - q * sn, q += r * rn (each a fused multiply-add on the GPU, where XLA's LLVM
-    backend contracts them) brings it closer, and Markstein's theorem makes the second step
-    correctly rounded: RN(a / b) for every quotient in [2**-100, 2**127) in magnitude, ±0, ±Inf and
-    NaN. Smaller quotients keep q0 (within 2 ulp, right sign: every FP8/FP6/FP4 format flushes them
-    to ±0); larger finite ones may come back as ±Inf (every format saturates or overflows them).
-    tests/test_scaling_div.py checks it bit for bit against exact_div on the GPU.
-    """
-    a = jnp.asarray(a, jnp.float32)
-    b = jnp.asarray(b, jnp.float32)
-    regular = jnp.isfinite(b) & (b != 0)
-    bs = jnp.where(regular, b, jnp.float32(1))
-    e, frac = floor_log2(jnp.abs(bs))
-    sign = jax.lax.bitcast_convert_type(bs, jnp.int32) & jnp.int32(-(2**31))
-    sn = jax.lax.bitcast_convert_type(sign | jnp.int32(127 << 23) | frac, jnp.float32)  # ±[1, 2)
-    rn = jnp.float32(1) / sn  # correctly rounded (a small array: XLA leaves it a division)
-    c1 = jnp.clip(-e, -126, 127)
-    an = (a * exp2_int(c1)) * exp2_int(-e - c1)  # 2**-e in two exact steps (e in [-149, 127])
-    q0 = an * rn
-    q1 = q0 + (an - q0 * sn) * rn
-    q2 = q1 + (an - q1 * sn) * rn
-    mag = jnp.abs(q0)
-    q = jnp.where((mag >= jnp.float32(_DIV_EXACT_MIN)) & (mag < jnp.float32(jnp.inf)), q2, q0)
-    # b = ±0, ±Inf or NaN: a * (1 / b) is exactly IEEE a / b (±Inf, ±0 or NaN).
-    return jnp.where(regular, q, a * (jnp.float32(1) / b))
-
-
-def div_by_scale(a: jax.Array, b: jax.Array) -> jax.Array:
-    """FP32 ``a / b`` for a quantizer: ``b`` is a scale array broadcastable to ``a``.
-
-    On CPU (and with ``MXPREC_XLA_DIV=exact``) this is :func:`exact_div`. On CUDA it is
-    :func:`_div_reciprocal_fma`, which gives the same bits wherever they can reach a quantized
-    code (see its docstring) and lets XLA's fused quantize loops run at memory speed: a true
-    elementwise FP32 division held them to ~0.9 TB/s on the H200
-    (benchmarks/results/h200_xla_quantize_forms.md).
-    """
-    mode = os.environ.get("MXPREC_XLA_DIV", "fma")
-    if mode == "exact":
-        return exact_div(a, b)
-    if mode != "fma":
-        raise ValueError(f"MXPREC_XLA_DIV must be 'fma' or 'exact', got {mode!r}")
-    return jax.lax.platform_dependent(a, b, cuda=_div_reciprocal_fma, default=exact_div)
 
 
 def exp2_int(e: jax.Array) -> jax.Array:
