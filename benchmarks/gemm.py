@@ -173,7 +173,12 @@ def main(argv=None):
     p.add_argument("--backend", default="both", choices=["auto", "xla", "ffi", "both"])
     p.add_argument("--iters", type=int, default=0)
     p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="merge per-shape result JSONs (one run each, same device) into --out, in --shapes order")
+    p.add_argument("--command", default=None, help="with --merge: the command line to record")
     args = p.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out, args.command)
     on_gpu = jax.default_backend() == "gpu"
     named = {"paper": PAPER_SHAPES, "all": PAPER_SHAPES + LLAMA_SHAPES + SMALL_M, "cpu": CPU_SHAPES}
     if args.shapes in named:
@@ -231,6 +236,26 @@ def _write(rows, device, argv, out_dir, final):
         print("wrote", path)
 
 
+def merge(paths, out_dir, command=None):
+    """One result from per-shape runs (e.g. one device call per few shapes), ordered as ``--shapes all``."""
+    parts = [json.load(open(p)) for p in paths]
+    devices = {p["device"] for p in parts}
+    if len(devices) != 1:
+        raise SystemExit(f"--merge: results from different devices {sorted(devices)}")
+    order = {s: i for i, s in enumerate(PAPER_SHAPES + LLAMA_SHAPES + SMALL_M)}
+    rows = sorted((r for p in parts for r in p["rows"]), key=lambda r: order.get((r["m"], r["k"], r["n"]), len(order)))
+    result = dict(device=parts[0]["device"], command=command or " ; ".join(p["command"] for p in parts),
+                  date=max(p["date"] for p in parts), jax=parts[0]["jax"], rows=rows)
+    os.makedirs(out_dir, exist_ok=True)
+    tag = "h200" if "H200" in result["device"] else result["device"].lower().replace(" ", "_")
+    path = os.path.join(out_dir, f"{tag}_gemm.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    with open(path.replace(".json", ".md"), "w") as f:
+        f.write(markdown(result))
+    print("wrote", path, f"({len(rows)} rows)")
+
+
 def markdown(result) -> str:
     lines = [f"# GEMM benchmark on {result['device']} ({result['date']}, jax {result['jax']})", "",
              f"Command: `{result['command']}`", "",
@@ -242,7 +267,27 @@ def markdown(result) -> str:
             continue
         lines.append(f"| {shape} | {r['impl']} | {r['recipe']} | {r['backend']} | {r['tflops']} | "
                      f"{r.get('tflops_with_q') or ''} | {r['speedup_vs_xla_bf16']} | {r.get('ratio_vs_best_peer') or ''} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + summary(result["rows"])) + "\n"
+
+
+def summary(rows) -> list[str]:
+    """Per mxprec recipe and backend: the range over shapes of × XLA bf16 and × best peer."""
+    groups = {}
+    for r in rows:
+        if r.get("backend", "").startswith("mxprec") and "tflops" in r:
+            groups.setdefault((r["recipe"], r["backend"]), []).append(r)
+    if not groups:
+        return []
+
+    def span(vals):
+        vals = [v for v in vals if v is not None]
+        return f"{min(vals):.2f}–{max(vals):.2f}" if vals else ""
+
+    out = ["", "Over all shapes (min–max):", "", "| recipe | backend | shapes | × XLA bf16 | × best peer |", "|---|---|---:|---|---|"]
+    for (recipe, backend), rs in groups.items():
+        out.append(f"| {recipe} | {backend} | {len(rs)} | {span([r['speedup_vs_xla_bf16'] for r in rs])} | "
+                   f"{span([r.get('ratio_vs_best_peer') for r in rs])} |")
+    return out
 
 
 if __name__ == "__main__":

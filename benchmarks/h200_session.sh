@@ -27,6 +27,7 @@
 #                compile is
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
 #                kernels (delayed cast, tile 1x128 along both axes) on one 8192x8192 bf16 input
+#   raster       per-tensor GEMM (default tiles): persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
 #   tiles        per-tensor GEMM tile configs 3/4/5 x persistent-scheduler swizzle 1/4/8 (cuda_fp8_gemm.py)
 #   delayed-diag fp8_delayed with XLA GPU autotuning off / Triton GEMMs off (its compile did not finish
 #                within 210 s in the second session; which flag, if any, makes it compile?)
@@ -81,7 +82,7 @@ for stage in "$@"; do
     gemm:*)  # gemm:SHAPE,SHAPE,... one process per shape (each its own time limit); GEMM_RECIPES picks recipes
       IFS=, read -r -a shapes <<< "${stage#gemm:}"
       for shape in "${shapes[@]}"; do
-        step "gemm_$shape" "$PY" benchmarks/gemm.py --recipes "${GEMM_RECIPES:-fp8_current,fp8_rowwise,fp8_block,mxfp8,mxfp6,mxfp4,nvfp4}" \
+        step "gemm_$shape" env ${GEMM_XLA_FLAGS:+XLA_FLAGS=$GEMM_XLA_FLAGS} "$PY" benchmarks/gemm.py --recipes "${GEMM_RECIPES:-fp8_current,fp8_rowwise,fp8_block,mxfp8,mxfp6,mxfp4,nvfp4}" \
           --backend both --iters 20 --shapes "$shape" --out "$R/gemm_$shape"
       done ;;
     ncu-gemm)  # Nsight Compute on one 8192^3 e4m3 x e4m3 GEMM: our CUTLASS per-tensor kernel, then cuBLASLt (torch)
@@ -141,6 +142,15 @@ PYEOF
       step ncu_quant ncu --kernel-name regex:"tensor_kernel|hgroup_kernel|vgroup_kernel" --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
         --section SchedulerStats "$PY" /tmp/mxprec_q1.py ;;
+    raster)  # the default per-tensor kernel (carried build-cuda) x persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
+      step raster_torch "$PY" benchmarks/cuda_fp8_gemm.py --only torch_scaled_mm --shapes 8192x8192x8192,16384x4096x14336 \
+        --out "$R/raster_torch.json"
+      for ra in m n; do
+        for sw in 1 4 8; do
+          step "raster_${ra}_sw$sw" env MXPREC_SM90_RASTER=$ra MXPREC_SM90_SWIZZLE=$sw "$PY" benchmarks/cuda_fp8_gemm.py \
+            --only mxprec --shapes 8192x8192x8192,16384x4096x14336 --out "$R/raster_${ra}_sw$sw.json"
+        done
+      done ;;
     tiles)  # per-tensor tile configs 3 (carried build-cuda), 4, 5 (built here: carry .deps/cutlass_library) x swizzle 1 / 4 / 8
       for cfg in 4 5; do
         rm -rf "/tmp/mxprec_cfg$cfg" && cp -r build-cuda "/tmp/mxprec_cfg$cfg"  # relink: only the per-tensor TUs change
