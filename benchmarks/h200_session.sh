@@ -139,9 +139,10 @@ st = DelayedScalingState(DelayedScalingState.init(d).amax_history, jnp.float32(0
 for spec, axis, state in ((d, -1, st), (TileScaling(F.E4M3, (1, 128)), -1, None), (TileScaling(F.E4M3, (1, 128)), 0, None)):
     jax.block_until_ready(jax.jit(lambda v: ffi.quantize(v, spec, axis, state=state))(x))
 PYEOF
-      step ncu_quant ncu --kernel-name regex:"tensor_kernel|hgroup_kernel|vgroup_kernel" --section SpeedOfLight \
+      # XLA preallocates most of the GPU; ncu would save and restore all of it for every replay pass
+      step ncu_quant env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"tensor_kernel|hgroup_kernel|vgroup_kernel" --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
-        --section SchedulerStats "$PY" /tmp/mxprec_q1.py ;;
+        --section SchedulerStats --launch-count 3 "$PY" /tmp/mxprec_q1.py ;;
     raster)  # the default per-tensor kernel (carried build-cuda) x persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
       step raster_torch "$PY" benchmarks/cuda_fp8_gemm.py --only torch_scaled_mm --shapes 8192x8192x8192,16384x4096x14336 \
         --out "$R/raster_torch.json"
