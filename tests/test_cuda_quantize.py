@@ -234,6 +234,64 @@ def test_delayed_scale_edge_values(scale):
     _check(spec, np.ascontiguousarray(x.T), 0, reference=False, what=f"scale {scale} (axis 0)", scale=scale)
 
 
+def _division_adversarial(s: np.float32, seed: int = 0) -> np.ndarray:
+    """(128, 256) f32: x whose quotient x / s sits on an FP8 (E4M3 and E5M2) rounding midpoint or
+    within 3 FP32 ulps of one, both signs, beside random values and the FP32 range ends."""
+    mids = []
+    for dt in (jnp.float8_e4m3fn, jnp.float8_e5m2):
+        v = np.unique(np.abs(np.arange(256, dtype=np.uint8).view(dt).astype(np.float64)))
+        v = v[np.isfinite(v)]
+        mids.append((v[1:] + v[:-1]) / 2)
+    with np.errstate(over="ignore"):
+        near = (np.concatenate(mids) * np.float64(s)).astype(np.float32)
+    near = near[np.isfinite(near) & (near != 0)]
+    bits = near.view(np.uint32)[:, None].astype(np.int64) + np.arange(-3, 4)[None, :]
+    near = np.clip(bits, 1, 0x7F7FFFFF).astype(np.uint32).view(np.float32).ravel()
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):  # huge scales: some random values overflow to ±Inf (kept)
+        rnd = (rng.standard_normal(4096) * 300 * np.float64(s)).astype(np.float32)
+    x = np.concatenate([near, -near, rnd,
+                        np.asarray([3.4e38, -3.4e38, 1e-45, -1e-45, 0.0, -0.0], np.float32)])
+    return np.resize(x, (128, 256)).astype(np.float32)
+
+
+_DIVISION_SCALES = [3 / 448, 1.37 / 448, 0.9, 1.9999999, 1.0000001, 12345.678, 1.5 * 2.0**-80, 2.0**-79.3,
+                    1.1 * 2.0**-60, 1.9 * 2.0**125, 1.3 * 2.0**-81, 1.25 * 2.0**126, 1.7e-30, 3e30]
+
+
+@needs_gpu
+@pytest.mark.parametrize("scale", _DIVISION_SCALES, ids=lambda s: f"{s:.4g}")
+def test_reciprocal_division_matches_ieee_division(scale):
+    """The tensor kernel divides by a non-power-of-two scale through RN(1 / s) and two FMA corrections
+    (Markstein) when 2**-80 <= s < 2**102: every code equals the IEEE division's, on quotients at
+    and beside every FP8 midpoint, for scales inside, at and outside that range (div.rn there)."""
+    s = np.float32(scale)
+    x = _division_adversarial(s)
+    for fmt in (E4M3, E5M2):
+        spec = DelayedScaling(fmt, history_len=4)
+        _check(spec, x, -1, reference=False, what=f"scale {scale:g}", scale=float(s))
+        _check(spec, np.ascontiguousarray(x.T), 0, reference=False, what=f"scale {scale:g} (axis 0)", scale=float(s))
+
+
+@needs_gpu
+def test_reciprocal_division_in_tile_groups():
+    """The 1 x 128 tile groups (hgroup kernel) divide by their own scale s = amax / 448 the same way:
+    each group's amax is set so that its other elements sit on and beside FP8 midpoints of x / s,
+    for scales over most of the FP32 range."""
+    rng = np.random.default_rng(5)
+    groups = []
+    for k in range(-70, 110):
+        amax = np.float32(rng.uniform(1, 2) * 2.0**k)
+        for fmt_max in (448.0, 57344.0):
+            s = amax / np.float32(fmt_max)
+            v = _division_adversarial(s, seed=k + 200).ravel()
+            v = v[np.abs(v) < amax]
+            groups.append(np.concatenate([[amax], rng.choice(v, 127)]).astype(np.float32))
+    x = np.stack(groups).reshape(-1, 256)
+    for fmt in (E4M3, E5M2):
+        _check(TileScaling(fmt, (1, 128)), x, -1, reference=False, what="tile 1x128 division")
+
+
 # ----------------------------------------------------------------------------- shapes / kernel paths
 
 SHAPES = [

@@ -6,7 +6,10 @@
 // arithmetic with the CPU's FTZ/DAZ and x86 NaN rules made explicit); the elements use its
 // ElemScale fast path (one IEEE multiply or div.rn.f32 per element, then cvt.rn.satfinite.{e4m3,
 // e5m2}x2.f32 for FP8 or encode_rne's bit rounding for FP6 / FP4), proved equal to the exact
-// sequence in that header and checked on the CPU by tests/test_cuda_quantize.py; groups whose scale
+// sequence in that header and checked on the CPU by tests/test_cuda_quantize.py. The tensor and hgroup
+// kernels (one scale per 8-element chunk) test the scale mode once per chunk and replace div.rn by
+// the scale's reciprocal and two FMA corrections (codes8_uniform), and are compiled separately for
+// FP8 so that the FP6 / FP4 rounding is not carried along; groups whose scale
 // leaves the fast path's range (NaN / Inf / tiny scales, MX e = 127) and NaN elements take the exact
 // path (encode_elem). Build with -DMXPREC_CUDA_QUANT_NO_CVT to replace the FP8 cvt by encode_rne.
 //
@@ -213,8 +216,10 @@ __device__ __forceinline__ uint32_t narrow4(float a, float b, float c, float d, 
 // one out-of-line copy keeps the kernels small.
 __device__ __noinline__ uint32_t slow_code(float x, ElemScale s, ElemFormat f) { return encode_elem(x, s, f); }
 
-// Codes of 8 elements (byte i of the result = element i), element i under scale sat(i).
-template <class ScaleAt>
+// Codes of 8 elements (byte i of the result = element i), element i under scale sat(i). kFp8: the
+// caller guarantees f is E4M3 or E5M2, so the FP6 / FP4 bit-rounding path is not compiled in (the
+// generic body carried both, and the compiler predicated them: the tensor kernel was instruction-bound).
+template <bool kFp8 = false, class ScaleAt>
 __device__ __forceinline__ uint2 codes8(const float (&x)[8], ScaleAt sat, ElemFormat f) {
   float q[8];
   uint32_t special = 0;
@@ -234,11 +239,11 @@ __device__ __forceinline__ uint2 codes8(const float (&x)[8], ScaleAt sat, ElemFo
     }
   }
   uint2 c;
-  if (f == ElemFormat::kE4M3 || f == ElemFormat::kE5M2) {
+  if (kFp8 || f == ElemFormat::kE4M3 || f == ElemFormat::kE5M2) {
     const bool e5 = f == ElemFormat::kE5M2;
     c.x = fp8x4(q[0], q[1], q[2], q[3], e5);
     c.y = fp8x4(q[4], q[5], q[6], q[7], e5);
-  } else {
+  } else if constexpr (!kFp8) {
     c.x = narrow4(q[0], q[1], q[2], q[3], f);
     c.y = narrow4(q[4], q[5], q[6], q[7], f);
   }
@@ -247,6 +252,71 @@ __device__ __forceinline__ uint2 codes8(const float (&x)[8], ScaleAt sat, ElemFo
     for (int i = 0; i < 8; ++i) {
       if ((special >> i) & 1u) {
         const uint32_t code = slow_code(x[i], sat(i), f);
+        uint32_t& w = i < 4 ? c.x : c.y;
+        const int sh = 8 * (i & 3);
+        w = (w & ~(0xFFu << sh)) | (code << sh);
+      }
+    }
+  }
+  return c;
+}
+
+// The reciprocal division below: RN(1 / s) for a kDiv scale with 2**-80 <= |s| < 2**102, else 0 (use
+// div.rn). Below 2**-80 a quotient that reaches an FP8 code could need a subnormal remainder; from
+// 2**126 on 1 / s is subnormal. The upper bound stops at 2**102, the largest scales the H200 run
+// checked bit for bit (tests/test_cuda_quantize.py: 3e30 and tile scales up to 2**101); no real
+// tensor has an amax near 2**110.
+__device__ __forceinline__ float recip_of_divisor(ElemScale s) {
+  const float m = fabsf(s.p);
+  return (s.mode == ElemMode::kDiv && m >= 0x1p-80f && m < 0x1p102f) ? __frcp_rn(s.p) : 0.0f;
+}
+
+// Codes of 8 elements under one scale (tensor kernel, one group per chunk): the scale mode is
+// tested once per chunk, not per element, and a kDiv scale with a reciprocal r = RN(1 / s) divides
+// by Markstein's method: q0 = x * r, then twice q += fma(-q, s, x) * r (each a single-rounding FMA).
+// The second correction starts from a faithful q1 with an exact remainder, so it returns RN(x / s)
+// (Markstein's theorem; r is RN(1 / s), s in [2**-80, 2**102)) whenever 2**-20 <= |q0| <= 2**20.
+// Outside that band q0 is kept: every FP8 code of it is the same as of RN(x / s) (±0 below 2**-17,
+// ±max_finite above 57344 after the saturating convert), and NaN / Inf elements stay NaN / Inf.
+// Equal to div.rn.f32 for every input reaching a code (tests/test_cuda_quantize.py, division cases).
+template <bool kFp8>
+__device__ __forceinline__ uint2 codes8_uniform(const float (&x)[8], ElemScale es, float r, ElemFormat f) {
+  if (es.mode != ElemMode::kMul && !(es.mode == ElemMode::kDiv && r != 0.0f)) {
+    return codes8<kFp8>(x, [es](int) { return es; }, f);
+  }
+  float q[8];
+  if (es.mode == ElemMode::kMul) {  // one branch per chunk, straight-line loops below
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = __fmul_rn(x[i], es.p);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float q0 = __fmul_rn(x[i], r);
+      const float q1 = __fmaf_rn(__fmaf_rn(-q0, es.p, x[i]), r, q0);
+      const float q2 = __fmaf_rn(__fmaf_rn(-q1, es.p, x[i]), r, q1);
+      const float m = fabsf(q0);
+      q[i] = (m >= 0x1p-20f && m <= 0x1p20f) ? q2 : q0;
+    }
+  }
+  uint32_t special = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if (q[i] != q[i]) special |= 1u << i;  // a NaN element: its code carries x's sign
+  }
+  uint2 c;
+  if (kFp8 || f == ElemFormat::kE4M3 || f == ElemFormat::kE5M2) {
+    const bool e5 = f == ElemFormat::kE5M2;
+    c.x = fp8x4(q[0], q[1], q[2], q[3], e5);
+    c.y = fp8x4(q[4], q[5], q[6], q[7], e5);
+  } else if constexpr (!kFp8) {
+    c.x = narrow4(q[0], q[1], q[2], q[3], f);
+    c.y = narrow4(q[4], q[5], q[6], q[7], f);
+  }
+  if (special != 0u) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if ((special >> i) & 1u) {
+        const uint32_t code = slow_code(x[i], es, f);
         uint32_t& w = i < 4 ? c.x : c.y;
         const int sh = 8 * (i & 3);
         w = (w & ~(0xFFu << sh)) | (code << sh);
@@ -330,7 +400,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(Args a) {
 // while they are in flight: the scale load, then x, in sequence made every CTA wait for two DRAM
 // round trips (this kernel ran at a third of copy bandwidth on the H200). <= 64 registers for
 // 16-bit inputs (4 CTAs per SM); f32 inputs hold twice the bytes (3 CTAs per SM, no spills).
-template <InType I>
+template <InType I, bool kFp8>
 __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTensorUnroll > 4 ? 1 : 0)) tensor_kernel(Args a) {
   const int64_t nck = (a.n + 7) / 8;
   int64_t k[kTensorUnroll];
@@ -350,6 +420,7 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
     *a.tensor_scale = 1.0f;
   }
   const ElemScale es = scaled_elem_scale(s);
+  const float r = recip_of_divisor(es);
   uint32_t acc = 0;
 #pragma unroll
   for (int j = 0; j < kTensorUnroll; ++j) {
@@ -361,7 +432,7 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
       load_flat<I>(a, k[j], v);
     }
     if (a.acc_amax) acc = max(acc, chunk_key(v));
-    const uint2 c = codes8(v, [es](int) { return es; }, f);
+    const uint2 c = codes8_uniform<kFp8>(v, es, r, f);
     const int64_t e0 = k[j] * 8;
     if (whole[j]) {
       *reinterpret_cast<uint2*>(a.data + e0) = c;
@@ -372,10 +443,10 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
   if (a.acc_amax) block_amax(a.amax, acc);
 }
 
-template <InType I>
+template <InType I, bool kFp8>
 __global__ void __launch_bounds__(kThreads) hgroup_kernel(Args a) {
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
-  const int bits = format_bits(f);
+  const int bits = kFp8 ? 8 : format_bits(f);
   const bool nvfp4 = a.kind == static_cast<int32_t>(ScalingKind::kNVFP4);
   const float ts = nvfp4 ? nvfp4_ts(a) : 1.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
@@ -405,7 +476,7 @@ __global__ void __launch_bounds__(kThreads) hgroup_kernel(Args a) {
     if (!valid) continue;
     const int64_t g = k[j] / tpg;
     const ElemScale es = group_elem_scale(a, g, key, ts, (k[j] & (tpg - 1)) == 0);
-    store_chunk(a.data, k[j], codes8(v, [es](int) { return es; }, f), bits);
+    store_chunk(a.data, k[j], codes8_uniform<kFp8>(v, es, recip_of_divisor(es), f), bits);
   }
   if (a.acc_amax) block_amax(a.amax, acc);
 }
@@ -713,6 +784,10 @@ int64_t blocks_for(int64_t work, int64_t per_block) { return (work + per_block -
 
 constexpr int64_t kMaxGrid = 2147483647;
 
+bool is_fp8(int32_t fmt) {
+  return fmt == static_cast<int32_t>(ElemFormat::kE4M3) || fmt == static_cast<int32_t>(ElemFormat::kE5M2);
+}
+
 template <InType I>
 ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   const auto kind = static_cast<ScalingKind>(a.kind);
@@ -730,7 +805,11 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     a.acc_amax = (a.delayed || a.amode == 1) ? 1 : 0;
     const int64_t grid = blocks_for((a.n + 7) / 8, static_cast<int64_t>(kThreads) * kTensorUnroll);
     if (!grid_ok(grid)) return ffi::Error(ffi::ErrorCode::kUnimplemented, std::string(kOp) + ": tensor too large");
-    tensor_kernel<I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+    if (is_fp8(a.fmt)) {
+      tensor_kernel<I, true><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+    } else {
+      tensor_kernel<I, false><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+    }
     return ffi::Error::Success();
   }
   a.acc_amax = (kind == ScalingKind::kNVFP4 && a.amode == 0) ? 0 : 1;
@@ -744,7 +823,11 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
       a.tpg = static_cast<int32_t>(tpg);
       const int64_t grid = blocks_for(a.n / 8, per_cta);
       if (grid_ok(grid)) {
-        hgroup_kernel<I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+        if (is_fp8(a.fmt)) {
+          hgroup_kernel<I, true><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+        } else {
+          hgroup_kernel<I, false><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+        }
         return ffi::Error::Success();
       }
     }
