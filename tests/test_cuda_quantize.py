@@ -259,6 +259,79 @@ _DIVISION_SCALES = [3 / 448, 1.37 / 448, 0.9, 1.9999999, 1.0000001, 12345.678, 1
                     1.1 * 2.0**-60, 1.9 * 2.0**125, 1.3 * 2.0**-81, 1.25 * 2.0**126, 1.7e-30, 3e30]
 
 
+def _fma32(a, b, c):
+    """Correctly rounded FP32 fused multiply-add (what ``__fmaf_rn`` computes): a*b is exact in FP64,
+    the FP64 sum is rounded to odd (its last bit records any inexactness), and rounding that to
+    FP32 is then correct (53 >= 24 + 2 bits)."""
+    a, b, c = (np.asarray(v, np.float64) for v in (a, b, c))
+    with np.errstate(all="ignore"):  # Inf / NaN operands propagate as IEEE says
+        p = a * b
+        s = p + c
+        bp = s - c
+        err = (p - bp) + (c - (s - bp))  # TwoSum: s + err == p + c exactly
+        bits = s.view(np.uint64)
+        inexact = (err != 0) & np.isfinite(s) & (s != 0) & ((bits & 1) == 0)
+        toward = np.where((err > 0) == (s > 0), bits + 1, bits - 1)  # one FP64 ulp toward the exact sum
+        return np.where(inexact, toward.view(np.float64), s).astype(np.float32)
+
+
+def _reciprocal_division(x: np.ndarray, s: np.float32) -> np.ndarray:
+    """codes8_uniform's kDiv arithmetic (csrc/cuda_kernels/cuda_quantize.cu), step by step."""
+    with np.errstate(all="ignore"):
+        r = np.float32(1) / s  # __frcp_rn
+        q0 = (x * r).astype(np.float32)  # __fmul_rn
+        q1 = _fma32(_fma32(-q0, s, x), r, q0)
+        q2 = _fma32(_fma32(-q1, s, x), r, q1)
+        m = np.abs(q0)
+        return np.where((m >= 2.0**-20) & (m <= 2.0**20), q2, q0).astype(np.float32)
+
+
+def test_fma32_emulation_is_correctly_rounded():
+    from fractions import Fraction
+
+    rng = np.random.default_rng(1)
+    a, b, c = (rng.standard_normal(2000).astype(np.float32) for _ in range(3))
+    c[::7] = -(a[::7].astype(np.float64) * b[::7]).astype(np.float32)  # near-cancellation
+    got = _fma32(a, b, c)
+    for i in range(0, 2000, 7):
+        exact = Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i]))
+        near = np.float32(float(exact))
+        cands = [np.nextafter(near, np.float32(-np.inf)), near, np.nextafter(near, np.float32(np.inf))]
+        best = min(cands, key=lambda v: (abs(Fraction(float(v)) - exact), int(np.asarray(v).view(np.uint32)) & 1))
+        assert got[i] == best, (a[i], b[i], c[i])
+
+
+def _fp8_codes(v: np.ndarray, dtype) -> np.ndarray:
+    mx = float(ml_dtypes.finfo(dtype).max)
+    return np.clip(v, -mx, mx).astype(dtype).view(np.uint8)  # saturating RNE, like cvt.rn.satfinite
+
+
+def test_reciprocal_division_algorithm_on_cpu():
+    """The kernels' reciprocal division, with exactly rounded FMAs emulated in numpy, against IEEE
+    FP32 division: bit-identical inside the band 2**-20 <= |q0| <= 2**20, and the same FP8 codes
+    everywhere, for scales across [2**-80, 2**102) (the range the kernels use it for)."""
+    rng = np.random.default_rng(7)
+    scales = [s for s in _DIVISION_SCALES if 2.0**-80 <= s < 2.0**102]
+    scales += list(np.exp2(rng.uniform(-80, 102, 40)) * rng.uniform(1, 2, 40))
+    bf16 = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
+    for scale in scales:
+        s = np.float32(scale)
+        if not (2.0**-80 <= s < 2.0**102):
+            continue
+        with np.errstate(all="ignore"):  # bf16 holds ±Inf and NaN; NaNs are dropped below
+            x = np.concatenate([_division_adversarial(s, seed=3).ravel(), bf16, (bf16 * s).astype(np.float32)])
+        x = x[~np.isnan(x)]
+        got = _reciprocal_division(x, s)
+        with np.errstate(all="ignore"):
+            want = x / s
+            q0 = np.abs((x * (np.float32(1) / s)).astype(np.float32))
+        band = (q0 >= 2.0**-20) & (q0 <= 2.0**20)
+        assert band.sum() > 1000
+        assert np.array_equal(got[band].view(np.uint32), want[band].view(np.uint32)), f"scale {s!r}"
+        for dt in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+            assert np.array_equal(_fp8_codes(got, dt), _fp8_codes(want, dt)), f"scale {s!r} {dt}"
+
+
 @needs_gpu
 @pytest.mark.parametrize("scale", _DIVISION_SCALES, ids=lambda s: f"{s:.4g}")
 def test_reciprocal_division_matches_ieee_division(scale):
