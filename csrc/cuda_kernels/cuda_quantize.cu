@@ -216,6 +216,34 @@ __device__ __forceinline__ uint32_t narrow4(float a, float b, float c, float d, 
 // one out-of-line copy keeps the kernels small.
 __device__ __noinline__ uint32_t slow_code(float x, ElemScale s, ElemFormat f) { return encode_elem(x, s, f); }
 
+// Packs the codes of 8 scaled values q (byte i = element i): FP8 by the hardware convert, FP6 / FP4 by
+// bit rounding; the elements flagged in `special` (NaN results, exact modes) take the exact path on x.
+template <bool kFp8, class ScaleAt>
+__device__ __forceinline__ uint2 pack_codes8(const float (&q)[8], const float (&x)[8], uint32_t special, ScaleAt sat,
+                                             ElemFormat f) {
+  uint2 c;
+  if (kFp8 || f == ElemFormat::kE4M3 || f == ElemFormat::kE5M2) {
+    const bool e5 = f == ElemFormat::kE5M2;
+    c.x = fp8x4(q[0], q[1], q[2], q[3], e5);
+    c.y = fp8x4(q[4], q[5], q[6], q[7], e5);
+  } else if constexpr (!kFp8) {
+    c.x = narrow4(q[0], q[1], q[2], q[3], f);
+    c.y = narrow4(q[4], q[5], q[6], q[7], f);
+  }
+  if (special != 0u) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if ((special >> i) & 1u) {
+        const uint32_t code = slow_code(x[i], sat(i), f);
+        uint32_t& w = i < 4 ? c.x : c.y;
+        const int sh = 8 * (i & 3);
+        w = (w & ~(0xFFu << sh)) | (code << sh);
+      }
+    }
+  }
+  return c;
+}
+
 // Codes of 8 elements (byte i of the result = element i), element i under scale sat(i). kFp8: the
 // caller guarantees f is E4M3 or E5M2, so the FP6 / FP4 bit-rounding path is not compiled in (the
 // generic body carried both, and the compiler predicated them: the tensor kernel was instruction-bound).
@@ -238,27 +266,7 @@ __device__ __forceinline__ uint2 codes8(const float (&x)[8], ScaleAt sat, ElemFo
       if (s.mode != ElemMode::kZero) special |= 1u << i;
     }
   }
-  uint2 c;
-  if (kFp8 || f == ElemFormat::kE4M3 || f == ElemFormat::kE5M2) {
-    const bool e5 = f == ElemFormat::kE5M2;
-    c.x = fp8x4(q[0], q[1], q[2], q[3], e5);
-    c.y = fp8x4(q[4], q[5], q[6], q[7], e5);
-  } else if constexpr (!kFp8) {
-    c.x = narrow4(q[0], q[1], q[2], q[3], f);
-    c.y = narrow4(q[4], q[5], q[6], q[7], f);
-  }
-  if (special != 0u) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if ((special >> i) & 1u) {
-        const uint32_t code = slow_code(x[i], sat(i), f);
-        uint32_t& w = i < 4 ? c.x : c.y;
-        const int sh = 8 * (i & 3);
-        w = (w & ~(0xFFu << sh)) | (code << sh);
-      }
-    }
-  }
-  return c;
+  return pack_codes8<kFp8>(q, x, special, sat, f);
 }
 
 // The reciprocal division below: RN(1 / s) for a kDiv scale with 2**-80 <= |s| < 2**102, else 0 (use
@@ -303,27 +311,7 @@ __device__ __forceinline__ uint2 codes8_uniform(const float (&x)[8], ElemScale e
   for (int i = 0; i < 8; ++i) {
     if (q[i] != q[i]) special |= 1u << i;  // a NaN element: its code carries x's sign
   }
-  uint2 c;
-  if (kFp8 || f == ElemFormat::kE4M3 || f == ElemFormat::kE5M2) {
-    const bool e5 = f == ElemFormat::kE5M2;
-    c.x = fp8x4(q[0], q[1], q[2], q[3], e5);
-    c.y = fp8x4(q[4], q[5], q[6], q[7], e5);
-  } else if constexpr (!kFp8) {
-    c.x = narrow4(q[0], q[1], q[2], q[3], f);
-    c.y = narrow4(q[4], q[5], q[6], q[7], f);
-  }
-  if (special != 0u) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if ((special >> i) & 1u) {
-        const uint32_t code = slow_code(x[i], es, f);
-        uint32_t& w = i < 4 ? c.x : c.y;
-        const int sh = 8 * (i & 3);
-        w = (w & ~(0xFFu << sh)) | (code << sh);
-      }
-    }
-  }
-  return c;
+  return pack_codes8<kFp8>(q, x, special, [es](int) { return es; }, f);
 }
 
 // Stores 8 codes packed along the chunk (axis 2): FP8 8 bytes, FP6 6, FP4 4 at chunk k.
