@@ -238,7 +238,10 @@ def _write(rows, device, argv, out_dir, final):
 
 def merge(paths, out_dir, command=None):
     """One result from per-shape runs (e.g. one device call per few shapes), ordered as ``--shapes all``."""
-    parts = [json.load(open(p)) for p in paths]
+    parts = []
+    for p in paths:
+        with open(p) as fh:
+            parts.append(json.load(fh))
     devices = {p["device"] for p in parts}
     if len(devices) != 1:
         raise SystemExit(f"--merge: results from different devices {sorted(devices)}")

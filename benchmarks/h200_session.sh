@@ -87,11 +87,11 @@ for stage in "$@"; do
       done ;;
     ncu-gemm)  # Nsight Compute on one 8192^3 e4m3 x e4m3 GEMM: our CUTLASS per-tensor kernel, then cuBLASLt (torch)
       for who in "mxprec device_kernel" "torch_scaled_mm nvjet"; do
-        set -- $who
-        step "ncu_gemm_$1" ncu --kernel-name regex:"$2" --launch-count 1 --section SpeedOfLight \
+        read -r op kernel <<< "$who"
+        step "ncu_gemm_$op" ncu --kernel-name regex:"$kernel" --launch-count 1 --section SpeedOfLight \
           --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
           --section SchedulerStats --section LaunchStats --section Occupancy --section InstructionStats \
-          "$PY" benchmarks/cuda_fp8_gemm.py --only "$1" --shapes 8192x8192x8192
+          "$PY" benchmarks/cuda_fp8_gemm.py --only "$op" --shapes 8192x8192x8192
       done ;;
     quant)
       step quant "$PY" benchmarks/cuda_quantize.py --out "$R/quant" ;;
