@@ -224,16 +224,23 @@ def _write(rows, device, argv, out_dir, final):
             r["ratio_vs_best_peer"] = round(r["tflops"] / max(peers), 3) if peers and max(peers) > 0 else None
     result = dict(device=device, command="python " + " ".join([sys.argv[0]] + (argv or sys.argv[1:])),
                   date=datetime.date.today().isoformat(), jax=jax.__version__, rows=rows)
+    path = _save(result, out_dir)
+    if final:
+        print(markdown(result))
+        print("wrote", path)
+
+
+def _save(result, out_dir) -> str:
+    """Writes ``<device>_gemm.json`` and its markdown table into out_dir; returns the JSON path."""
     os.makedirs(out_dir, exist_ok=True)
+    device = result["device"]
     tag = "h200" if "H200" in device else device.lower().replace(" ", "_")
     path = os.path.join(out_dir, f"{tag}_gemm.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     with open(path.replace(".json", ".md"), "w") as f:
         f.write(markdown(result))
-    if final:
-        print(markdown(result))
-        print("wrote", path)
+    return path
 
 
 def merge(paths, out_dir, command=None):
@@ -249,14 +256,7 @@ def merge(paths, out_dir, command=None):
     rows = sorted((r for p in parts for r in p["rows"]), key=lambda r: order.get((r["m"], r["k"], r["n"]), len(order)))
     result = dict(device=parts[0]["device"], command=command or " ; ".join(p["command"] for p in parts),
                   date=max(p["date"] for p in parts), jax=parts[0]["jax"], rows=rows)
-    os.makedirs(out_dir, exist_ok=True)
-    tag = "h200" if "H200" in result["device"] else result["device"].lower().replace(" ", "_")
-    path = os.path.join(out_dir, f"{tag}_gemm.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
-    with open(path.replace(".json", ".md"), "w") as f:
-        f.write(markdown(result))
-    print("wrote", path, f"({len(rows)} rows)")
+    print("wrote", _save(result, out_dir), f"({len(rows)} rows)")
 
 
 def markdown(result) -> str:

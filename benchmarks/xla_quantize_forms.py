@@ -22,8 +22,10 @@ import sys
 import jax
 import jax.numpy as jnp
 
-Q = importlib.import_module("mxprec.quantize")
+from mxprec import formats
 from mxprec.scaling import exact_div
+
+Q = importlib.import_module("mxprec.quantize")  # the module (the package exports the function)
 
 MAX = 448.0
 
@@ -39,18 +41,13 @@ FORMS = {
     "exact_div": (lambda x, s: _clip_cast(exact_div(x.astype(jnp.float32), s)), True, 3),
     "plain_div": (lambda x, s: _clip_cast(x.astype(jnp.float32) / s), False, 3),
     "reciprocal": (lambda x, s: _clip_cast(x.astype(jnp.float32) * (1 / s)), False, 3),
-    "quantize_codes": (lambda x, s: Q._scaled_codes(x.astype(jnp.float32), s, _E4M3, None), True, 3),
+    "quantize_codes": (lambda x, s: Q._scaled_codes(x.astype(jnp.float32), s, formats.E4M3, None), True, 3),
     "amax_bits": (lambda x, s: Q._amax(x.astype(jnp.float32)), True, 2),
     "amax_float": (lambda x, s: jnp.max(jnp.abs(x.astype(jnp.float32))), False, 2),
 }
-_E4M3 = None
 
 
 def main(argv=None):
-    global _E4M3
-    from mxprec import formats
-
-    _E4M3 = formats.E4M3
     sys.path.insert(0, "benchmarks")
     from cuda_quantize import _time
 
