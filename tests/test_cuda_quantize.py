@@ -343,7 +343,7 @@ def test_reciprocal_division_matches_ieee_division(scale):
 
 @needs_gpu
 def test_reciprocal_division_in_tile_groups():
-    """The 1 x 128 tile groups (hgroup kernel) divide by their own scale s = amax / 448 the same way:
+    """The 1 x 128 tile groups (hgroup, vgroup and column kernels) divide by their own scale s = amax / 448 the same way:
     each group's amax is set so that its other elements sit on and beside FP8 midpoints of x / s,
     for scales over most of the FP32 range."""
     rng = np.random.default_rng(5)
@@ -356,8 +356,14 @@ def test_reciprocal_division_in_tile_groups():
             v = v[np.abs(v) < amax]
             groups.append(np.concatenate([[amax], rng.choice(v, 127)]).astype(np.float32))
     x = np.stack(groups).reshape(-1, 256)
+    # Along axis 0 the same groups are columns: 180 of them (the register vgroup kernel), and widened to
+    # 256 (a multiple of 128: the shared-memory column kernel).
+    xt = np.ascontiguousarray(x.T)
+    xt_wide = np.ascontiguousarray(np.concatenate([xt, xt[:, : 256 - xt.shape[1]]], axis=1))
     for fmt in (E4M3, E5M2):
         _check(TileScaling(fmt, (1, 128)), x, -1, reference=False, what="tile 1x128 division")
+        _check(TileScaling(fmt, (1, 128)), xt, 0, reference=False, what="tile 1x128 division (axis 0)")
+        _check(TileScaling(fmt, (1, 128)), xt_wide, 0, reference=False, what="tile 1x128 division (axis 0, 256)")
 
 
 # ----------------------------------------------------------------------------- shapes / kernel paths

@@ -287,31 +287,77 @@ __device__ __forceinline__ float recip_of_divisor(ElemScale s) {
 // Outside that band q0 is kept: every FP8 code of it is the same as of RN(x / s) (±0 below 2**-17,
 // ±max_finite above 57344 after the saturating convert), and NaN / Inf elements stay NaN / Inf.
 // Equal to div.rn.f32 for every input reaching a code (tests/test_cuda_quantize.py, division cases).
+// Quotients of 8 elements by fast scales: q = x * p(i) (kMul), or with div (kDiv, every r(i) = RN(1 / p(i))
+// nonzero) Markstein's division: q0 = x * r, then twice q += fma(-q, p, x) * r (each a single-rounding
+// FMA). The second correction starts from a faithful q1 with an exact remainder, so it returns RN(x / p)
+// (Markstein's theorem; r is RN(1 / p), p in [2**-80, 2**102)) whenever 2**-20 <= |q0| <= 2**20.
+// Outside that band q0 is kept: every FP8 code of it is the same as of RN(x / p) (±0 below 2**-17,
+// ±max_finite above 57344 after the saturating convert), and NaN / Inf elements stay NaN / Inf.
+// Equal to div.rn.f32 for every input reaching a code (tests/test_cuda_quantize.py, division cases).
+template <class PAt, class RAt>
+__device__ __forceinline__ void fast_quotients(const float (&x)[8], bool div, PAt p, RAt r, float (&q)[8]) {
+  if (!div) {  // one branch per chunk, straight-line loops below
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = __fmul_rn(x[i], p(i));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float q0 = __fmul_rn(x[i], r(i));
+      const float q1 = __fmaf_rn(__fmaf_rn(-q0, p(i), x[i]), r(i), q0);
+      const float q2 = __fmaf_rn(__fmaf_rn(-q1, p(i), x[i]), r(i), q1);
+      const float m = fabsf(q0);
+      q[i] = (m >= 0x1p-20f && m <= 0x1p20f) ? q2 : q0;
+    }
+  }
+}
+
+// Bit i set where q[i] is NaN (a NaN element: its code carries x's sign, the exact path gives it).
+__device__ __forceinline__ uint32_t nan_mask(const float (&q)[8]) {
+  uint32_t special = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if (q[i] != q[i]) special |= 1u << i;
+  }
+  return special;
+}
+
+// Codes of 8 elements under one scale (tensor / hgroup kernels, one group per chunk): the scale mode
+// is tested once per chunk, not per element; a kDiv scale with a reciprocal r = RN(1 / s) divides
+// through fast_quotients.
 template <bool kFp8>
 __device__ __forceinline__ uint2 codes8_uniform(const float (&x)[8], ElemScale es, float r, ElemFormat f) {
   if (es.mode != ElemMode::kMul && !(es.mode == ElemMode::kDiv && r != 0.0f)) {
     return codes8<kFp8>(x, [es](int) { return es; }, f);
   }
   float q[8];
-  if (es.mode == ElemMode::kMul) {  // one branch per chunk, straight-line loops below
+  fast_quotients(x, es.mode == ElemMode::kDiv, [es](int) { return es.p; }, [r](int) { return r; }, q);
+  return pack_codes8<kFp8>(q, x, nan_mask(q), [es](int) { return es; }, f);
+}
+
+// Which fast_quotients form serves n per-column scales sat(c) with reciprocals rat(c): kColsMul every
+// scale kMul, kColsDiv every scale kDiv with a reciprocal, kColsGeneric neither (mixed / exact / zero
+// modes: codes8 per element).
+enum ColsForm : int { kColsGeneric = 0, kColsMul = 1, kColsDiv = 2 };
+
+template <int N, class ScaleAt, class RecipAt>
+__device__ __forceinline__ int cols_form(ScaleAt sat, RecipAt rat) {
+  bool mul = true, div = true;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) q[i] = __fmul_rn(x[i], es.p);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float q0 = __fmul_rn(x[i], r);
-      const float q1 = __fmaf_rn(__fmaf_rn(-q0, es.p, x[i]), r, q0);
-      const float q2 = __fmaf_rn(__fmaf_rn(-q1, es.p, x[i]), r, q1);
-      const float m = fabsf(q0);
-      q[i] = (m >= 0x1p-20f && m <= 0x1p20f) ? q2 : q0;
-    }
+  for (int c = 0; c < N; ++c) {
+    mul = mul && sat(c).mode == ElemMode::kMul;
+    div = div && sat(c).mode == ElemMode::kDiv && rat(c) != 0.0f;
   }
-  uint32_t special = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    if (q[i] != q[i]) special |= 1u << i;  // a NaN element: its code carries x's sign
-  }
-  return pack_codes8<kFp8>(q, x, special, [es](int) { return es; }, f);
+  return mul ? kColsMul : (div ? kColsDiv : kColsGeneric);
+}
+
+// Codes of 8 elements, element i under sat(i) with rat(i) = recip_of_divisor(sat(i)), in the form
+// cols_form chose for those scales.
+template <bool kFp8, class ScaleAt, class RecipAt>
+__device__ __forceinline__ uint2 codes8_cols(const float (&x)[8], ScaleAt sat, RecipAt rat, int form, ElemFormat f) {
+  if (form == kColsGeneric) return codes8<kFp8>(x, sat, f);
+  float q[8];
+  fast_quotients(x, form == kColsDiv, [&sat](int i) { return sat(i).p; }, rat, q);
+  return pack_codes8<kFp8>(q, x, nan_mask(q), sat, f);
 }
 
 // Stores 8 codes packed along the chunk (axis 2): FP8 8 bytes, FP6 6, FP4 4 at chunk k.
@@ -431,8 +477,13 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
   if (a.acc_amax) block_amax(a.amax, acc);
 }
 
-template <InType I, bool kFp8>
-__global__ void __launch_bounds__(kThreads) hgroup_kernel(Args a) {
+// A CTA covers kThreads * kUnroll consecutive chunks. kWide (groups of >= kUnroll chunks): a thread's
+// kUnroll chunks lie in one group (chunk li + tpg * j of its group, li its lane in the group; tpg =
+// chunks per group / kUnroll), so it computes one scale per 8 * kUnroll elements; otherwise (groups of
+// 1 or 2 chunks) thread t holds chunk t of each of kUnroll runs of kThreads chunks, tpg = chunks per
+// group, one scale per chunk.
+template <InType I, bool kFp8, bool kWide>
+__global__ void __launch_bounds__(kThreads, kFp8 && kWide && I != InType::kF32 ? 4 : 1) hgroup_kernel(Args a) {
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
   const int bits = kFp8 ? 8 : format_bits(f);
   const bool nvfp4 = a.kind == static_cast<int32_t>(ScalingKind::kNVFP4);
@@ -440,31 +491,58 @@ __global__ void __launch_bounds__(kThreads) hgroup_kernel(Args a) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   const int64_t nck = a.n / 8;
   const int tpg = a.tpg;
+  const int64_t cta0 = static_cast<int64_t>(blockIdx.x) * kUnroll * kThreads;
   Raw<I> raw[kUnroll];
   int64_t k[kUnroll];
 #pragma unroll
   for (int j = 0; j < kUnroll; ++j) {
-    k[j] = (static_cast<int64_t>(blockIdx.x) * kUnroll + j) * kThreads + threadIdx.x;
+    k[j] = kWide ? cta0 + (threadIdx.x / tpg) * (tpg * kUnroll) + threadIdx.x % tpg + tpg * j
+                 : cta0 + j * kThreads + threadIdx.x;
     if (k[j] < nck) raw[j] = load_raw<I>(a.x, k[j] * 8);
   }
   uint32_t acc = 0;
+  if constexpr (kWide) {
+    const bool valid = k[0] < nck;  // groups are whole: all of a thread's chunks or none
+    uint32_t key = 0;
+    if (valid) {  // x stays packed in raw (converted again for the codes: fewer live registers)
 #pragma unroll
-  for (int j = 0; j < kUnroll; ++j) {
-    float v[8];
-    const bool valid = k[j] < nck;
-    if (valid) {
-      to_f32<I>(raw[j], v);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+      for (int j = 0; j < kUnroll; ++j) {
+        float v[8];
+        to_f32<I>(raw[j], v);
+        key = max(key, chunk_key(v));
+      }
     }
-    uint32_t key = chunk_key(v);
     for (int o = 1; o < tpg; o <<= 1) key = max(key, __shfl_xor_sync(kFull, key, o));
-    acc = max(acc, key);
-    if (!valid) continue;
-    const int64_t g = k[j] / tpg;
-    const ElemScale es = group_elem_scale(a, g, key, ts, (k[j] & (tpg - 1)) == 0);
-    store_chunk(a.data, k[j], codes8_uniform<kFp8>(v, es, recip_of_divisor(es), f), bits);
+    acc = key;
+    if (valid) {
+      const ElemScale es = group_elem_scale(a, k[0] / (tpg * kUnroll), key, ts, threadIdx.x % tpg == 0);
+      const float r = recip_of_divisor(es);
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        float v[8];
+        to_f32<I>(raw[j], v);
+        store_chunk(a.data, k[j], codes8_uniform<kFp8>(v, es, r, f), bits);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      float v[8];
+      const bool valid = k[j] < nck;
+      if (valid) {
+        to_f32<I>(raw[j], v);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+      }
+      uint32_t key = chunk_key(v);
+      for (int o = 1; o < tpg; o <<= 1) key = max(key, __shfl_xor_sync(kFull, key, o));
+      acc = max(acc, key);
+      if (!valid) continue;
+      const int64_t g = k[j] / tpg;
+      const ElemScale es = group_elem_scale(a, g, key, ts, (k[j] & (tpg - 1)) == 0);
+      store_chunk(a.data, k[j], codes8_uniform<kFp8>(v, es, recip_of_divisor(es), f), bits);
+    }
   }
   if (a.acc_amax) block_amax(a.amax, acc);
 }
@@ -547,11 +625,49 @@ __global__ void __launch_bounds__(kThreads) cta_kernel(Args a) {
 //   kVKeysIn   codes only: group keys from keys[group] (after kVKeysOut), vsteps 1.
 enum VMode : int32_t { kVLocal = 0, kVKeysOut = 1, kVKeysIn = 2 };
 
+// FP6 / FP4 codes of a column-kernel thread's 8 x 8 block, packed along the rows (bits 6 or 4).
 template <InType I>
+__device__ __forceinline__ void vgroup_store_narrow(const Args& a, int64_t rb, int64_t c0, const Raw<I> (&cache)[8],
+                                                    const ElemScale (&es)[8], ElemFormat f, int bits) {
+  const int64_t cols = a.cols;
+  uint2 rc[8];
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    float v[8];
+    to_f32<I>(cache[r], v);
+    rc[r] = codes8(v, [&es](int c) { return es[c]; }, f);
+  }
+  if (bits == 4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint2 o;
+      o.x = (rc[2 * i].x & 0x0F0F0F0Fu) | ((rc[2 * i + 1].x & 0x0F0F0F0Fu) << 4);
+      o.y = (rc[2 * i].y & 0x0F0F0F0Fu) | ((rc[2 * i + 1].y & 0x0F0F0F0Fu) << 4);
+      *reinterpret_cast<uint2*>(a.data + (rb / 2 + i) * cols + c0) = o;
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const uint2 w0 = rc[4 * u], w1 = rc[4 * u + 1], w2 = rc[4 * u + 2], w3 = rc[4 * u + 3];
+      uint2 b[3];
+      b[0].x = (w0.x & 0x3F3F3F3Fu) | ((w1.x << 6) & 0xC0C0C0C0u);
+      b[0].y = (w0.y & 0x3F3F3F3Fu) | ((w1.y << 6) & 0xC0C0C0C0u);
+      b[1].x = ((w1.x >> 2) & 0x0F0F0F0Fu) | ((w2.x << 4) & 0xF0F0F0F0u);
+      b[1].y = ((w1.y >> 2) & 0x0F0F0F0Fu) | ((w2.y << 4) & 0xF0F0F0F0u);
+      b[2].x = ((w2.x >> 4) & 0x03030303u) | ((w3.x << 2) & 0xFCFCFCFCu);
+      b[2].y = ((w2.y >> 4) & 0x03030303u) | ((w3.y << 2) & 0xFCFCFCFCu);
+      const int64_t prow = rb / 4 * 3 + 3 * u;
+#pragma unroll
+      for (int kk = 0; kk < 3; ++kk) *reinterpret_cast<uint2*>(a.data + (prow + kk) * cols + c0) = b[kk];
+    }
+  }
+}
+
+template <InType I, bool kFp8>
 __global__ void __launch_bounds__(kThreads) vgroup_kernel(Args a) {
   __shared__ uint32_t slot[kThreads * 8];
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
-  const int bits = format_bits(f);
+  const int bits = kFp8 ? 8 : format_bits(f);
   const bool nvfp4 = a.kind == static_cast<int32_t>(ScalingKind::kNVFP4);
   const int ty_n = a.ty, tx_n = kThreads / ty_n;
   const int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
@@ -633,46 +749,150 @@ __global__ void __launch_bounds__(kThreads) vgroup_kernel(Args a) {
   }
   if (active) {
     const int64_t rb = row0;
-    if (mode == kVKeysIn) {
+    // FP8 reads its block again (an L1 / L2 hit) rather than holding it across the scale computation:
+    // held, 8 x 16 bytes of x kept the kernel at 100 registers (25 % occupancy, latency-bound).
+    if (kFp8 || mode == kVKeysIn) {
 #pragma unroll
       for (int r = 0; r < 8; ++r) cache[r] = load_raw<I>(a.x, (rb + r) * cols + c0);
     }
-    uint2 rc[8];
+    if constexpr (kFp8) {
+      // The scale form is decided once per thread; each row's codes are stored as soon as they exist.
+      float rcp[8];
 #pragma unroll
-    for (int r = 0; r < 8; ++r) {
-      float v[8];
-      to_f32<I>(cache[r], v);
-      rc[r] = codes8(v, [&es](int c) { return es[c]; }, f);
-    }
-    if (bits == 8) {
+      for (int c = 0; c < 8; ++c) rcp[c] = recip_of_divisor(es[c]);
+      const auto sat = [&es](int c) { return es[c]; };
+      const auto rat = [&rcp](int c) { return rcp[c]; };
+      const int form = cols_form<8>(sat, rat);
 #pragma unroll
-      for (int r = 0; r < 8; ++r) *reinterpret_cast<uint2*>(a.data + (rb + r) * cols + c0) = rc[r];
-    } else if (bits == 4) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint2 o;
-        o.x = (rc[2 * i].x & 0x0F0F0F0Fu) | ((rc[2 * i + 1].x & 0x0F0F0F0Fu) << 4);
-        o.y = (rc[2 * i].y & 0x0F0F0F0Fu) | ((rc[2 * i + 1].y & 0x0F0F0F0Fu) << 4);
-        *reinterpret_cast<uint2*>(a.data + (rb / 2 + i) * cols + c0) = o;
+      for (int r = 0; r < 8; ++r) {
+        float v[8];
+        to_f32<I>(cache[r], v);
+        *reinterpret_cast<uint2*>(a.data + (rb + r) * cols + c0) = codes8_cols<true>(v, sat, rat, form, f);
       }
     } else {
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const uint2 w0 = rc[4 * u], w1 = rc[4 * u + 1], w2 = rc[4 * u + 2], w3 = rc[4 * u + 3];
-        uint2 b[3];
-        b[0].x = (w0.x & 0x3F3F3F3Fu) | ((w1.x << 6) & 0xC0C0C0C0u);
-        b[0].y = (w0.y & 0x3F3F3F3Fu) | ((w1.y << 6) & 0xC0C0C0C0u);
-        b[1].x = ((w1.x >> 2) & 0x0F0F0F0Fu) | ((w2.x << 4) & 0xF0F0F0F0u);
-        b[1].y = ((w1.y >> 2) & 0x0F0F0F0Fu) | ((w2.y << 4) & 0xF0F0F0F0u);
-        b[2].x = ((w2.x >> 4) & 0x03030303u) | ((w3.x << 2) & 0xFCFCFCFCu);
-        b[2].y = ((w2.y >> 4) & 0x03030303u) | ((w3.y << 2) & 0xFCFCFCFCu);
-        const int64_t prow = rb / 4 * 3 + 3 * u;
-#pragma unroll
-        for (int kk = 0; kk < 3; ++kk) *reinterpret_cast<uint2*>(a.data + (prow + kk) * cols + c0) = b[kk];
-      }
+      vgroup_store_narrow(a, rb, c0, cache, es, f, bits);
     }
   }
   if (a.acc_amax) block_amax(a.amax, acc);
+}
+
+// Axis-1 FP8 groups of gh in {32, 64, 128} rows x 1 column (MX along axis 0, the 1 x 128 tiles of a
+// transposed operand) through shared memory. A CTA stages a 128 x 128 tile of x with cp.async (16-byte
+// pieces, whole 128-byte lines), then each thread owns 2 columns x 32 rows: it reads them as column pairs
+// (a warp reads 128 contiguous bytes, no bank conflicts), computes one scale per column per group (the
+// register-held vgroup_kernel computed 8 per 64 elements), and writes the codes as 16-bit row pairs into
+// a shared FP8 tile that leaves in 16-byte pieces. Needs rows % 128 == 0, cols % 128 == 0 and 16-byte
+// aligned x and data.
+constexpr int kColTile = 128;  // tile rows = tile cols
+constexpr int kColSeg = 32;    // rows per thread
+
+template <InType I>
+constexpr size_t col_smem_bytes() {
+  return static_cast<size_t>(kColTile) * kColTile * in_bytes<I>() + kColTile * kColTile +
+         (kColTile / kColSeg) * kColTile * sizeof(uint32_t);
+}
+
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Two consecutive elements of a shared row as floats.
+template <InType I>
+__device__ __forceinline__ void load_pair(const unsigned char* p, float& lo, float& hi) {
+  if constexpr (I == InType::kF32) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    lo = v.x;
+    hi = v.y;
+  } else {
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(p);
+    if constexpr (I == InType::kBF16) {
+      lo = __uint_as_float(w << 16);
+      hi = __uint_as_float(w & 0xFFFF0000u);
+    } else {
+      lo = f16_to_float(w & 0xFFFFu);
+      hi = f16_to_float(w >> 16);
+    }
+  }
+}
+
+template <InType I>
+__global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
+  unsigned char* xin = smem;                                                   // [128][128] elements of x
+  uint8_t* codes = smem + kColTile * kRowBytes;                                // [128][128] FP8 codes
+  uint32_t* seg_keys = reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);  // [segment][column]
+  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  const int64_t cols = a.cols;
+  const int64_t ncb = cols / kColTile;
+  const int64_t r0 = (blockIdx.x / ncb) * kColTile, c0 = (blockIdx.x % ncb) * kColTile;
+
+  const char* xg = static_cast<const char*>(a.x);
+#pragma unroll 4
+  for (int i = threadIdx.x; i < kColTile * kRowBytes / 16; i += kThreads) {
+    const int row = i / (kRowBytes / 16), piece = i % (kRowBytes / 16);
+    cp_async16(xin + row * kRowBytes + piece * 16, xg + ((r0 + row) * cols + c0) * in_bytes<I>() + piece * 16);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  const int pair = threadIdx.x % (kColTile / 2), seg = threadIdx.x / (kColTile / 2);
+  const unsigned char* col_base = xin + seg * kColSeg * kRowBytes + 2 * pair * in_bytes<I>();
+  uint32_t k0 = 0, k1 = 0;
+#pragma unroll 8
+  for (int r = 0; r < kColSeg; ++r) {
+    float lo, hi;
+    load_pair<I>(col_base + r * kRowBytes, lo, hi);
+    k0 = max(k0, abs_key(lo));
+    k1 = max(k1, abs_key(hi));
+  }
+  // Group keys: a group of gh rows spans gh / 32 segments of this column pair.
+  const int segs_per_group = static_cast<int>(a.gh) / kColSeg;
+  uint32_t g0 = k0, g1 = k1;
+  if (segs_per_group > 1) {
+    seg_keys[seg * kColTile + 2 * pair] = k0;
+    seg_keys[seg * kColTile + 2 * pair + 1] = k1;
+    __syncthreads();
+    const int first = seg - seg % segs_per_group;
+    for (int q = first; q < first + segs_per_group; ++q) {
+      g0 = max(g0, seg_keys[q * kColTile + 2 * pair]);
+      g1 = max(g1, seg_keys[q * kColTile + 2 * pair + 1]);
+    }
+  }
+  const int64_t grow = (r0 + seg * kColSeg) / a.gh;
+  const int64_t col = c0 + 2 * pair;
+  const bool owner = seg % segs_per_group == 0;
+  ElemScale es[2];
+  es[0] = group_elem_scale(a, grow * a.ngc + col, g0, 1.0f, owner);
+  es[1] = group_elem_scale(a, grow * a.ngc + col + 1, g1, 1.0f, owner);
+  float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
+  const auto sat = [&es](int i) { return es[i & 1]; };
+  const auto rat = [&rcp](int i) { return rcp[i & 1]; };
+  const int form = cols_form<2>(sat, rat);
+  uint8_t* code_base = codes + seg * kColSeg * kColTile + 2 * pair;
+#pragma unroll 2
+  for (int r = 0; r < kColSeg; r += 4) {
+    float x[8];  // rows r .. r + 3, columns (2 pair, 2 pair + 1) interleaved
+#pragma unroll
+    for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
+    const uint2 c = codes8_cols<true>(x, sat, rat, form, f);
+    *reinterpret_cast<uint16_t*>(code_base + (r + 0) * kColTile) = static_cast<uint16_t>(c.x);
+    *reinterpret_cast<uint16_t*>(code_base + (r + 1) * kColTile) = static_cast<uint16_t>(c.x >> 16);
+    *reinterpret_cast<uint16_t*>(code_base + (r + 2) * kColTile) = static_cast<uint16_t>(c.y);
+    *reinterpret_cast<uint16_t*>(code_base + (r + 3) * kColTile) = static_cast<uint16_t>(c.y >> 16);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = threadIdx.x; i < kColTile * kColTile / 16; i += kThreads) {
+    const int row = i / (kColTile / 16), piece = i % (kColTile / 16);
+    *reinterpret_cast<uint4*>(a.data + (r0 + row) * cols + c0 + piece * 16) =
+        *reinterpret_cast<const uint4*>(codes + row * kColTile + piece * 16);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = 1.0f;
+  if (a.acc_amax) block_amax(a.amax, max(k0, k1));
 }
 
 // One thread per group, scalar loads, the exact per-element functions (any shape / alignment).
@@ -806,15 +1026,23 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   const int64_t gh = a.gh, gw = a.gw;
   if (a.axis == 2 && x16) {
     // hgroup: 1 x G groups with G / 8 a power of two <= 32.
-    const int64_t tpg = gw / 8;
-    if (gh == 1 && gw % 8 == 0 && tpg <= 32 && (tpg & (tpg - 1)) == 0) {
-      a.tpg = static_cast<int32_t>(tpg);
+    const int64_t cpg = gw / 8;
+    if (gh == 1 && gw % 8 == 0 && cpg <= 32 && (cpg & (cpg - 1)) == 0) {
+      const bool wide = cpg >= kUnroll;
+      a.tpg = static_cast<int32_t>(wide ? cpg / kUnroll : cpg);
       const int64_t grid = blocks_for(a.n / 8, per_cta);
       if (grid_ok(grid)) {
+        const unsigned g = static_cast<unsigned>(grid);
         if (is_fp8(a.fmt)) {
-          hgroup_kernel<I, true><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+          if (wide) {
+            hgroup_kernel<I, true, true><<<g, kThreads, 0, stream>>>(a);
+          } else {
+            hgroup_kernel<I, true, false><<<g, kThreads, 0, stream>>>(a);
+          }
+        } else if (wide) {
+          hgroup_kernel<I, false, true><<<g, kThreads, 0, stream>>>(a);
         } else {
-          hgroup_kernel<I, false><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+          hgroup_kernel<I, false, false><<<g, kThreads, 0, stream>>>(a);
         }
         return ffi::Error::Success();
       }
@@ -825,6 +1053,15 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
       return ffi::Error::Success();
     }
   }
+  if (a.axis == 1 && x16 && is_fp8(a.fmt) && gw == 1 && (gh == 32 || gh == 64 || gh == 128) &&
+      a.rows % kColTile == 0 && a.cols % kColTile == 0 && grid_ok((a.rows / kColTile) * (a.cols / kColTile))) {
+    constexpr size_t smem = col_smem_bytes<I>();
+    static const cudaError_t attr =  // once per input type (thread-safe static initialization)
+        cudaFuncSetAttribute(col_kernel<I>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (attr != cudaSuccess) return cuda_error("cudaFuncSetAttribute", attr);
+    col_kernel<I><<<static_cast<unsigned>((a.rows / kColTile) * (a.cols / kColTile)), kThreads, smem, stream>>>(a);
+    return ffi::Error::Success();
+  }
   if (a.axis == 1 && x16 && gh % 8 == 0 && a.cols % 8 == 0) {
     int64_t ty = 16;
     while (ty > 1 && (gh / 8) % ty != 0) ty /= 2;
@@ -832,10 +1069,17 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     const int64_t ncb = blocks_for(a.cols, tx * 8);
     if ((gw == 1 || (gw % 8 == 0 && (tx * 8) % gw == 0)) && grid_ok(ncb * (a.rows / (8 * ty)))) {
       a.ty = static_cast<int32_t>(ty);
+      const auto vgroup_launch = [&](unsigned grid) {
+        if (is_fp8(a.fmt)) {
+          vgroup_kernel<I, true><<<grid, kThreads, 0, stream>>>(a);
+        } else {
+          vgroup_kernel<I, false><<<grid, kThreads, 0, stream>>>(a);
+        }
+      };
       if (gh == 8 * ty) {  // one CTA row-block per group-row: one pass
         a.vmode = kVLocal;
         a.vsteps = 1;
-        vgroup_kernel<I><<<static_cast<unsigned>(ncb * (a.rows / gh)), kThreads, 0, stream>>>(a);
+        vgroup_launch(static_cast<unsigned>(ncb * (a.rows / gh)));
         return ffi::Error::Success();
       }
       // Taller groups (row scaling along axis 1): per-group keys over CTAs of up to 8 steps, then codes.
@@ -848,10 +1092,10 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
         while (steps > 1 && (gh / (8 * ty)) % steps != 0) steps /= 2;
         a.vmode = kVKeysOut;
         a.vsteps = static_cast<int32_t>(steps);
-        vgroup_kernel<I><<<static_cast<unsigned>(ncb * (a.rows / (8 * ty * steps))), kThreads, 0, stream>>>(a);
+        vgroup_launch(static_cast<unsigned>(ncb * (a.rows / (8 * ty * steps))));
         a.vmode = kVKeysIn;
         a.vsteps = 1;
-        vgroup_kernel<I><<<static_cast<unsigned>(ncb * (a.rows / (8 * ty))), kThreads, 0, stream>>>(a);
+        vgroup_launch(static_cast<unsigned>(ncb * (a.rows / (8 * ty))));
         return ffi::Error::Success();
       }
     }
