@@ -384,9 +384,9 @@ SHAPES = [
     ((3, 32768), -1, RowScaling(E4M3), "bfloat16"),  # 4096 chunks per row: CTA kernel re-reads
     ((2048, 48), 0, RowScaling(E4M3), "float32"),  # tall groups along axis 0: keys pass + codes pass
     ((3, 7), -1, TensorScaling(E5M2), "float32"),  # n % 8 != 0: scalar tail
-    ((7, 40), -1, DelayedScaling(E4M3, history_len=2), "bfloat16"),  # staged kernel: a thread's run of 8 chunks cut short
-    ((129, 136), -1, TensorScaling(E5M2), "float32"),  # staged kernel: a second, partial CTA (145 of 2048 chunks)
-    ((48, 256), -1, RowScaling(E4M3), "float16"),  # staged kernel: rows of 32 chunks span 4 lanes
+    ((7, 40), -1, DelayedScaling(E4M3, history_len=2), "bfloat16"),  # tensor kernel: a partial chunk run
+    ((129, 136), -1, TensorScaling(E5M2), "float32"),  # tensor kernel: a partial last CTA
+    ((48, 256), -1, RowScaling(E4M3), "float16"),  # hgroup (kWide): rows of 32 chunks span 8 lanes
     ((5, 13), 0, DelayedScaling(E4M3, history_len=2), "float16"),
     ((2, 32, 40), 1, NVFP4Scaling(), "bfloat16"),  # NVFP4 along axis 1 of a 3-D tensor
 ]

@@ -895,130 +895,6 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
   if (a.acc_amax) block_amax(a.amax, max(k0, k1));
 }
 
-// FP8 along the contiguous axis, staged through shared memory (tensor / delayed casts: kTensor; 1 x G
-// groups, G = 8 * cpg with cpg a power of two <= 32: MX, 1 x 128 tiles, rows of <= 256). A CTA copies
-// kStageChunks consecutive chunks of x into shared memory with cp.async (coalesced 16-byte pieces, no
-// registers held while they are in flight: 32 KB per CTA for bf16), then thread t encodes chunks
-// 8t .. 8t + 7 from there and writes their 64 bytes of codes. The chunk slot is swizzled
-// (c ^ ((c >> 3) & 7)) so that 8 lanes reading chunk j of their runs hit 8 different bank groups.
-// A group of cpg >= 8 chunks spans cpg / 8 neighbouring lanes (its key meets by shuffles); smaller
-// groups lie within a thread (one scale per group). Needs n % 8 == 0, x and data 16-byte aligned.
-constexpr int kStageChunks = 2048;
-constexpr int kStagePer = kStageChunks / kThreads;  // 8 consecutive chunks per thread
-
-template <InType I>
-constexpr size_t staged_smem_bytes() {
-  return static_cast<size_t>(kStageChunks) * 8 * in_bytes<I>();
-}
-
-__device__ __forceinline__ int stage_slot(int c) { return c ^ ((c >> 3) & 7); }
-
-template <InType I>
-__device__ __forceinline__ Raw<I> load_staged(const unsigned char* smem, int c) {
-  Raw<I> r;
-  const uint4* p = reinterpret_cast<const uint4*>(smem + static_cast<int64_t>(stage_slot(c)) * 8 * in_bytes<I>());
-#pragma unroll
-  for (int i = 0; i < (I == InType::kF32 ? 2 : 1); ++i) r.v[i] = p[i];
-  return r;
-}
-
-template <InType I, bool kTensor>
-__global__ void __launch_bounds__(kThreads) staged_kernel(Args a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int kChunkBytes = 8 * static_cast<int>(in_bytes<I>());
-  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
-  const int64_t nck = a.n / 8;
-  const int64_t cta0 = static_cast<int64_t>(blockIdx.x) * kStageChunks;
-  const int cnt = static_cast<int>(min(static_cast<int64_t>(kStageChunks), nck - cta0));
-  const char* xg = static_cast<const char*>(a.x) + cta0 * kChunkBytes;
-#pragma unroll
-  for (int m = 0; m < kStagePer; ++m) {
-    const int c = threadIdx.x + m * kThreads;
-    if (c < cnt) {
-#pragma unroll
-      for (int h = 0; h < kChunkBytes / 16; ++h)
-        cp_async16(smem + stage_slot(c) * kChunkBytes + 16 * h, xg + static_cast<int64_t>(c) * kChunkBytes + 16 * h);
-    }
-  }
-  // The tensor scale is read while the copies are in flight.
-  ElemScale es{ElemMode::kZero, 0.0f};
-  float r = 0.0f;
-  if constexpr (kTensor) {
-    const float s = a.delayed ? *a.scale_in : tensor_scale(a.amode == 1 ? *a.amax_in : __uint_as_float(*a.amax), f);
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-      *static_cast<float*>(a.scale) = s;
-      *a.tensor_scale = 1.0f;
-    }
-    es = scaled_elem_scale(s);
-    r = recip_of_divisor(es);
-  } else if (blockIdx.x == 0 && threadIdx.x == 0) {
-    *a.tensor_scale = 1.0f;
-  }
-  cp_async_wait_all();
-  __syncthreads();
-
-  const int c0 = threadIdx.x * kStagePer;
-  uint32_t key[kStagePer];
-#pragma unroll
-  for (int j = 0; j < kStagePer; ++j) {
-    key[j] = 0;
-    if (c0 + j < cnt) {
-      float v[8];
-      to_f32<I>(load_staged<I>(smem, c0 + j), v);
-      key[j] = chunk_key(v);
-    }
-  }
-  uint32_t acc = 0;
-#pragma unroll
-  for (int j = 0; j < kStagePer; ++j) acc = max(acc, key[j]);
-  int cpg = 1, tpg = 1;
-  if constexpr (!kTensor) {
-    // Group keys: within the thread (butterfly over its chunks), then across tpg lanes for cpg > 8.
-    cpg = static_cast<int>(a.gw / 8);
-    tpg = cpg > kStagePer ? cpg / kStagePer : 1;
-#pragma unroll
-    for (int w = 1; w < kStagePer; w <<= 1) {
-      if (w < cpg) {
-#pragma unroll
-        for (int j = 0; j < kStagePer; ++j) key[j] = max(key[j], key[j ^ w]);
-      }
-    }
-    for (int o = 1; o < tpg; o <<= 1) key[0] = max(key[0], __shfl_xor_sync(kFull, key[0], o));
-  }
-  // Codes two chunks at a time, stored as they are made (16 bytes; the tensor's last partial run by chunk).
-  uint8_t* out = a.data + (cta0 + c0) * 8;
-  const bool whole = c0 + kStagePer <= cnt;
-#pragma unroll
-  for (int h = 0; h < kStagePer / 2; ++h) {
-    uint2 code[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int j = 2 * h + e;
-      code[e] = make_uint2(0u, 0u);
-      if (c0 + j >= cnt) continue;
-      if constexpr (!kTensor) {
-        if (j % cpg == 0) {  // the first chunk of a group (of the thread's part of it)
-          const uint32_t gk = tpg > 1 ? key[0] : key[j];
-          es = group_elem_scale(a, (cta0 + c0 + j) / cpg, gk, 1.0f, tpg == 1 || threadIdx.x % tpg == 0);
-          r = recip_of_divisor(es);
-        }
-      }
-      float v[8];
-      to_f32<I>(load_staged<I>(smem, c0 + j), v);
-      code[e] = codes8_uniform<true>(v, es, r, f);
-    }
-    if (whole) {
-      reinterpret_cast<uint4*>(out)[h] = make_uint4(code[0].x, code[0].y, code[1].x, code[1].y);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        if (c0 + 2 * h + e < cnt) reinterpret_cast<uint2*>(out)[2 * h + e] = code[e];
-      }
-    }
-  }
-  if (a.acc_amax) block_amax(a.amax, acc);
-}
-
 // One thread per group, scalar loads, the exact per-element functions (any shape / alignment).
 template <InType I>
 __global__ void __launch_bounds__(kThreads) generic_kernel(Args a) {
@@ -1133,21 +1009,8 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
       amax_kernel<I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
     }
   }
-  const bool staged_ok = is_fp8(a.fmt) && a.n % 8 == 0 && aligned(a.x, 16) && aligned(a.data, 16) &&
-                         grid_ok(blocks_for(a.n / 8, kStageChunks));
-  const auto staged_launch = [&](auto kernel) -> ffi::Error {
-    constexpr size_t smem = staged_smem_bytes<I>();
-    static const cudaError_t attr =  // once per instance (thread-safe static initialization)
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (attr != cudaSuccess) return cuda_error("cudaFuncSetAttribute", attr);
-    kernel<<<static_cast<unsigned>(blocks_for(a.n / 8, kStageChunks)), kThreads, smem, stream>>>(a);
-    return ffi::Error::Success();
-  };
   if (kind == ScalingKind::kTensor) {
     a.acc_amax = (a.delayed || a.amode == 1) ? 1 : 0;
-#if !defined(MXPREC_CUDA_QUANT_NO_STAGED)
-    if (staged_ok) return staged_launch(staged_kernel<I, true>);
-#endif
     const int64_t grid = blocks_for((a.n + 7) / 8, static_cast<int64_t>(kThreads) * kTensorUnroll);
     if (!grid_ok(grid)) return ffi::Error(ffi::ErrorCode::kUnimplemented, std::string(kOp) + ": tensor too large");
     if (is_fp8(a.fmt)) {
@@ -1165,9 +1028,6 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     // hgroup: 1 x G groups with G / 8 a power of two <= 32.
     const int64_t cpg = gw / 8;
     if (gh == 1 && gw % 8 == 0 && cpg <= 32 && (cpg & (cpg - 1)) == 0) {
-#if !defined(MXPREC_CUDA_QUANT_NO_STAGED)
-      if (staged_ok && kind != ScalingKind::kNVFP4) return staged_launch(staged_kernel<I, false>);
-#endif
       const bool wide = cpg >= kUnroll;
       a.tpg = static_cast<int32_t>(wide ? cpg / kUnroll : cpg);
       const int64_t grid = blocks_for(a.n / 8, per_cta);
