@@ -33,7 +33,14 @@ import pytest
 import mxprec
 from mxprec import formats
 from mxprec.kernels import cuda, reference_scaled_gemm
-from mxprec.scaling import DelayedScaling, DelayedScalingState, RowScaling, TensorScaling, TileScaling
+from mxprec.scaling import (
+    DelayedScaling,
+    DelayedScalingState,
+    MXScaling,
+    RowScaling,
+    TensorScaling,
+    TileScaling,
+)
 
 RTOL = 2.0**-9
 FRO = {jnp.dtype(jnp.float32): 1e-3, jnp.dtype(jnp.bfloat16): 6e-3}
@@ -360,6 +367,36 @@ def test_auto_prefers_only_the_families_that_measured_faster():
     assert not cuda.auto_prefers(_q(x, "e4m3", 2), _q(w, "e4m3", 2))  # per-tensor
     assert not cuda.auto_prefers(x, w)
     assert cuda.AUTO_FAMILIES == ("block",)
+
+
+def test_auto_quantizes_only_tile_scaling_on_cuda():
+    # backend="auto" runs the CUDA quantize kernel for TileScaling (faster than XLA's on the H200, both
+    # axes); per-tensor, delayed, row and MX quantization stay with XLA's fused quantizer.
+    assert cuda.AUTO_QUANTIZE == (TileScaling,)
+    assert cuda.auto_quantizes(TileScaling(formats.E4M3, (1, 128)))
+    assert cuda.auto_quantizes(TileScaling(formats.E4M3, (128, 128)))
+    for spec in (TensorScaling(formats.E4M3), DelayedScaling(formats.E4M3), RowScaling(formats.E4M3),
+                 MXScaling(formats.E4M3)):
+        assert not cuda.auto_quantizes(spec), spec
+
+
+@needs_gpu
+def test_auto_dot_general_quantizes_tiles_with_the_cuda_kernel():
+    # fp8_block under backend="auto": every quantization (Fprop, Dgrad, Wgrad operands) is the
+    # mxprec_quantize custom call and every GEMM the mxprec_scaled_gemm one; fp8_current has neither.
+    x = jax.random.normal(jax.random.PRNGKey(7), (2, 128, 256), jnp.float32)
+    w = jax.random.normal(jax.random.PRNGKey(8), (256, 128), jnp.float32) * 0.05
+    for name, custom in (("fp8_block", True), ("fp8_current", False)):
+        recipe = dataclasses.replace(mxprec.recipes.get(name), backend="auto")
+
+        def loss(a, b, recipe=recipe):
+            return jnp.sum(mxprec.dot_general(a, b, (((2,), (0,)), ((), ())), recipe=recipe) ** 2)
+
+        hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, w).as_text()
+        assert ("mxprec_quantize" in hlo) is custom, name
+        assert ("mxprec_scaled_gemm" in hlo) is custom, name
+        gx, gw = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
+        assert bool(jnp.all(jnp.isfinite(gx))) and bool(jnp.all(jnp.isfinite(gw))), name
 
 
 @needs_gpu

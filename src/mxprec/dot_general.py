@@ -150,11 +150,18 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
 
     With ``backend="ffi"`` the ``mxprec_quantize`` custom call runs where a quantize kernel exists
     (the C++ lowering on CPU; the sm_90a kernels of libmxprec_cuda.so on CUDA; the gfx950 kernels on
-    ROCm), bit-identical to the JAX quantizer. Stochastic rounding (a PRNG key) uses the JAX quantizer.
+    ROCm), bit-identical to the JAX quantizer; ``"auto"`` (resolved to "auto" only where the CUDA
+    kernels are loaded) runs it for the kinds in ``mxprec.kernels.cuda.AUTO_QUANTIZE``. Stochastic
+    rounding (a PRNG key) uses the JAX quantizer.
     """
     if spec is None:
         return t if recipe.compute_dtype is None else t.astype(recipe.compute_dtype)
     delayed_state = state if isinstance(spec, DelayedScaling) else None
+    if backend == "auto" and key is None:
+        from mxprec.kernels import cuda, ffi
+
+        if cuda.auto_quantizes(spec):
+            return ffi.quantize(t, spec, axis, state=delayed_state)
     if backend == "ffi" and key is None:
         platform = jax.default_backend()
         if platform == "cpu":

@@ -7,7 +7,7 @@ Backend choice is an argument, never an environment variable:
   platform.
 * ``"auto"`` — on an NVIDIA GPU with libmxprec_cuda.so loaded, the CUDA kernels for the operand
   families that measured faster than XLA there (``mxprec.kernels.cuda.AUTO_FAMILIES``: block-scaled
-  FP8) and the exact XLA path for the rest; everywhere else (CPU, where XLA's dot is faster than the
+  FP8; ``AUTO_QUANTIZE``: the quantization of TileScaling operands) and the exact XLA path for the rest; everywhere else (CPU, where XLA's dot is faster than the
   C++ reference lowering; ROCm, whose kernels never ran) the exact XLA path. Never a silent
   downgrade of precision: both compute the same quantized GEMM.
 """
@@ -82,8 +82,9 @@ def backend_report(recipe) -> str:
     if recipe.backend == "auto" and _auto_uses_cuda():
         from mxprec.kernels import cuda
 
-        return (f"backend: auto on gpu: CUDA kernels for the {'/'.join(cuda.AUTO_FAMILIES)} FP8 families, "
-                "exact XLA path (cuBLASLt FP8) for the rest")
+        kinds = "/".join(k.__name__ for k in cuda.AUTO_QUANTIZE)
+        return (f"backend: auto on gpu: CUDA kernels for the {'/'.join(cuda.AUTO_FAMILIES)} FP8 families and "
+                f"{kinds} quantization, exact XLA path (cuBLASLt FP8) for the rest")
     if ffi_available(platform):
         return f"backend: xla exact path on {platform} (auto; the C++ custom call runs with backend='ffi')"
     if recipe.backend == "ffi":

@@ -54,10 +54,12 @@ from mxprec.scaling import DelayedScaling, RowScaling, TensorScaling, TileScalin
 
 __all__ = [
     "AUTO_FAMILIES",
+    "AUTO_QUANTIZE",
     "LIBRARY_NAME",
     "SYMBOL",
     "TARGET",
     "auto_prefers",
+    "auto_quantizes",
     "available",
     "library_search_paths",
     "require",
@@ -140,6 +142,21 @@ def _family(lspec, rspec) -> tuple[str, str]:
 # Per-tensor and row-wise pairs stay on XLA: cuBLASLt's FP8 GEMM is faster than ours there (1354 vs
 # 1259 and 1335 vs 1132 TFLOP/s at 8192^3; the fp8_current Llama step 172 ms on XLA vs 187 ms here).
 AUTO_FAMILIES = ("block",)
+
+
+# Scaling kinds whose quantization backend="auto" runs on the CUDA kernels (mxprec_quantize) rather than
+# XLA's fused quantizer, each because it measured faster on the H200:
+# * TileScaling: the 1 x 128 tile kernels run at 66.5 % (rows) / 57.5 % (columns) of copy bandwidth
+#   against XLA's 41.8 % / 14.8 % (benchmarks/results/h200_cuda_quantize.md, sixth session); the
+#   fp8_block Llama step took 209.3 ms with them against 221.8 ms with XLA's (h200_llama.md).
+# Per-tensor, delayed and row-wise quantization stays on XLA, which fuses it into the producer
+# (the fp8_current step: 172 ms on XLA's quantizer, 187 ms on ours).
+AUTO_QUANTIZE = (TileScaling,)
+
+
+def auto_quantizes(spec) -> bool:
+    """Whether backend="auto" quantizes ``spec`` with the CUDA kernel (its kind is in AUTO_QUANTIZE)."""
+    return isinstance(spec, AUTO_QUANTIZE)
 
 
 def auto_prefers(lhs, rhs) -> bool:
