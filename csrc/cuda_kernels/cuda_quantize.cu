@@ -776,8 +776,9 @@ __global__ void __launch_bounds__(kThreads) vgroup_kernel(Args a) {
   if (a.acc_amax) block_amax(a.amax, acc);
 }
 
-// Axis-1 FP8 groups of gh in {32, 64, 128} rows x 1 column (MX along axis 0, the 1 x 128 tiles of a
-// transposed operand) through shared memory. A CTA stages a 128 x 128 tile of x with cp.async (16-byte
+// FP8 groups of gh in {32, 64, 128} rows x 1 column along axis 1 (MX along axis 0, the 1 x 128 tiles of
+// a transposed operand), and 128 x 128 tile groups along either axis (one group per CTA tile), through
+// shared memory. A CTA stages a 128 x 128 tile of x with cp.async (16-byte
 // pieces, whole 128-byte lines), then each thread owns 2 columns x 32 rows: it reads them as column pairs
 // (a warp reads 128 contiguous bytes, no bank conflicts), computes one scale per column per group (the
 // register-held vgroup_kernel computed 8 per 64 elements), and writes the codes as 16-bit row pairs into
@@ -785,6 +786,7 @@ __global__ void __launch_bounds__(kThreads) vgroup_kernel(Args a) {
 // aligned x and data.
 constexpr int kColTile = 128;  // tile rows = tile cols
 constexpr int kColSeg = 32;    // rows per thread
+constexpr int kSegsPerTile = kColTile / kColSeg;
 
 template <InType I>
 constexpr size_t col_smem_bytes() {
@@ -849,10 +851,20 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
     k0 = max(k0, abs_key(lo));
     k1 = max(k1, abs_key(hi));
   }
-  // Group keys: a group of gh rows spans gh / 32 segments of this column pair.
-  const int segs_per_group = static_cast<int>(a.gh) / kColSeg;
+  // Group keys: a group of gh rows spans gh / 32 segments of this column pair; a 128 x 128 tile group
+  // is the whole CTA tile.
+  const bool whole_tile = a.gw == kColTile;
+  const int segs_per_group = whole_tile ? kSegsPerTile : static_cast<int>(a.gh) / kColSeg;
   uint32_t g0 = k0, g1 = k1;
-  if (segs_per_group > 1) {
+  if (whole_tile) {
+    const uint32_t w = __reduce_max_sync(kFull, max(k0, k1));
+    if ((threadIdx.x & 31) == 0) seg_keys[threadIdx.x / 32] = w;
+    __syncthreads();
+    g0 = 0;
+#pragma unroll
+    for (int q = 0; q < kThreads / 32; ++q) g0 = max(g0, seg_keys[q]);
+    g1 = g0;
+  } else if (segs_per_group > 1) {
     seg_keys[seg * kColTile + 2 * pair] = k0;
     seg_keys[seg * kColTile + 2 * pair + 1] = k1;
     __syncthreads();
@@ -864,10 +876,15 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
   }
   const int64_t grow = (r0 + seg * kColSeg) / a.gh;
   const int64_t col = c0 + 2 * pair;
-  const bool owner = seg % segs_per_group == 0;
   ElemScale es[2];
-  es[0] = group_elem_scale(a, grow * a.ngc + col, g0, 1.0f, owner);
-  es[1] = group_elem_scale(a, grow * a.ngc + col + 1, g1, 1.0f, owner);
+  if (whole_tile) {
+    es[0] = group_elem_scale(a, grow * a.ngc + c0 / kColTile, g0, 1.0f, threadIdx.x == 0);
+    es[1] = es[0];
+  } else {
+    const bool owner = seg % segs_per_group == 0;
+    es[0] = group_elem_scale(a, grow * a.ngc + col, g0, 1.0f, owner);
+    es[1] = group_elem_scale(a, grow * a.ngc + col + 1, g1, 1.0f, owner);
+  }
   float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
   const auto sat = [&es](int i) { return es[i & 1]; };
   const auto rat = [&rcp](int i) { return rcp[i & 1]; };
@@ -1024,6 +1041,17 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   const int bits = format_bits(static_cast<ElemFormat>(a.fmt));
   const bool x16 = aligned(a.x, 16) && aligned(a.data, 16);
   const int64_t gh = a.gh, gw = a.gw;
+  const bool col_groups = a.axis == 1 && gw == 1 && (gh == 32 || gh == 64 || gh == 128);
+  const bool tile_groups = gh == kColTile && gw == kColTile;  // 128 x 128 tiles, either axis
+  if (x16 && is_fp8(a.fmt) && (col_groups || tile_groups) && a.rows % kColTile == 0 && a.cols % kColTile == 0 &&
+      grid_ok((a.rows / kColTile) * (a.cols / kColTile))) {
+    constexpr size_t smem = col_smem_bytes<I>();
+    static const cudaError_t attr =  // once per input type (thread-safe static initialization)
+        cudaFuncSetAttribute(col_kernel<I>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (attr != cudaSuccess) return cuda_error("cudaFuncSetAttribute", attr);
+    col_kernel<I><<<static_cast<unsigned>((a.rows / kColTile) * (a.cols / kColTile)), kThreads, smem, stream>>>(a);
+    return ffi::Error::Success();
+  }
   if (a.axis == 2 && x16) {
     // hgroup: 1 x G groups with G / 8 a power of two <= 32.
     const int64_t cpg = gw / 8;
@@ -1052,15 +1080,6 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
       cta_kernel<I><<<static_cast<unsigned>(a.ngroups), kThreads, 0, stream>>>(a);
       return ffi::Error::Success();
     }
-  }
-  if (a.axis == 1 && x16 && is_fp8(a.fmt) && gw == 1 && (gh == 32 || gh == 64 || gh == 128) &&
-      a.rows % kColTile == 0 && a.cols % kColTile == 0 && grid_ok((a.rows / kColTile) * (a.cols / kColTile))) {
-    constexpr size_t smem = col_smem_bytes<I>();
-    static const cudaError_t attr =  // once per input type (thread-safe static initialization)
-        cudaFuncSetAttribute(col_kernel<I>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (attr != cudaSuccess) return cuda_error("cudaFuncSetAttribute", attr);
-    col_kernel<I><<<static_cast<unsigned>((a.rows / kColTile) * (a.cols / kColTile)), kThreads, smem, stream>>>(a);
-    return ffi::Error::Success();
   }
   if (a.axis == 1 && x16 && gh % 8 == 0 && a.cols % 8 == 0) {
     int64_t ty = 16;
