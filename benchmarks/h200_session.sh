@@ -26,7 +26,7 @@
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
-#                kernels (delayed cast, tile 1x128 along both axes) on one 8192x8192 bf16 input
+#                kernels (delayed cast, tile 1x128 along axis -1, MXFP8 along both axes) on one 8192x8192 bf16 input
 #   raster       per-tensor GEMM (default tiles): persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
 #   tiles        per-tensor GEMM tile configs 3/4/5 x persistent-scheduler swizzle 1/4/8 (cuda_fp8_gemm.py)
 #   delayed-diag fp8_delayed with XLA GPU autotuning off / Triton GEMMs off (its compile did not finish
@@ -132,17 +132,18 @@ for stage in "$@"; do
 import jax, jax.numpy as jnp
 from mxprec import formats as F
 from mxprec.kernels import ffi
-from mxprec.scaling import DelayedScaling, DelayedScalingState, TileScaling
+from mxprec.scaling import DelayedScaling, DelayedScalingState, MXScaling, TileScaling
 x = jax.random.normal(jax.random.PRNGKey(0), (8192, 8192), jnp.bfloat16)
 d = DelayedScaling(F.E4M3, history_len=16)
 st = DelayedScalingState(DelayedScalingState.init(d).amax_history, jnp.float32(0.0123))
-for spec, axis, state in ((d, -1, st), (TileScaling(F.E4M3, (1, 128)), -1, None), (TileScaling(F.E4M3, (1, 128)), 0, None)):
+tile, mx = TileScaling(F.E4M3, (1, 128)), MXScaling(F.E4M3)
+for spec, axis, state in ((d, -1, st), (tile, -1, None), (mx, -1, None), (mx, 0, None)):
     jax.block_until_ready(jax.jit(lambda v: ffi.quantize(v, spec, axis, state=state))(x))
 PYEOF
       # XLA preallocates most of the GPU; ncu would save and restore all of it for every replay pass
-      step ncu_quant env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"tensor_kernel|hgroup_kernel|vgroup_kernel" --section SpeedOfLight \
+      step ncu_quant env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"tensor_kernel|hgroup_kernel|col_kernel" --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
-        --section SchedulerStats --launch-count 3 "$PY" /tmp/mxprec_q1.py ;;
+        --section SchedulerStats --section InstructionStats --launch-count 4 "$PY" /tmp/mxprec_q1.py ;;
     raster)  # the default per-tensor kernel (carried build-cuda) x persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
       step raster_torch "$PY" benchmarks/cuda_fp8_gemm.py --only torch_scaled_mm --shapes 8192x8192x8192,16384x4096x14336 \
         --out "$R/raster_torch.json"

@@ -327,6 +327,45 @@ def test_reciprocal_division_algorithm_on_cpu():
             assert np.array_equal(_fp8_codes(got, dt), _fp8_codes(want, dt)), f"scale {s!r} {dt}"
 
 
+def test_certified_single_multiply_codes_on_cpu():
+    """certified_fp8_codes: q0 = RN(x * RN(1 / s)); where the FP8 codes of the magnitudes 4 bit-steps
+    below and above q0 agree, the code of q0 is the code of the IEEE division x / s. Checked per element
+    (the kernel certifies 8 at a time, a stricter condition) over the same inputs and scales as the
+    Markstein test, with the mutants that must fail: 0 steps (q0 alone) certifies wrong codes."""
+    rng = np.random.default_rng(7)
+    scales = _DIVISION_SCALES + list(np.exp2(rng.uniform(-80, 102, 40)) * rng.uniform(1, 2, 40))
+    bf16 = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
+
+    def certified(x, s, dt, steps):
+        with np.errstate(all="ignore"):
+            q0 = (x * (np.float32(1) / s)).astype(np.float32)
+        a = q0.view(np.uint32) & np.uint32(0x7FFFFFFF)
+        lo = np.minimum(np.maximum(a, steps) - np.uint32(steps), np.uint32(0x7F7FFFFB)).view(np.float32)
+        hi = (a + np.uint32(steps)).view(np.float32)  # wraps past 0x7FFFFFFF like the kernel's u32 add
+        with np.errstate(all="ignore"):
+            ok = _fp8_codes(lo, dt) == _fp8_codes(hi, dt)
+        return ok, q0
+
+    wrong_without_steps = 0
+    for scale in scales:
+        s = np.float32(scale)
+        if not (2.0**-80 <= s < 2.0**102):
+            continue
+        with np.errstate(all="ignore"):
+            x = np.concatenate([_division_adversarial(s, seed=3).ravel(), bf16, (bf16 * s).astype(np.float32)])
+            want = x / s
+        for dt in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+            ok, q0 = certified(x, s, dt, 4)
+            with np.errstate(all="ignore"):
+                got_codes, want_codes = _fp8_codes(q0, dt), _fp8_codes(want, dt)
+            assert not np.any(np.isnan(q0) & ok), f"scale {s!r}: a NaN element was certified"
+            assert np.array_equal(got_codes[ok], want_codes[ok]), f"scale {s!r} {dt}"
+            assert ok.mean() > 0.5 and (~ok).sum() > 0, f"scale {s!r} {dt}: {ok.mean():.3f} certified"
+            ok0, _ = certified(x, s, dt, 0)
+            wrong_without_steps += int(np.sum(got_codes[ok0 & ~np.isnan(q0)] != want_codes[ok0 & ~np.isnan(q0)]))
+    assert wrong_without_steps > 0  # the adversarial inputs do separate q0's code from the division's
+
+
 @needs_gpu
 @pytest.mark.parametrize("scale", _DIVISION_SCALES, ids=lambda s: f"{s:.4g}")
 def test_reciprocal_division_matches_ieee_division(scale):

@@ -324,14 +324,66 @@ __device__ __forceinline__ uint32_t nan_mask(const float (&q)[8]) {
 // Codes of 8 elements under one scale (tensor / hgroup kernels, one group per chunk): the scale mode
 // is tested once per chunk, not per element; a kDiv scale with a reciprocal r = RN(1 / s) divides
 // through fast_quotients.
+// FP8 codes of x / s from q0 = RN(x * r), r = RN(1 / s), when they are certain: |q0 - x / s| < 2 ulp(q0)
+// (two roundings of relative error 2**-24 each) and RN(x / s) is within half an ulp of x / s, so both lie
+// within 4 ulp-steps of q0's bit pattern (one binade down, a step is half an ulp: still 2 ulp). The
+// saturating convert is monotone, so if the magnitudes 4 steps below and above q0 have the same code,
+// RN(x / s) has q0's code (same sign). Else (near an FP8 rounding boundary; NaN / Inf, whose steps
+// leave the finite range) returns false and the caller divides exactly. The same codes as the exact
+// division for every input (tests/test_cuda_quantize.py: on the CPU over 50 scales, on the GPU at and
+// beside every FP8 midpoint).
+__device__ __forceinline__ bool certified_fp8_codes(const float (&x)[8], float r, bool e5m2, uint2& c) {
+  float q0[8], lo[8], hi[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    q0[i] = __fmul_rn(x[i], r);
+    const uint32_t a = __float_as_uint(q0[i]) & 0x7FFFFFFFu;
+    lo[i] = __uint_as_float(min(max(a, 4u) - 4u, 0x7F7FFFFBu));  // NaN: lo finite, hi NaN -> codes differ
+    hi[i] = __uint_as_float(a + 4u);                             // (a + 4 past 0x7FFFFFFF: -0, differs too)
+  }
+  const uint32_t l0 = fp8x4(lo[0], lo[1], lo[2], lo[3], e5m2), l1 = fp8x4(lo[4], lo[5], lo[6], lo[7], e5m2);
+  const uint32_t h0 = fp8x4(hi[0], hi[1], hi[2], hi[3], e5m2), h1 = fp8x4(hi[4], hi[5], hi[6], hi[7], e5m2);
+  if ((l0 ^ h0) | (l1 ^ h1)) return false;
+  c.x = fp8x4(q0[0], q0[1], q0[2], q0[3], e5m2);
+  c.y = fp8x4(q0[4], q0[5], q0[6], q0[7], e5m2);
+  return true;
+}
+
+// Codes of 8 elements by fast_quotients under one scale (a kMul scale, or kDiv with its reciprocal).
+template <bool kFp8>
+__device__ __forceinline__ uint2 quotient_codes8(const float (&x)[8], ElemScale es, float r, ElemFormat f) {
+  float q[8];
+  fast_quotients(x, es.mode == ElemMode::kDiv, [es](int) { return es.p; }, [r](int) { return r; }, q);
+  return pack_codes8<kFp8>(q, x, nan_mask(q), [es](int) { return es; }, f);
+}
+
+// The FP8 division when certified_fp8_codes cannot certify a chunk (rare): out of line, so that the
+// common path keeps its registers.
+struct Chunk8 {
+  float v[8];
+};
+__device__ __noinline__ uint2 uncertified_fp8_codes8(Chunk8 x, ElemScale es, float r, ElemFormat f) {
+  return quotient_codes8<true>(x.v, es, r, f);
+}
+
 template <bool kFp8>
 __device__ __forceinline__ uint2 codes8_uniform(const float (&x)[8], ElemScale es, float r, ElemFormat f) {
   if (es.mode != ElemMode::kMul && !(es.mode == ElemMode::kDiv && r != 0.0f)) {
     return codes8<kFp8>(x, [es](int) { return es; }, f);
   }
-  float q[8];
-  fast_quotients(x, es.mode == ElemMode::kDiv, [es](int) { return es.p; }, [r](int) { return r; }, q);
-  return pack_codes8<kFp8>(q, x, nan_mask(q), [es](int) { return es; }, f);
+#if !defined(MXPREC_CUDA_QUANT_NO_CVT)
+  if constexpr (kFp8) {
+    if (es.mode == ElemMode::kDiv) {
+      uint2 c;
+      if (certified_fp8_codes(x, r, f == ElemFormat::kE5M2, c)) return c;
+      Chunk8 xv;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xv.v[i] = x[i];
+      return uncertified_fp8_codes8(xv, es, r, f);
+    }
+  }
+#endif
+  return quotient_codes8<kFp8>(x, es, r, f);
 }
 
 // Which fast_quotients form serves n per-column scales sat(c) with reciprocals rat(c): kColsMul every
