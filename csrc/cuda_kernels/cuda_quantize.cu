@@ -324,6 +324,30 @@ __device__ __forceinline__ uint32_t nan_mask(const float (&q)[8]) {
 // Codes of 8 elements under one scale (tensor / hgroup kernels, one group per chunk): the scale mode
 // is tested once per chunk, not per element; a kDiv scale with a reciprocal r = RN(1 / s) divides
 // through fast_quotients.
+// The tensor kernel's common case, decided once per chunk from its min / max keys (abs_key of x): a kDiv
+// scale with a reciprocal, no NaN element, and every first quotient q0 = RN(x * r) in the band
+// 2**-20 <= |q0| <= 2**20 (RN(|x| * |r|) is monotone in |x|, so the chunk's smallest and largest |x|
+// bound every |q0| exactly). Then the Markstein division's second quotient is RN(x / s) for all 8
+// elements (fast_quotients' band test and NaN bookkeeping, ~5 instructions per element, are skipped).
+// Returns false otherwise, and the caller takes codes8_uniform.
+__device__ __forceinline__ bool in_band_fp8_codes(const float (&x)[8], ElemScale es, float r, uint32_t kmin,
+                                                  uint32_t kmax, bool e5m2, uint2& c) {
+  if (es.mode != ElemMode::kDiv || r == 0.0f || kmax > 0x7F800000u) return false;
+  const float ar = fabsf(r);
+  const float lo = __fmul_rn(__uint_as_float(kmin), ar), hi = __fmul_rn(__uint_as_float(kmax), ar);
+  if (!(lo >= 0x1p-20f && hi <= 0x1p20f)) return false;
+  float q[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float q0 = __fmul_rn(x[i], r);
+    const float q1 = __fmaf_rn(__fmaf_rn(-q0, es.p, x[i]), r, q0);
+    q[i] = __fmaf_rn(__fmaf_rn(-q1, es.p, x[i]), r, q1);
+  }
+  c.x = fp8x4(q[0], q[1], q[2], q[3], e5m2);
+  c.y = fp8x4(q[4], q[5], q[6], q[7], e5m2);
+  return true;
+}
+
 // FP8 codes of x / s from q0 = RN(x * r), r = RN(1 / s), when they are certain: |q0 - x / s| < 2 ulp(q0)
 // (two roundings of relative error 2**-24 each) and RN(x / s) is within half an ulp of x / s, so both lie
 // within 4 ulp-steps of q0's bit pattern (one binade down, a step is half an ulp: still 2 ulp). The
@@ -520,8 +544,20 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
     } else {
       load_flat<I>(a, k[j], v);
     }
-    if (a.acc_amax) acc = max(acc, chunk_key(v));
-    const uint2 c = codes8_uniform<kFp8>(v, es, r, f);
+    uint2 c;
+    if constexpr (kFp8) {
+      uint32_t kmin = 0xFFFFFFFFu, kmax = 0u;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        kmin = min(kmin, abs_key(v[i]));
+        kmax = max(kmax, abs_key(v[i]));
+      }
+      if (a.acc_amax) acc = max(acc, kmax);
+      if (!in_band_fp8_codes(v, es, r, kmin, kmax, f == ElemFormat::kE5M2, c)) c = codes8_uniform<true>(v, es, r, f);
+    } else {
+      if (a.acc_amax) acc = max(acc, chunk_key(v));
+      c = codes8_uniform<false>(v, es, r, f);
+    }
     const int64_t e0 = k[j] * 8;
     if (whole[j]) {
       *reinterpret_cast<uint2*>(a.data + e0) = c;
