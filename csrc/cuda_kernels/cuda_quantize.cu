@@ -27,13 +27,19 @@
 //                   skipped when the global word is already larger (every kernel maxes its part of
 //                   the tensor amax the same way);
 //   tensor_kernel   tensor / delayed: one cast pass (current: after amax_kernel; delayed and
-//                   amax_mode 1: fused with the amax, one pass over x);
-//   hgroup_kernel   axis 2 groups of 1 x G contiguous elements, G = 8 * tpg, tpg in {1..32} a power
-//                   of two (mx, nvfp4, tile 1 x tc, row with C <= 256): one pass, the group amax by
-//                   tpg-lane shuffles, 4 chunks per thread;
+//                   amax_mode 1: fused with the amax, one pass over x); an FP8 chunk whose first
+//                   quotients all lie in the Markstein band skips the per-element checks;
+//   hgroup_kernel   axis 2 groups of 1 x G contiguous elements, G / 8 a power of two <= 32 (mx, nvfp4,
+//                   tile 1 x tc, row with C <= 256): one pass, 4 chunks per thread; kWide (G >= 32):
+//                   a thread's chunks lie in one group (one scale per thread, shuffles over G / 32
+//                   lanes; FP8 division certified from one multiply), else one scale per chunk;
+//   col_kernel      FP8 axis-1 groups of 32 / 64 / 128 rows x 1 column and 128 x 128 tiles on either
+//                   axis, rows and cols multiples of 128: a 128 x 128 tile staged in shared memory
+//                   (cp.async), a thread owns 2 columns x 32 rows, codes leave through shared memory;
 //   cta_kernel      axis 2 row / tile groups too large for a warp (row C > 256, tile tr x tc): one CTA
 //                   per group, up to 2048 chunks held in registers (one pass; larger groups re-read);
-//   vgroup_kernel   axis 1 (the non-contiguous axis, e.g. Wgrad's column-wise copy): a thread owns 8
+//   vgroup_kernel   other axis-1 groups (the non-contiguous axis, e.g. Wgrad's column-wise copy, where
+//                   col_kernel does not apply; FP6 / FP4 always): a thread owns 8
 //                   columns x 8 rows (eight 16-byte loads down a column strip, coalesced across the
 //                   warp), TY threads stack along the group's rows, the per-column (or per-tile)
 //                   amax meets in shared memory; one pass for groups of <= 128 rows; taller ones
