@@ -330,28 +330,28 @@ __device__ __forceinline__ uint32_t nan_mask(const float (&q)[8]) {
 // Codes of 8 elements under one scale (tensor / hgroup kernels, one group per chunk): the scale mode
 // is tested once per chunk, not per element; a kDiv scale with a reciprocal r = RN(1 / s) divides
 // through fast_quotients.
-// The tensor kernel's common case, decided once per chunk from its min / max keys (abs_key of x): a kDiv
-// scale with a reciprocal, no NaN element, and every first quotient q0 = RN(x * r) in the band
-// 2**-20 <= |q0| <= 2**20 (RN(|x| * |r|) is monotone in |x|, so the chunk's smallest and largest |x|
-// bound every |q0| exactly). Then the Markstein division's second quotient is RN(x / s) for all 8
-// elements (fast_quotients' band test and NaN bookkeeping, ~5 instructions per element, are skipped).
-// Returns false otherwise, and the caller takes codes8_uniform.
-__device__ __forceinline__ bool in_band_fp8_codes(const float (&x)[8], ElemScale es, float r, uint32_t kmin,
-                                                  uint32_t kmax, bool e5m2, uint2& c) {
+// Whether every first quotient q0 = RN(x * r) of the elements whose |x| keys lie in [kmin, kmax] is in
+// the Markstein band 2**-20 <= |q0| <= 2**20, none of them NaN (RN(|x| * |r|) is monotone in |x|, so the
+// smallest and largest |x| bound every |q0| exactly), for a kDiv scale with a reciprocal r.
+__device__ __forceinline__ bool markstein_band(ElemScale es, float r, uint32_t kmin, uint32_t kmax) {
   if (es.mode != ElemMode::kDiv || r == 0.0f || kmax > 0x7F800000u) return false;
   const float ar = fabsf(r);
-  const float lo = __fmul_rn(__uint_as_float(kmin), ar), hi = __fmul_rn(__uint_as_float(kmax), ar);
-  if (!(lo >= 0x1p-20f && hi <= 0x1p20f)) return false;
+  return __fmul_rn(__uint_as_float(kmin), ar) >= 0x1p-20f && __fmul_rn(__uint_as_float(kmax), ar) <= 0x1p20f;
+}
+
+// FP8 codes of 8 elements whose quotients markstein_band placed in the band: the Markstein division's
+// second quotient is RN(x / p) for each (fast_quotients' per-element band test and NaN bookkeeping, ~5
+// instructions per element, are skipped).
+template <class PAt, class RAt>
+__device__ __forceinline__ uint2 in_band_fp8_codes8(const float (&x)[8], PAt p, RAt r, bool e5m2) {
   float q[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const float q0 = __fmul_rn(x[i], r);
-    const float q1 = __fmaf_rn(__fmaf_rn(-q0, es.p, x[i]), r, q0);
-    q[i] = __fmaf_rn(__fmaf_rn(-q1, es.p, x[i]), r, q1);
+    const float q0 = __fmul_rn(x[i], r(i));
+    const float q1 = __fmaf_rn(__fmaf_rn(-q0, p(i), x[i]), r(i), q0);
+    q[i] = __fmaf_rn(__fmaf_rn(-q1, p(i), x[i]), r(i), q1);
   }
-  c.x = fp8x4(q[0], q[1], q[2], q[3], e5m2);
-  c.y = fp8x4(q[4], q[5], q[6], q[7], e5m2);
-  return true;
+  return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
 }
 
 // FP8 codes of x / s from q0 = RN(x * r), r = RN(1 / s), when they are certain: |q0 - x / s| < 2 ulp(q0)
@@ -559,7 +559,12 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
         kmax = max(kmax, abs_key(v[i]));
       }
       if (a.acc_amax) acc = max(acc, kmax);
-      if (!in_band_fp8_codes(v, es, r, kmin, kmax, f == ElemFormat::kE5M2, c)) c = codes8_uniform<true>(v, es, r, f);
+      // The tensor kernel's common case, decided once per chunk from its min / max keys.
+      if (markstein_band(es, r, kmin, kmax)) {
+        c = in_band_fp8_codes8(v, [&es](int) { return es.p; }, [r](int) { return r; }, f == ElemFormat::kE5M2);
+      } else {
+        c = codes8_uniform<true>(v, es, r, f);
+      }
     } else {
       if (a.acc_amax) acc = max(acc, chunk_key(v));
       c = codes8_uniform<false>(v, es, r, f);
@@ -940,13 +945,15 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
 
   const int pair = threadIdx.x % (kColTile / 2), seg = threadIdx.x / (kColTile / 2);
   const unsigned char* col_base = xin + seg * kColSeg * kRowBytes + 2 * pair * in_bytes<I>();
-  uint32_t k0 = 0, k1 = 0;
+  uint32_t k0 = 0, k1 = 0, m0 = 0xFFFFFFFFu, m1 = 0xFFFFFFFFu;  // max / min |x| keys of the two columns
 #pragma unroll 8
   for (int r = 0; r < kColSeg; ++r) {
     float lo, hi;
     load_pair<I>(col_base + r * kRowBytes, lo, hi);
     k0 = max(k0, abs_key(lo));
     k1 = max(k1, abs_key(hi));
+    m0 = min(m0, abs_key(lo));
+    m1 = min(m1, abs_key(hi));
   }
   // Group keys: a group of gh rows spans gh / 32 segments of this column pair; a 128 x 128 tile group
   // is the whole CTA tile.
@@ -986,13 +993,17 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
   const auto sat = [&es](int i) { return es[i & 1]; };
   const auto rat = [&rcp](int i) { return rcp[i & 1]; };
   const int form = cols_form<2>(sat, rat);
+  // Both columns' quotients over this thread's 32 rows in the Markstein band: the straight division.
+  const bool in_band = markstein_band(es[0], rcp[0], m0, k0) && markstein_band(es[1], rcp[1], m1, k1);
+  const bool e5m2 = f == ElemFormat::kE5M2;
   uint8_t* code_base = codes + seg * kColSeg * kColTile + 2 * pair;
 #pragma unroll 2
   for (int r = 0; r < kColSeg; r += 4) {
     float x[8];  // rows r .. r + 3, columns (2 pair, 2 pair + 1) interleaved
 #pragma unroll
     for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
-    const uint2 c = codes8_cols<true>(x, sat, rat, form, f);
+    const uint2 c = in_band ? in_band_fp8_codes8(x, [&es](int i) { return es[i & 1].p; }, rat, e5m2)
+                            : codes8_cols<true>(x, sat, rat, form, f);
     *reinterpret_cast<uint16_t*>(code_base + (r + 0) * kColTile) = static_cast<uint16_t>(c.x);
     *reinterpret_cast<uint16_t*>(code_base + (r + 1) * kColTile) = static_cast<uint16_t>(c.x >> 16);
     *reinterpret_cast<uint16_t*>(code_base + (r + 2) * kColTile) = static_cast<uint16_t>(c.y);
