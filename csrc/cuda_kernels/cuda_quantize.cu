@@ -285,14 +285,6 @@ __device__ __forceinline__ float recip_of_divisor(ElemScale s) {
   return (s.mode == ElemMode::kDiv && m >= 0x1p-80f && m < 0x1p102f) ? __frcp_rn(s.p) : 0.0f;
 }
 
-// Codes of 8 elements under one scale (tensor kernel, one group per chunk): the scale mode is
-// tested once per chunk, not per element, and a kDiv scale with a reciprocal r = RN(1 / s) divides
-// by Markstein's method: q0 = x * r, then twice q += fma(-q, s, x) * r (each a single-rounding FMA).
-// The second correction starts from a faithful q1 with an exact remainder, so it returns RN(x / s)
-// (Markstein's theorem; r is RN(1 / s), s in [2**-80, 2**102)) whenever 2**-20 <= |q0| <= 2**20.
-// Outside that band q0 is kept: every FP8 code of it is the same as of RN(x / s) (±0 below 2**-17,
-// ±max_finite above 57344 after the saturating convert), and NaN / Inf elements stay NaN / Inf.
-// Equal to div.rn.f32 for every input reaching a code (tests/test_cuda_quantize.py, division cases).
 // Quotients of 8 elements by fast scales: q = x * p(i) (kMul), or with div (kDiv, every r(i) = RN(1 / p(i))
 // nonzero) Markstein's division: q0 = x * r, then twice q += fma(-q, p, x) * r (each a single-rounding
 // FMA). The second correction starts from a faithful q1 with an exact remainder, so it returns RN(x / p)
@@ -327,9 +319,6 @@ __device__ __forceinline__ uint32_t nan_mask(const float (&q)[8]) {
   return special;
 }
 
-// Codes of 8 elements under one scale (tensor / hgroup kernels, one group per chunk): the scale mode
-// is tested once per chunk, not per element; a kDiv scale with a reciprocal r = RN(1 / s) divides
-// through fast_quotients.
 // Whether every first quotient q0 = RN(x * r) of the elements whose |x| keys lie in [kmin, kmax] is in
 // the Markstein band 2**-20 <= |q0| <= 2**20, none of them NaN (RN(|x| * |r|) is monotone in |x|, so the
 // smallest and largest |x| bound every |q0| exactly), for a kDiv scale with a reciprocal r.
@@ -396,6 +385,9 @@ __device__ __noinline__ uint2 uncertified_fp8_codes8(Chunk8 x, ElemScale es, flo
   return quotient_codes8<true>(x.v, es, r, f);
 }
 
+// Codes of 8 elements under one scale (tensor / hgroup kernels, one group per chunk): the scale mode
+// is tested once per chunk, not per element; a kDiv scale with a reciprocal r = RN(1 / s) divides
+// through fast_quotients.
 // kCertify: FP8 kDiv chunks try certified_fp8_codes first (the hgroup kernel: 1 x 128 tiles 66 -> 68 %
 // of copy on the H200); the tensor kernel keeps the Markstein division inline (69.3 % against 67.8 %
 // certified: the certificate's registers spilled at its 64-register bound).
@@ -851,8 +843,8 @@ __global__ void __launch_bounds__(kThreads) vgroup_kernel(Args a) {
   }
   if (active) {
     const int64_t rb = row0;
-    // FP8 reads its block again (an L1 / L2 hit) rather than holding it across the scale computation:
-    // held, 8 x 16 bytes of x kept the kernel at 100 registers (25 % occupancy, latency-bound).
+    // FP8 reads its block again (an L1 / L2 hit) instead of holding it across the scale computation.
+    // (Meant to free registers, it did not: 102 either way. col_kernel serves the common FP8 cases.)
     if (kFp8 || mode == kVKeysIn) {
 #pragma unroll
       for (int r = 0; r < 8; ++r) cache[r] = load_raw<I>(a.x, (rb + r) * cols + c0);
