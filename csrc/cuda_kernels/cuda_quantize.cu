@@ -872,12 +872,12 @@ __global__ void __launch_bounds__(kThreads) vgroup_kernel(Args a) {
 
 // FP8 groups of gh in {32, 64, 128} rows x 1 column along axis 1 (MX along axis 0, the 1 x 128 tiles of
 // a transposed operand), and 128 x 128 tile groups along either axis (one group per CTA tile), through
-// shared memory. A CTA stages a 128 x 128 tile of x with cp.async (16-byte
-// pieces, whole 128-byte lines), then each thread owns 2 columns x 32 rows: it reads them as column pairs
-// (a warp reads 128 contiguous bytes, no bank conflicts), computes one scale per column per group (the
-// register-held vgroup_kernel computed 8 per 64 elements), and writes the codes as 16-bit row pairs into
-// a shared FP8 tile that leaves in 16-byte pieces. Needs rows % 128 == 0, cols % 128 == 0 and 16-byte
-// aligned x and data.
+// shared memory. A CTA stages a 128 x 128 tile of x with cp.async (16-byte pieces, whole 128-byte
+// lines), then each thread owns 2 columns x 32 rows: it reads them as column pairs (a warp reads 128
+// contiguous bytes, no bank conflicts), computes one scale per column per group (the register-held
+// vgroup_kernel computed 8 per 64 elements), divides in-band columns by the straight Markstein
+// division, and writes the codes as 16-bit row pairs into a shared FP8 tile that leaves in 16-byte
+// pieces. Needs rows % 128 == 0, cols % 128 == 0 and 16-byte aligned x and data.
 constexpr int kColTile = 128;  // tile rows = tile cols
 constexpr int kColSeg = 32;    // rows per thread
 constexpr int kSegsPerTile = kColTile / kColSeg;

@@ -146,9 +146,10 @@ AUTO_FAMILIES = ("block",)
 
 # Scaling kinds whose quantization backend="auto" runs on the CUDA kernels (mxprec_quantize) rather than
 # XLA's fused quantizer, each because it measured faster on the H200:
-# * TileScaling: the 1 x 128 tile kernels run at 66.5 % (rows) / 57.5 % (columns) of copy bandwidth
-#   against XLA's 41.8 % / 14.8 % (benchmarks/results/h200_cuda_quantize.md, sixth session); the
-#   fp8_block Llama step took 209.3 ms with them against 221.8 ms with XLA's (h200_llama.md).
+# * TileScaling: the 1 x 128 tile kernels run at 67.8 % (rows) / 66.9 % (columns) of copy bandwidth
+#   and the 128 x 128 tiles at 72.7 %, against XLA's 41.8 % / 14.8 % / 41.3 %
+#   (benchmarks/results/h200_cuda_quantize.md, sixth session); the fp8_block Llama step took 209.3 ms
+#   with them against 221.8 ms with XLA's (h200_llama.md).
 # Per-tensor, delayed and row-wise quantization stays on XLA, which fuses it into the producer
 # (the fp8_current step: 172 ms on XLA's quantizer, 187 ms on ours).
 AUTO_QUANTIZE = (TileScaling,)
