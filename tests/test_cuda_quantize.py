@@ -327,6 +327,40 @@ def test_reciprocal_division_algorithm_on_cpu():
             assert np.array_equal(_fp8_codes(got, dt), _fp8_codes(want, dt)), f"scale {s!r} {dt}"
 
 
+def test_chunk_band_decision_matches_per_element_on_cpu():
+    """markstein_band: the tensor / column kernels decide once per chunk, from its smallest and largest
+    |x|, that every first quotient q0 = RN(x * RN(1 / s)) lies in 2**-20 <= |q0| <= 2**20 (and none is
+    NaN); that must be exactly the per-element test it replaces (RN(|x| * |r|) is monotone in |x|).
+    Chunks straddle both band edges, hold zeros, NaN, Inf, subnormals; scales of both signs."""
+    rng = np.random.default_rng(11)
+    lo_edge, hi_edge = np.float32(2.0**-20), np.float32(2.0**20)
+    agree = 0
+    for _ in range(400):
+        s = np.float32(rng.choice([-1.0, 1.0]) * np.exp2(rng.uniform(-80, 102)) * rng.uniform(1, 2))
+        r = np.float32(1) / s
+        # magnitudes around |q0| = 2**-20 and 2**20 (a few ulps either side), and ordinary ones
+        edges = np.array([lo_edge, hi_edge], np.float32) / np.abs(r)
+        x = np.concatenate([edges * rng.uniform(0.999999, 1.000001, 2), np.exp2(rng.uniform(-30, 30, 6)) / np.abs(r)])
+        x = (x * rng.choice([-1.0, 1.0], x.size)).astype(np.float32)
+        special = rng.integers(0, 12)
+        if special < 4:  # an exceptional element in the chunk
+            x[rng.integers(0, 8)] = [0.0, np.nan, np.inf, 1e-42][special]
+        for chunk in (x[:8], x[2:], np.abs(x[2:]) + np.float32(0)):
+            chunk = np.asarray(chunk[:8], np.float32)
+            with np.errstate(all="ignore"):
+                q0 = (chunk * r).astype(np.float32)
+                per_element = bool(np.all((np.abs(q0) >= lo_edge) & (np.abs(q0) <= hi_edge)))
+                keys = chunk.view(np.uint32) & np.uint32(0x7FFFFFFF)
+                kmin, kmax = keys.min(), keys.max()
+                band = bool(kmax <= 0x7F800000) and bool(
+                    np.float32(np.uint32(kmin).view(np.float32) * np.abs(r)) >= lo_edge
+                    and np.float32(np.uint32(kmax).view(np.float32) * np.abs(r)) <= hi_edge
+                )
+            assert band == per_element, (s, chunk)
+            agree += band
+    assert agree > 30  # the band is taken, not only refused
+
+
 def test_certified_single_multiply_codes_on_cpu():
     """certified_fp8_codes: q0 = RN(x * RN(1 / s)); where the FP8 codes of the magnitudes 4 bit-steps
     below and above q0 agree, the code of q0 is the code of the IEEE division x / s. Checked per element
