@@ -368,12 +368,37 @@ __device__ __forceinline__ bool certified_fp8_codes(const float (&x)[8], float r
   return true;
 }
 
+// Which fast_quotients form serves n per-column scales sat(c) with reciprocals rat(c): kColsMul every
+// scale kMul, kColsDiv every scale kDiv with a reciprocal, kColsGeneric neither (mixed / exact / zero
+// modes: codes8 per element).
+enum ColsForm : int { kColsGeneric = 0, kColsMul = 1, kColsDiv = 2 };
+
+template <int N, class ScaleAt, class RecipAt>
+__device__ __forceinline__ int cols_form(ScaleAt sat, RecipAt rat) {
+  bool mul = true, div = true;
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    mul = mul && sat(c).mode == ElemMode::kMul;
+    div = div && sat(c).mode == ElemMode::kDiv && rat(c) != 0.0f;
+  }
+  return mul ? kColsMul : (div ? kColsDiv : kColsGeneric);
+}
+
+// Codes of 8 elements, element i under sat(i) with rat(i) = recip_of_divisor(sat(i)), in the form
+// cols_form chose for those scales.
+template <bool kFp8, class ScaleAt, class RecipAt>
+__device__ __forceinline__ uint2 codes8_cols(const float (&x)[8], ScaleAt sat, RecipAt rat, int form, ElemFormat f) {
+  if (form == kColsGeneric) return codes8<kFp8>(x, sat, f);
+  float q[8];
+  fast_quotients(x, form == kColsDiv, [&sat](int i) { return sat(i).p; }, rat, q);
+  return pack_codes8<kFp8>(q, x, nan_mask(q), sat, f);
+}
+
 // Codes of 8 elements by fast_quotients under one scale (a kMul scale, or kDiv with its reciprocal).
 template <bool kFp8>
 __device__ __forceinline__ uint2 quotient_codes8(const float (&x)[8], ElemScale es, float r, ElemFormat f) {
-  float q[8];
-  fast_quotients(x, es.mode == ElemMode::kDiv, [es](int) { return es.p; }, [r](int) { return r; }, q);
-  return pack_codes8<kFp8>(q, x, nan_mask(q), [es](int) { return es; }, f);
+  return codes8_cols<kFp8>(x, [es](int) { return es; }, [r](int) { return r; },
+                           es.mode == ElemMode::kDiv ? kColsDiv : kColsMul, f);
 }
 
 // The FP8 division when certified_fp8_codes cannot certify a chunk (rare): out of line, so that the
@@ -409,32 +434,6 @@ __device__ __forceinline__ uint2 codes8_uniform(const float (&x)[8], ElemScale e
   }
 #endif
   return quotient_codes8<kFp8>(x, es, r, f);
-}
-
-// Which fast_quotients form serves n per-column scales sat(c) with reciprocals rat(c): kColsMul every
-// scale kMul, kColsDiv every scale kDiv with a reciprocal, kColsGeneric neither (mixed / exact / zero
-// modes: codes8 per element).
-enum ColsForm : int { kColsGeneric = 0, kColsMul = 1, kColsDiv = 2 };
-
-template <int N, class ScaleAt, class RecipAt>
-__device__ __forceinline__ int cols_form(ScaleAt sat, RecipAt rat) {
-  bool mul = true, div = true;
-#pragma unroll
-  for (int c = 0; c < N; ++c) {
-    mul = mul && sat(c).mode == ElemMode::kMul;
-    div = div && sat(c).mode == ElemMode::kDiv && rat(c) != 0.0f;
-  }
-  return mul ? kColsMul : (div ? kColsDiv : kColsGeneric);
-}
-
-// Codes of 8 elements, element i under sat(i) with rat(i) = recip_of_divisor(sat(i)), in the form
-// cols_form chose for those scales.
-template <bool kFp8, class ScaleAt, class RecipAt>
-__device__ __forceinline__ uint2 codes8_cols(const float (&x)[8], ScaleAt sat, RecipAt rat, int form, ElemFormat f) {
-  if (form == kColsGeneric) return codes8<kFp8>(x, sat, f);
-  float q[8];
-  fast_quotients(x, form == kColsDiv, [&sat](int i) { return sat(i).p; }, rat, q);
-  return pack_codes8<kFp8>(q, x, nan_mask(q), sat, f);
 }
 
 // Stores 8 codes packed along the chunk (axis 2): FP8 8 bytes, FP6 6, FP4 4 at chunk k.
