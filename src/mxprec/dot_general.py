@@ -157,12 +157,12 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
     if spec is None:
         return t if recipe.compute_dtype is None else t.astype(recipe.compute_dtype)
     delayed_state = state if isinstance(spec, DelayedScaling) else None
-    if backend == "auto" and key is None:
-        from mxprec.kernels import cuda, ffi
+    native = backend == "ffi"
+    if backend == "auto":  # "auto" survives resolve_backend only where the CUDA kernels are loaded
+        from mxprec.kernels import cuda
 
-        if cuda.auto_quantizes(spec):
-            return ffi.quantize(t, spec, axis, state=delayed_state)
-    if backend == "ffi" and key is None:
+        native = cuda.auto_quantizes(spec)
+    if native and key is None:
         platform = jax.default_backend()
         if platform == "cpu":
             from mxprec.kernels import ffi

@@ -9,8 +9,8 @@ Backend choice is an argument, never an environment variable:
   faster than XLA there (``mxprec.kernels.cuda.AUTO_FAMILIES``: block-scaled FP8 GEMMs;
   ``AUTO_QUANTIZE``: the quantization of TileScaling operands) and the exact XLA path for the rest;
   everywhere else (CPU, where XLA's dot is faster than the C++ reference lowering; ROCm, whose
-  kernels never ran) the exact XLA path. Never a silent
-  downgrade of precision: both compute the same quantized GEMM.
+  kernels never ran) the exact XLA path. Never a silent downgrade of precision: both compute the
+  same quantized GEMM.
 """
 
 from __future__ import annotations
