@@ -302,10 +302,10 @@ def _fp8_codes(v: np.ndarray, dtype) -> np.ndarray:
     return np.clip(v, -mx, mx).astype(dtype).view(np.uint8)  # saturating RNE, like cvt.rn.satfinite
 
 
-def test_reciprocal_division_algorithm_on_cpu():
-    """The kernels' reciprocal division, with exactly rounded FMAs emulated in numpy, against IEEE
-    FP32 division: bit-identical inside the band 2**-20 <= |q0| <= 2**20, and the same FP8 codes
-    everywhere, for scales across [2**-80, 2**102) (the range the kernels use it for)."""
+def _division_cases():
+    """(s, x) for the CPU division tests: the fixed and 40 random scales in [2**-80, 2**102) (where the
+    kernels divide through RN(1 / s)), x = the adversarial quotients, every bf16 pattern, and those
+    times s (NaNs included)."""
     rng = np.random.default_rng(7)
     scales = _DIVISION_SCALES + list(np.exp2(rng.uniform(-80, 102, 40)) * rng.uniform(1, 2, 40))
     bf16 = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
@@ -313,8 +313,15 @@ def test_reciprocal_division_algorithm_on_cpu():
         s = np.float32(scale)
         if not (2.0**-80 <= s < 2.0**102):
             continue
-        with np.errstate(all="ignore"):  # bf16 holds ±Inf and NaN; NaNs are dropped below
-            x = np.concatenate([_division_adversarial(s, seed=3).ravel(), bf16, (bf16 * s).astype(np.float32)])
+        with np.errstate(all="ignore"):  # bf16 holds ±Inf and NaN
+            yield s, np.concatenate([_division_adversarial(s, seed=3).ravel(), bf16, (bf16 * s).astype(np.float32)])
+
+
+def test_reciprocal_division_algorithm_on_cpu():
+    """The kernels' reciprocal division, with exactly rounded FMAs emulated in numpy, against IEEE
+    FP32 division: bit-identical inside the band 2**-20 <= |q0| <= 2**20, and the same FP8 codes
+    everywhere, for scales across [2**-80, 2**102) (the range the kernels use it for)."""
+    for s, x in _division_cases():
         x = x[~np.isnan(x)]
         got = _reciprocal_division(x, s)
         with np.errstate(all="ignore"):
@@ -366,10 +373,6 @@ def test_certified_single_multiply_codes_on_cpu():
     below and above q0 agree, the code of q0 is the code of the IEEE division x / s. Checked per element
     (the kernel certifies 8 at a time, a stricter condition) over the same inputs and scales as the
     Markstein test, with the mutants that must fail: 0 steps (q0 alone) certifies wrong codes."""
-    rng = np.random.default_rng(7)
-    scales = _DIVISION_SCALES + list(np.exp2(rng.uniform(-80, 102, 40)) * rng.uniform(1, 2, 40))
-    bf16 = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
-
     def certified(x, s, dt, steps):
         with np.errstate(all="ignore"):
             q0 = (x * (np.float32(1) / s)).astype(np.float32)
@@ -381,12 +384,8 @@ def test_certified_single_multiply_codes_on_cpu():
         return ok, q0
 
     wrong_without_steps = 0
-    for scale in scales:
-        s = np.float32(scale)
-        if not (2.0**-80 <= s < 2.0**102):
-            continue
+    for s, x in _division_cases():
         with np.errstate(all="ignore"):
-            x = np.concatenate([_division_adversarial(s, seed=3).ravel(), bf16, (bf16 * s).astype(np.float32)])
             want = x / s
         for dt in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
             ok, q0 = certified(x, s, dt, 4)
@@ -416,9 +415,9 @@ def test_reciprocal_division_matches_ieee_division(scale):
 
 @needs_gpu
 def test_reciprocal_division_in_tile_groups():
-    """The 1 x 128 tile groups (hgroup, vgroup and column kernels) divide by their own scale s = amax / 448 the same way:
-    each group's amax is set so that its other elements sit on and beside FP8 midpoints of x / s,
-    for scales over most of the FP32 range."""
+    """The 1 x 128 tile groups (hgroup, vgroup and column kernels) divide by their own scale
+    s = amax / 448 the same way: each group's amax is set so that its other elements sit on and beside
+    FP8 midpoints of x / s, for scales over most of the FP32 range."""
     rng = np.random.default_rng(5)
     groups = []
     for k in range(-70, 110):
