@@ -32,7 +32,7 @@
 #   delayed-diag fp8_delayed with XLA GPU autotuning off / Triton GEMMs off (its compile did not finish
 #                within 210 s in the second session; which flag, if any, makes it compile?)
 # Environment: OUT (required), STEP_TIMEOUT (s, default 170), PYTHON (default python3), FORM (llama:
-# stage only: MXPREC_XLA_FP8_FORM for the arm), CONFIG (the Llama config of the llama / profile / hlo
+# stage only: MXPREC_XLA_FP8_FORM for the arm), AQ (llama: stage only: MXPREC_AUTO_QUANTIZE for the arm), CONFIG (the Llama config of the llama / profile / hlo
 # stages; default llama3_8b_4layer).
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
@@ -97,8 +97,8 @@ for stage in "$@"; do
       step quant "$PY" benchmarks/cuda_quantize.py --out "$R/quant" ;;
     llama:*)
       IFS=, read -r -a arms <<< "${stage#llama:}"
-      LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM})
-      for arm in "${arms[@]}"; do llama_step "llama_$arm${FORM:+_$FORM}" "$arm"; done
+      LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM} ${AQ+MXPREC_AUTO_QUANTIZE=$AQ})
+      for arm in "${arms[@]}"; do llama_step "llama_$arm${FORM:+_$FORM}${AQ+_aq${AQ//,/_}}" "$arm"; done
       LLAMA_ENV=() ;;
     forms:*)  # forms:FORM,FORM,... one process per form
       IFS=, read -r -a forms <<< "${stage#forms:}"

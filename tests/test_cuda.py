@@ -380,6 +380,18 @@ def test_auto_quantizes_only_tile_scaling_on_cuda():
         assert not cuda.auto_quantizes(spec), spec
 
 
+def test_auto_quantize_kinds_env_override(monkeypatch):
+    monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile, delayed")
+    assert cuda.auto_quantize_kinds() == (TileScaling, DelayedScaling)
+    assert cuda.auto_quantizes(DelayedScaling(formats.E4M3))
+    assert not cuda.auto_quantizes(TensorScaling(formats.E4M3))
+    monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "")
+    assert not cuda.auto_quantizes(TileScaling(formats.E4M3, (1, 128)))
+    monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile,mx")
+    with pytest.raises(ValueError, match=r"MXPREC_AUTO_QUANTIZE names \['mx'\]"):
+        cuda.auto_quantize_kinds()
+
+
 @needs_gpu
 def test_auto_dot_general_quantizes_tiles_with_the_cuda_kernel():
     # fp8_block under backend="auto": every quantization (Fprop, Dgrad, Wgrad operands) is the

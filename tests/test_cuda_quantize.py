@@ -438,6 +438,27 @@ def test_reciprocal_division_in_tile_groups():
         _check(TileScaling(fmt, (1, 128)), xt_wide, 0, reference=False, what="tile 1x128 division (axis 0, 256)")
 
 
+@needs_gpu
+def test_reciprocal_division_in_row_groups():
+    """Row scaling divides by its own scale s = amax / fmt_max the same way: one scale per row of 512
+    (the CTA kernel, certified single-multiply division) and, along axis 0, per column of 512 rows (the
+    keys pass, then the column kernel with those keys); each row's other elements sit on and beside FP8
+    midpoints of x / s, for scales over most of the FP32 range."""
+    rng = np.random.default_rng(6)
+    rows = []
+    for k in range(-70, 110):
+        amax = np.float32(rng.uniform(1, 2) * 2.0**k)
+        for fmt_max in (448.0, 57344.0):
+            v = _division_adversarial(amax / np.float32(fmt_max), seed=k + 400).ravel()
+            v = v[np.abs(v) < amax]
+            rows.append(np.concatenate([[amax], rng.choice(v, 511)]).astype(np.float32))
+    x = np.stack(rows)  # (360, 512)
+    xt = np.ascontiguousarray(x[:256].T)  # (512, 256): rows and cols multiples of 128
+    for fmt in (E4M3, E5M2):
+        _check(RowScaling(fmt), x, -1, reference=False, what="row division")
+        _check(RowScaling(fmt), xt, 0, reference=False, what="row division (axis 0)")
+
+
 # ----------------------------------------------------------------------------- shapes / kernel paths
 
 SHAPES = [
@@ -455,6 +476,7 @@ SHAPES = [
     ((96,), 0, MXScaling(E3M2), "float32"),  # rank 1
     ((3, 32768), -1, RowScaling(E4M3), "bfloat16"),  # 4096 chunks per row: CTA kernel re-reads
     ((2048, 48), 0, RowScaling(E4M3), "float32"),  # tall groups along axis 0: keys pass + codes pass
+    ((2, 256, 128), 1, RowScaling(E5M2), "bfloat16"),  # tall groups, 2 group rows: keys pass + column kernel
     ((3, 7), -1, TensorScaling(E5M2), "float32"),  # n % 8 != 0: scalar tail
     ((7, 40), -1, DelayedScaling(E4M3, history_len=2), "bfloat16"),  # tensor kernel: a partial chunk run
     ((129, 136), -1, TensorScaling(E5M2), "float32"),  # tensor kernel: a partial last CTA

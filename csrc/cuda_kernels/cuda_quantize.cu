@@ -75,6 +75,7 @@ constexpr int kUnroll = 4;    // chunks per thread (amax / hgroup kernels)
 #endif
 constexpr int kTensorUnroll = MXPREC_TENSOR_UNROLL;  // chunks per thread of tensor_kernel
 constexpr int kCtaCache = 8;  // chunks per thread kept in registers by cta_kernel
+constexpr int kCtaCacheSmall = 4;  // ... in its 64-register instances (groups of <= 1024 chunks)
 constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr const char* kOp = "mxprec_quantize (CUDA)";
 
@@ -640,10 +641,18 @@ __global__ void __launch_bounds__(kThreads, kFp8 && kWide && I != InType::kF32 ?
   if (a.acc_amax) block_amax(a.amax, acc);
 }
 
-// One CTA per axis-2 row / tile group (gh rows x gw cols, gw % 8 == 0), FP8 only.
-template <InType I>
-__global__ void __launch_bounds__(kThreads) cta_kernel(Args a) {
-  __shared__ uint32_t red[kThreads / 32];
+// One CTA of kBlock threads per axis-2 row / tile group (gh rows x gw cols, gw % 8 == 0), FP8 only.
+// kCache chunks per thread stay in registers between the amax and the codes (larger groups re-read x).
+// With kCache <= kCtaCacheSmall the kernel is held to 64 registers, so that 1024 / kBlock CTAs per SM
+// keep enough loads in flight (at 86 registers, two 256-thread CTAs per SM: row scaling of 16384 x 4096
+// ran at 25 % of copy bandwidth).
+#ifndef MXPREC_CTA_THREADS_PER_SM
+#define MXPREC_CTA_THREADS_PER_SM 1024
+#endif
+template <InType I, int kBlock, int kCache>
+__global__ void __launch_bounds__(kBlock, kCache <= kCtaCacheSmall ? MXPREC_CTA_THREADS_PER_SM / kBlock : 1)
+    cta_kernel(Args a) {
+  __shared__ uint32_t red[kBlock / 32];
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
   const int64_t g = blockIdx.x;
   const int64_t gr = g / a.ngc, gc = g % a.ngc;
@@ -652,18 +661,18 @@ __global__ void __launch_bounds__(kThreads) cta_kernel(Args a) {
   const int64_t r0 = gr * a.gh, c0 = gc * a.gw;
   const int64_t cols = a.cols;
   auto elem_of = [=](int64_t j) { return (r0 + j / cpr) * cols + c0 + 8 * (j % cpr); };
-  const bool cached = nck <= static_cast<int64_t>(kThreads) * kCtaCache;
-  Raw<I> cache[kCtaCache];
+  const bool cached = nck <= static_cast<int64_t>(kBlock) * kCache;
+  Raw<I> cache[kCache];
   uint32_t key = 0;
   if (cached) {
 #pragma unroll
-    for (int i = 0; i < kCtaCache; ++i) {
-      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+    for (int i = 0; i < kCache; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kBlock;
       if (j < nck) cache[i] = load_raw<I>(a.x, elem_of(j));
     }
 #pragma unroll
-    for (int i = 0; i < kCtaCache; ++i) {
-      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+    for (int i = 0; i < kCache; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kBlock;
       if (j < nck) {
         float v[8];
         to_f32<I>(cache[i], v);
@@ -671,7 +680,7 @@ __global__ void __launch_bounds__(kThreads) cta_kernel(Args a) {
       }
     }
   } else {
-    for (int64_t j = threadIdx.x; j < nck; j += kThreads) {
+    for (int64_t j = threadIdx.x; j < nck; j += kBlock) {
       float v[8];
       to_f32<I>(load_raw<I>(a.x, elem_of(j)), v);
       key = max(key, chunk_key(v));
@@ -681,29 +690,30 @@ __global__ void __launch_bounds__(kThreads) cta_kernel(Args a) {
   if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = key;
   __syncthreads();
 #pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) key = max(key, red[w]);
+  for (int w = 0; w < kBlock / 32; ++w) key = max(key, red[w]);
   const bool lead = threadIdx.x == 0;
   const ElemScale es = group_elem_scale(a, g, key, 1.0f, lead);
+  const float r = recip_of_divisor(es);  // one scale per CTA: the certified division of the hgroup kernel
   if (lead) {
     if (a.acc_amax) amax_update(a.amax, finish_key(key));
     if (g == 0) *a.tensor_scale = 1.0f;
   }
   if (cached) {
 #pragma unroll
-    for (int i = 0; i < kCtaCache; ++i) {
-      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+    for (int i = 0; i < kCache; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kBlock;
       if (j < nck) {
         float v[8];
         to_f32<I>(cache[i], v);
-        *reinterpret_cast<uint2*>(a.data + elem_of(j)) = codes8(v, [es](int) { return es; }, f);
+        *reinterpret_cast<uint2*>(a.data + elem_of(j)) = codes8_uniform<true, true>(v, es, r, f);
       }
     }
   } else {
-    for (int64_t j = threadIdx.x; j < nck; j += kThreads) {
+    for (int64_t j = threadIdx.x; j < nck; j += kBlock) {
       float v[8];
       const int64_t e = elem_of(j);
       to_f32<I>(load_raw<I>(a.x, e), v);
-      *reinterpret_cast<uint2*>(a.data + e) = codes8(v, [es](int) { return es; }, f);
+      *reinterpret_cast<uint2*>(a.data + e) = codes8_uniform<true, true>(v, es, r, f);
     }
   }
 }
@@ -951,11 +961,18 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
     }
   }
   // Group keys: a group of gh rows spans gh / 32 segments of this column pair; a 128 x 128 tile group
-  // is the whole CTA tile.
+  // is the whole CTA tile; groups taller than the tile (row scaling along axis 1) take their keys from
+  // the earlier keys pass (a.keys).
   const bool whole_tile = a.gw == kColTile;
-  const int segs_per_group = whole_tile ? kSegsPerTile : static_cast<int>(a.gh) / kColSeg;
+  const bool keys_in = a.keys != nullptr;
+  const int segs_per_group = whole_tile ? kSegsPerTile : (keys_in ? 1 : static_cast<int>(a.gh) / kColSeg);
+  const int64_t grow = (r0 + seg * kColSeg) / a.gh;
+  const int64_t col = c0 + 2 * pair;
   uint32_t g0 = k0, g1 = k1;
-  if (whole_tile) {
+  if (keys_in) {
+    g0 = a.keys[grow * a.ngc + col];
+    g1 = a.keys[grow * a.ngc + col + 1];
+  } else if (whole_tile) {
     const uint32_t w = __reduce_max_sync(kFull, max(k0, k1));
     if ((threadIdx.x & 31) == 0) seg_keys[threadIdx.x / 32] = w;
     __syncthreads();
@@ -973,14 +990,12 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
       g1 = max(g1, seg_keys[q * kColTile + 2 * pair + 1]);
     }
   }
-  const int64_t grow = (r0 + seg * kColSeg) / a.gh;
-  const int64_t col = c0 + 2 * pair;
   ElemScale es[2];
   if (whole_tile) {
     es[0] = group_elem_scale(a, grow * a.ngc + c0 / kColTile, g0, 1.0f, threadIdx.x == 0);
     es[1] = es[0];
   } else {
-    const bool owner = seg % segs_per_group == 0;
+    const bool owner = keys_in ? (r0 + seg * kColSeg) % a.gh == 0 : seg % segs_per_group == 0;
     es[0] = group_elem_scale(a, grow * a.ngc + col, g0, 1.0f, owner);
     es[1] = group_elem_scale(a, grow * a.ngc + col + 1, g1, 1.0f, owner);
   }
@@ -1116,6 +1131,49 @@ bool is_fp8(int32_t fmt) {
   return fmt == static_cast<int32_t>(ElemFormat::kE4M3) || fmt == static_cast<int32_t>(ElemFormat::kE5M2);
 }
 
+// vgroup_kernel's geometry for axis-1 groups of gh rows: ty threads stacked along the rows (the largest
+// power of two <= 16 dividing gh / 8), CTAs of tx = 256 / ty threads over tx * 8 columns.
+struct VGeometry {
+  int64_t ty, tx, ncb;
+};
+VGeometry vgroup_geometry(const Args& a) {
+  int64_t ty = 16;
+  while (ty > 1 && (a.gh / 8) % ty != 0) ty /= 2;
+  const int64_t tx = kThreads / ty;
+  return {ty, tx, blocks_for(a.cols, tx * 8)};
+}
+
+template <InType I>
+void vgroup_launch(cudaStream_t stream, const Args& a, unsigned grid) {
+  if (is_fp8(a.fmt)) {
+    vgroup_kernel<I, true><<<grid, kThreads, 0, stream>>>(a);
+  } else {
+    vgroup_kernel<I, false><<<grid, kThreads, 0, stream>>>(a);
+  }
+}
+
+// Pass 1 for axis-1 groups taller than one CTA's rows (row scaling along axis 1): each group's max |x|
+// key, atomicMax'ed by vgroup_kernel (kVKeysOut, slabs of up to 8 steps) into zeroed XLA scratch, which
+// a->keys then points to; a->keys stays null when no scratch is available (the caller takes another
+// kernel). Needs gh % 8 == 0, gw == 1 and cols % 8 == 0.
+template <InType I>
+ffi::Error tall_group_keys(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args* a) {
+  const VGeometry v = vgroup_geometry(*a);
+  auto keys = scratch.Allocate(static_cast<size_t>(a->ngroups) * sizeof(uint32_t), 16);
+  if (!keys.has_value()) return ffi::Error::Success();
+  a->keys = static_cast<uint32_t*>(*keys);
+  const cudaError_t ce = cudaMemsetAsync(a->keys, 0, static_cast<size_t>(a->ngroups) * sizeof(uint32_t), stream);
+  if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
+  int64_t steps = 8;
+  while (steps > 1 && (a->gh / (8 * v.ty)) % steps != 0) steps /= 2;
+  Args k = *a;
+  k.ty = static_cast<int32_t>(v.ty);
+  k.vmode = kVKeysOut;
+  k.vsteps = static_cast<int32_t>(steps);
+  vgroup_launch<I>(stream, k, static_cast<unsigned>(v.ncb * (a->rows / (8 * v.ty * steps))));
+  return ffi::Error::Success();
+}
+
 template <InType I>
 ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   const auto kind = static_cast<ScalingKind>(a.kind);
@@ -1144,10 +1202,16 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   const int bits = format_bits(static_cast<ElemFormat>(a.fmt));
   const bool x16 = aligned(a.x, 16) && aligned(a.data, 16);
   const int64_t gh = a.gh, gw = a.gw;
-  const bool col_groups = a.axis == 1 && gw == 1 && (gh == 32 || gh == 64 || gh == 128);
+  // Groups taller than a tile (row scaling along axis 1): their keys come from tall_group_keys first.
+  const bool tall_groups = a.axis == 1 && gw == 1 && gh > kColTile && gh % kColTile == 0;
+  const bool col_groups = a.axis == 1 && gw == 1 && (gh == 32 || gh == 64 || gh == 128 || tall_groups);
   const bool tile_groups = gh == kColTile && gw == kColTile;  // 128 x 128 tiles, either axis
-  if (x16 && is_fp8(a.fmt) && (col_groups || tile_groups) && a.rows % kColTile == 0 && a.cols % kColTile == 0 &&
-      grid_ok((a.rows / kColTile) * (a.cols / kColTile))) {
+  const bool col_ok = x16 && is_fp8(a.fmt) && (col_groups || tile_groups) && a.rows % kColTile == 0 &&
+                      a.cols % kColTile == 0 && grid_ok((a.rows / kColTile) * (a.cols / kColTile));
+  if (col_ok && tall_groups) {
+    if (auto e = tall_group_keys<I>(stream, scratch, &a); e.failure()) return e;
+  }
+  if (col_ok && (!tall_groups || a.keys != nullptr)) {
     constexpr size_t smem = col_smem_bytes<I>();
     // Once per kernel instance (thread-safe static initialization; one static per instance).
     static const cudaError_t attr_mx =
@@ -1189,44 +1253,36 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     }
     if ((kind == ScalingKind::kRow || kind == ScalingKind::kTile) && bits == 8 && gw % 8 == 0 &&
         grid_ok(a.ngroups)) {
-      cta_kernel<I><<<static_cast<unsigned>(a.ngroups), kThreads, 0, stream>>>(a);
+      const unsigned grid = static_cast<unsigned>(a.ngroups);
+      const int64_t nck = gh * (gw / 8);
+      if (nck <= 128 * kCtaCacheSmall) {  // e.g. rows of <= 4096: eight 128-thread CTAs per SM
+        cta_kernel<I, 128, kCtaCacheSmall><<<grid, 128, 0, stream>>>(a);
+      } else if (nck <= kThreads * kCtaCacheSmall) {
+        cta_kernel<I, kThreads, kCtaCacheSmall><<<grid, kThreads, 0, stream>>>(a);
+      } else {
+        cta_kernel<I, kThreads, kCtaCache><<<grid, kThreads, 0, stream>>>(a);
+      }
       return ffi::Error::Success();
     }
   }
   if (a.axis == 1 && x16 && gh % 8 == 0 && a.cols % 8 == 0) {
-    int64_t ty = 16;
-    while (ty > 1 && (gh / 8) % ty != 0) ty /= 2;
-    const int64_t tx = kThreads / ty;
-    const int64_t ncb = blocks_for(a.cols, tx * 8);
-    if ((gw == 1 || (gw % 8 == 0 && (tx * 8) % gw == 0)) && grid_ok(ncb * (a.rows / (8 * ty)))) {
-      a.ty = static_cast<int32_t>(ty);
-      const auto vgroup_launch = [&](unsigned grid) {
-        if (is_fp8(a.fmt)) {
-          vgroup_kernel<I, true><<<grid, kThreads, 0, stream>>>(a);
-        } else {
-          vgroup_kernel<I, false><<<grid, kThreads, 0, stream>>>(a);
-        }
-      };
-      if (gh == 8 * ty) {  // one CTA row-block per group-row: one pass
+    const VGeometry v = vgroup_geometry(a);
+    if ((gw == 1 || (gw % 8 == 0 && (v.tx * 8) % gw == 0)) && grid_ok(v.ncb * (a.rows / (8 * v.ty)))) {
+      a.ty = static_cast<int32_t>(v.ty);
+      if (gh == 8 * v.ty) {  // one CTA row-block per group-row: one pass
         a.vmode = kVLocal;
         a.vsteps = 1;
-        vgroup_launch(static_cast<unsigned>(ncb * (a.rows / gh)));
+        vgroup_launch<I>(stream, a, static_cast<unsigned>(v.ncb * (a.rows / gh)));
         return ffi::Error::Success();
       }
       // Taller groups (row scaling along axis 1): per-group keys over CTAs of up to 8 steps, then codes.
-      auto keys = scratch.Allocate(static_cast<size_t>(a.ngroups) * sizeof(uint32_t), 16);
-      if (keys.has_value()) {
-        a.keys = static_cast<uint32_t*>(*keys);
-        const cudaError_t ce = cudaMemsetAsync(a.keys, 0, static_cast<size_t>(a.ngroups) * sizeof(uint32_t), stream);
-        if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
-        int64_t steps = 8;
-        while (steps > 1 && (gh / (8 * ty)) % steps != 0) steps /= 2;
-        a.vmode = kVKeysOut;
-        a.vsteps = static_cast<int32_t>(steps);
-        vgroup_launch(static_cast<unsigned>(ncb * (a.rows / (8 * ty * steps))));
+      if (a.keys == nullptr) {
+        if (auto e = tall_group_keys<I>(stream, scratch, &a); e.failure()) return e;
+      }
+      if (a.keys != nullptr) {
         a.vmode = kVKeysIn;
         a.vsteps = 1;
-        vgroup_launch(static_cast<unsigned>(ncb * (a.rows / (8 * ty))));
+        vgroup_launch<I>(stream, a, static_cast<unsigned>(v.ncb * (a.rows / (8 * v.ty))));
         return ffi::Error::Success();
       }
     }

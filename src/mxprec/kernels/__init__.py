@@ -83,7 +83,7 @@ def backend_report(recipe) -> str:
     if recipe.backend == "auto" and _auto_uses_cuda():
         from mxprec.kernels import cuda
 
-        kinds = "/".join(k.__name__ for k in cuda.AUTO_QUANTIZE)
+        kinds = "/".join(k.__name__ for k in cuda.auto_quantize_kinds())
         return (f"backend: auto on gpu: CUDA kernels for the {'/'.join(cuda.AUTO_FAMILIES)} FP8 families and "
                 f"{kinds} quantization, exact XLA path (cuBLASLt FP8) for the rest")
     if ffi_available(platform):

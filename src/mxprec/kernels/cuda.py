@@ -44,6 +44,8 @@ operands XLA gathers them). :mod:`mxprec.kernels.ffi` supplies sharding rules fo
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 
@@ -155,10 +157,27 @@ AUTO_FAMILIES = ("block",)
 # per-tensor cast feeding XLA's FP8 dot has not been measured.)
 AUTO_QUANTIZE = (TileScaling,)
 
+# ``MXPREC_AUTO_QUANTIZE`` (comma-separated names) replaces AUTO_QUANTIZE, for measuring a kind on the
+# CUDA kernels under backend="auto" (e.g. ``tile,tensor,delayed`` for the per-tensor cast feeding XLA's
+# cuBLASLt FP8 dot); unset, AUTO_QUANTIZE applies.
+_QUANTIZE_KINDS = {"tile": TileScaling, "tensor": TensorScaling, "delayed": DelayedScaling, "row": RowScaling}
+
+
+def auto_quantize_kinds() -> tuple[type, ...]:
+    """The scaling kinds backend="auto" quantizes with the CUDA kernels (``MXPREC_AUTO_QUANTIZE`` or AUTO_QUANTIZE)."""
+    env = os.environ.get("MXPREC_AUTO_QUANTIZE")
+    if env is None:
+        return AUTO_QUANTIZE
+    names = [n.strip() for n in env.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(_QUANTIZE_KINDS))
+    if unknown:
+        raise ValueError(f"MXPREC_AUTO_QUANTIZE names {unknown}; known: {sorted(_QUANTIZE_KINDS)}")
+    return tuple(_QUANTIZE_KINDS[n] for n in names)
+
 
 def auto_quantizes(spec) -> bool:
-    """Whether backend="auto" quantizes ``spec`` with the CUDA kernel (its kind is in AUTO_QUANTIZE)."""
-    return isinstance(spec, AUTO_QUANTIZE)
+    """Whether backend="auto" quantizes ``spec`` with the CUDA kernel (its kind is in auto_quantize_kinds())."""
+    return isinstance(spec, auto_quantize_kinds())
 
 
 def auto_prefers(lhs, rhs) -> bool:
