@@ -903,6 +903,90 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src)
 }
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most one committed group of this thread is still in flight.
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+// Axis-2 groups of one row segment (gh == 1, gw % 8 == 0, gw / 8 <= kBlock * kRowChunks: row scaling of
+// rows up to 4096 elements with 128 threads, 8192 with 256), FP8 only. A persistent CTA walks groups
+// blockIdx.x, + gridDim.x, ...; while it computes one, the next is already on its way into shared memory
+// (cp.async, two buffers), so the loads of a group overlap the amax barrier and the codes of the one
+// before (cta_kernel, one CTA per group, waits for its loads with nothing else to do: 49 % of copy). A
+// thread copies and reads back only its own chunks, so the buffers need no barrier; one __syncthreads
+// per group meets the warps' keys (red is double-buffered, so the next group's keys cannot overwrite
+// a slot another warp still reads).
+constexpr int kRowChunks = 4;
+
+template <InType I, int kBlock>
+constexpr int row_buffer_bytes() {
+  return kBlock * kRowChunks * 8 * static_cast<int>(in_bytes<I>());
+}
+
+template <InType I, int kBlock>
+__global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) row_kernel(Args a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ uint32_t red[2][kBlock / 32];
+  constexpr int kChunkBytes = 8 * static_cast<int>(in_bytes<I>());
+  constexpr int kBuf = row_buffer_bytes<I, kBlock>();
+  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  const int64_t nck = a.gw / 8;
+  const auto first_elem = [&a](int64_t g) { return (g / a.ngc) * a.cols + (g % a.ngc) * a.gw; };
+  const auto slot = [](int b, int i) { return smem + b * kBuf + (i * kBlock + threadIdx.x) * kChunkBytes; };
+  const auto prefetch = [&](int64_t g, int b) {
+    if (g < a.ngroups) {
+      const char* src = static_cast<const char*>(a.x) + first_elem(g) * in_bytes<I>();
+#pragma unroll
+      for (int i = 0; i < kRowChunks; ++i) {
+        const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kBlock;
+        if (j < nck) {
+#pragma unroll
+          for (int h = 0; h < kChunkBytes; h += 16) cp_async16(slot(b, i) + h, src + j * kChunkBytes + h);
+        }
+      }
+    }
+    cp_async_commit();  // an empty group past the last row keeps wait_group's count uniform
+  };
+  prefetch(blockIdx.x, 0);
+  int b = 0;
+  for (int64_t g = blockIdx.x; g < a.ngroups; g += gridDim.x, b ^= 1) {
+    prefetch(g + gridDim.x, b ^ 1);
+    cp_async_wait_one();  // this group's chunks have landed
+    Raw<I> raw[kRowChunks];
+    uint32_t key = 0;
+#pragma unroll
+    for (int i = 0; i < kRowChunks; ++i) {
+      if (threadIdx.x + static_cast<int64_t>(i) * kBlock < nck) {
+        raw[i] = *reinterpret_cast<const Raw<I>*>(slot(b, i));
+        float v[8];
+        to_f32<I>(raw[i], v);
+        key = max(key, chunk_key(v));
+      }
+    }
+    key = __reduce_max_sync(kFull, key);
+    if ((threadIdx.x & 31) == 0) red[b][threadIdx.x / 32] = key;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kBlock / 32; ++w) key = max(key, red[b][w]);
+    const bool lead = threadIdx.x == 0;
+    const ElemScale es = group_elem_scale(a, g, key, 1.0f, lead);
+    const float r = recip_of_divisor(es);
+    if (lead) {
+      if (a.acc_amax) amax_update(a.amax, finish_key(key));
+      if (g == 0) *a.tensor_scale = 1.0f;
+    }
+    uint8_t* out = a.data + first_elem(g);
+#pragma unroll
+    for (int i = 0; i < kRowChunks; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kBlock;
+      if (j < nck) {
+        float v[8];
+        to_f32<I>(raw[i], v);
+        *reinterpret_cast<uint2*>(out + 8 * j) = codes8_uniform<true, true>(v, es, r, f);
+      }
+    }
+  }
+  cp_async_wait_all();
+}
 
 // Two consecutive elements of a shared row as floats.
 template <InType I>
@@ -1174,6 +1258,23 @@ ffi::Error tall_group_keys(cudaStream_t stream, ffi::ScratchAllocator& scratch, 
   return ffi::Error::Success();
 }
 
+// row_kernel on a persistent grid: as many CTAs as fit on the GPU at once (at most one per group).
+template <InType I, int kBlock>
+ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
+  constexpr int smem = 2 * row_buffer_bytes<I, kBlock>();
+  static const cudaError_t attr =  // once per instance (thread-safe static initialization)
+      cudaFuncSetAttribute(row_kernel<I, kBlock>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (attr != cudaSuccess) return cuda_error("cudaFuncSetAttribute", attr);
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, row_kernel<I, kBlock>, kBlock, smem);
+  if (e != cudaSuccess) return cuda_error("row_kernel occupancy", e);
+  const int64_t grid = std::min<int64_t>(a.ngroups, static_cast<int64_t>(std::max(sms * per_sm, 1)));
+  row_kernel<I, kBlock><<<static_cast<unsigned>(grid), kBlock, smem, stream>>>(a);
+  return ffi::Error::Success();
+}
+
 template <InType I>
 ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   const auto kind = static_cast<ScalingKind>(a.kind);
@@ -1255,6 +1356,9 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
         grid_ok(a.ngroups)) {
       const unsigned grid = static_cast<unsigned>(a.ngroups);
       const int64_t nck = gh * (gw / 8);
+      if (gh == 1 && nck <= kThreads * kRowChunks) {
+        return nck <= 128 * kRowChunks ? launch_row_kernel<I, 128>(stream, a) : launch_row_kernel<I, kThreads>(stream, a);
+      }
       if (nck <= 128 * kCtaCacheSmall) {  // e.g. rows of <= 4096: eight 128-thread CTAs per SM
         cta_kernel<I, 128, kCtaCacheSmall><<<grid, 128, 0, stream>>>(a);
       } else if (nck <= kThreads * kCtaCacheSmall) {
