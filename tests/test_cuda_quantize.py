@@ -477,6 +477,10 @@ SHAPES = [
     ((3, 32768), -1, RowScaling(E4M3), "bfloat16"),  # 4096 chunks per row: CTA kernel re-reads
     ((2048, 48), 0, RowScaling(E4M3), "float32"),  # tall groups along axis 0: keys pass + codes pass
     ((2, 256, 128), 1, RowScaling(E5M2), "bfloat16"),  # tall groups, 2 group rows: keys pass + column kernel
+    ((4096, 1024), -1, RowScaling(E4M3), "bfloat16"),  # row_kernel: more rows than resident CTAs (the loop)
+    ((3000, 520), -1, RowScaling(E5M2), "float32"),  # row_kernel: uneven loop, 65 chunks per row
+    ((2, 16384), -1, RowScaling(E4M3), "float32"),  # row_kernel with 512 threads
+    ((300, 12288), -1, RowScaling(E4M3), "float16"),  # row_kernel with 512 threads, partial chunk slots
     ((3, 7), -1, TensorScaling(E5M2), "float32"),  # n % 8 != 0: scalar tail
     ((7, 40), -1, DelayedScaling(E4M3, history_len=2), "bfloat16"),  # tensor kernel: a partial chunk run
     ((129, 136), -1, TensorScaling(E5M2), "float32"),  # tensor kernel: a partial last CTA

@@ -904,18 +904,25 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src)
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most one committed group of this thread is still in flight.
-__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+// Waits until at most N committed groups of this thread are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 // Axis-2 groups of one row segment (gh == 1, gw % 8 == 0, gw / 8 <= kBlock * kRowChunks: row scaling of
-// rows up to 4096 elements with 128 threads, 8192 with 256), FP8 only. A persistent CTA walks groups
-// blockIdx.x, + gridDim.x, ...; while it computes one, the next is already on its way into shared memory
-// (cp.async, two buffers), so the loads of a group overlap the amax barrier and the codes of the one
-// before (cta_kernel, one CTA per group, waits for its loads with nothing else to do: 49 % of copy). A
+// rows up to 4096 elements with 128 threads, 8192 with 256, 16384 with 512), FP8 only. A persistent CTA
+// walks groups blockIdx.x, + gridDim.x, ...; while it computes one, the next kRowStages - 1 are already
+// on their way into shared memory (cp.async), so the loads of a group overlap the amax barrier and the
+// codes of the one before (cta_kernel, one CTA per group, waits for its loads with nothing else to do: 49 % of copy). A
 // thread copies and reads back only its own chunks, so the buffers need no barrier; one __syncthreads
 // per group meets the warps' keys (red is double-buffered, so the next group's keys cannot overwrite
 // a slot another warp still reads).
 constexpr int kRowChunks = 4;
+#ifndef MXPREC_ROW_STAGES
+#define MXPREC_ROW_STAGES 2
+#endif
+constexpr int kRowStages = MXPREC_ROW_STAGES;  // shared-memory buffers: groups in flight + 1
 
 template <InType I, int kBlock>
 constexpr int row_buffer_bytes() {
@@ -946,11 +953,12 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
     }
     cp_async_commit();  // an empty group past the last row keeps wait_group's count uniform
   };
-  prefetch(blockIdx.x, 0);
-  int b = 0;
-  for (int64_t g = blockIdx.x; g < a.ngroups; g += gridDim.x, b ^= 1) {
-    prefetch(g + gridDim.x, b ^ 1);
-    cp_async_wait_one();  // this group's chunks have landed
+#pragma unroll
+  for (int s = 0; s + 1 < kRowStages; ++s) prefetch(blockIdx.x + static_cast<int64_t>(s) * gridDim.x, s);
+  int b = 0, parity = 0;
+  for (int64_t g = blockIdx.x; g < a.ngroups; g += gridDim.x, b = (b + 1) % kRowStages, parity ^= 1) {
+    prefetch(g + static_cast<int64_t>(kRowStages - 1) * gridDim.x, (b + kRowStages - 1) % kRowStages);
+    cp_async_wait_group<kRowStages - 1>();  // this group's chunks have landed
     Raw<I> raw[kRowChunks];
     uint32_t key = 0;
 #pragma unroll
@@ -963,10 +971,10 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
       }
     }
     key = __reduce_max_sync(kFull, key);
-    if ((threadIdx.x & 31) == 0) red[b][threadIdx.x / 32] = key;
+    if ((threadIdx.x & 31) == 0) red[parity][threadIdx.x / 32] = key;
     __syncthreads();
 #pragma unroll
-    for (int w = 0; w < kBlock / 32; ++w) key = max(key, red[b][w]);
+    for (int w = 0; w < kBlock / 32; ++w) key = max(key, red[parity][w]);
     const bool lead = threadIdx.x == 0;
     const ElemScale es = group_elem_scale(a, g, key, 1.0f, lead);
     const float r = recip_of_divisor(es);
@@ -1261,7 +1269,7 @@ ffi::Error tall_group_keys(cudaStream_t stream, ffi::ScratchAllocator& scratch, 
 // row_kernel on a persistent grid: as many CTAs as fit on the GPU at once (at most one per group).
 template <InType I, int kBlock>
 ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
-  constexpr int smem = 2 * row_buffer_bytes<I, kBlock>();
+  constexpr int smem = kRowStages * row_buffer_bytes<I, kBlock>();
   static const cudaError_t attr =  // once per instance (thread-safe static initialization)
       cudaFuncSetAttribute(row_kernel<I, kBlock>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (attr != cudaSuccess) return cuda_error("cudaFuncSetAttribute", attr);
@@ -1356,8 +1364,10 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
         grid_ok(a.ngroups)) {
       const unsigned grid = static_cast<unsigned>(a.ngroups);
       const int64_t nck = gh * (gw / 8);
-      if (gh == 1 && nck <= kThreads * kRowChunks) {
-        return nck <= 128 * kRowChunks ? launch_row_kernel<I, 128>(stream, a) : launch_row_kernel<I, kThreads>(stream, a);
+      if (gh == 1 && nck <= 512 * kRowChunks) {  // rows of up to 16384 elements
+        if (nck <= 128 * kRowChunks) return launch_row_kernel<I, 128>(stream, a);
+        if (nck <= 256 * kRowChunks) return launch_row_kernel<I, 256>(stream, a);
+        return launch_row_kernel<I, 512>(stream, a);
       }
       if (nck <= 128 * kCtaCacheSmall) {  // e.g. rows of <= 4096: eight 128-thread CTAs per SM
         cta_kernel<I, 128, kCtaCacheSmall><<<grid, 128, 0, stream>>>(a);
