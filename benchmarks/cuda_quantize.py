@@ -38,6 +38,7 @@ KERNELS = {
     "tile1x128_e4m3": ("TileScaling(E4M3, (1, 128))", 1, 1),
     "tile128x128_e4m3": ("TileScaling(E4M3, (128, 128))", 1, 1),
     "mxfp8_e4m3": ("MXScaling(E4M3)", 1, 1),
+    "mxfp6_e3m2": ("MXScaling(E3M2)", 1, 1),
     "mxfp4_e2m1": ("MXScaling(E2M1)", 1, 1),
     "nvfp4": ("NVFP4Scaling()", 2, 2),
 }
@@ -52,6 +53,7 @@ def _spec(name):
     env = {
         "E4M3": formats.E4M3,
         "E2M1": formats.E2M1,
+        "E3M2": formats.E3M2,
         "DelayedScaling": DelayedScaling,
         "MXScaling": MXScaling,
         "NVFP4Scaling": NVFP4Scaling,

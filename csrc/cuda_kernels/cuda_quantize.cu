@@ -214,9 +214,20 @@ __device__ __forceinline__ uint32_t fp8x4(float a, float b, float c, float d, bo
 #endif
 }
 
+template <ElemFormat F>
+__device__ __forceinline__ uint32_t narrow4_of(float a, float b, float c, float d) {
+  return encode_rne(a, F) | (encode_rne(b, F) << 8) | (encode_rne(c, F) << 16) |
+         (static_cast<uint32_t>(encode_rne(d, F)) << 24);
+}
+
+// FP6 / FP4 codes of 4 values by encode_rne, with the format a compile-time constant in each case (its
+// FormatInfo folds into immediates: fewer registers and instructions than one body for every format).
 __device__ __forceinline__ uint32_t narrow4(float a, float b, float c, float d, ElemFormat f) {
-  return encode_rne(a, f) | (encode_rne(b, f) << 8) | (encode_rne(c, f) << 16) |
-         (static_cast<uint32_t>(encode_rne(d, f)) << 24);
+  switch (f) {
+    case ElemFormat::kE2M3: return narrow4_of<ElemFormat::kE2M3>(a, b, c, d);
+    case ElemFormat::kE3M2: return narrow4_of<ElemFormat::kE3M2>(a, b, c, d);
+    default: return narrow4_of<ElemFormat::kE2M1>(a, b, c, d);
+  }
 }
 
 // The exact code of an element the fast path does not cover (NaN elements, exact modes): rare, so
@@ -576,8 +587,12 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
 // chunks per group / kUnroll), so it computes one scale per 8 * kUnroll elements; otherwise (groups of
 // 1 or 2 chunks) thread t holds chunk t of each of kUnroll runs of kThreads chunks, tpg = chunks per
 // group, one scale per chunk.
+#ifndef MXPREC_HGROUP_NARROW_MIN_BLOCKS
+#define MXPREC_HGROUP_NARROW_MIN_BLOCKS 4
+#endif
 template <InType I, bool kFp8, bool kWide>
-__global__ void __launch_bounds__(kThreads, kFp8 && kWide && I != InType::kF32 ? 4 : 1) hgroup_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads, kWide && I != InType::kF32 ? (kFp8 ? 4 : MXPREC_HGROUP_NARROW_MIN_BLOCKS) : 1)
+    hgroup_kernel(Args a) {
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
   const int bits = kFp8 ? 8 : format_bits(f);
   const bool nvfp4 = a.kind == static_cast<int32_t>(ScalingKind::kNVFP4);
