@@ -37,6 +37,7 @@ from mxprec.scaling import (
     DelayedScaling,
     DelayedScalingState,
     MXScaling,
+    NVFP4Scaling,
     RowScaling,
     TensorScaling,
     TileScaling,
@@ -369,14 +370,17 @@ def test_auto_prefers_only_the_families_that_measured_faster():
     assert cuda.AUTO_FAMILIES == ("block",)
 
 
-def test_auto_quantizes_only_tile_scaling_on_cuda():
-    # backend="auto" runs the CUDA quantize kernel for TileScaling (faster than XLA's on the H200, both
-    # axes); per-tensor, delayed, row and MX quantization stay with XLA's fused quantizer.
-    assert cuda.AUTO_QUANTIZE == (TileScaling,)
+def test_auto_quantizes_tile_and_mx_scaling_on_cuda(monkeypatch):
+    # backend="auto" runs the CUDA quantize kernel for TileScaling and MXScaling (faster than XLA's on the
+    # H200, both axes); per-tensor, delayed, row and NVFP4 quantization stay with XLA's fused quantizer.
+    monkeypatch.delenv("MXPREC_AUTO_QUANTIZE", raising=False)
+    assert cuda.AUTO_QUANTIZE == (TileScaling, MXScaling)
     assert cuda.auto_quantizes(TileScaling(formats.E4M3, (1, 128)))
     assert cuda.auto_quantizes(TileScaling(formats.E4M3, (128, 128)))
+    for fmt in (formats.E4M3, formats.E3M2, formats.E2M1):
+        assert cuda.auto_quantizes(MXScaling(fmt))
     for spec in (TensorScaling(formats.E4M3), DelayedScaling(formats.E4M3), RowScaling(formats.E4M3),
-                 MXScaling(formats.E4M3)):
+                 NVFP4Scaling()):
         assert not cuda.auto_quantizes(spec), spec
 
 
@@ -387,26 +391,28 @@ def test_auto_quantize_kinds_env_override(monkeypatch):
     assert not cuda.auto_quantizes(TensorScaling(formats.E4M3))
     monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "")
     assert not cuda.auto_quantizes(TileScaling(formats.E4M3, (1, 128)))
-    monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile,mx")
-    with pytest.raises(ValueError, match=r"MXPREC_AUTO_QUANTIZE names \['mx'\]"):
+    monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile,mxfp8")
+    with pytest.raises(ValueError, match=r"MXPREC_AUTO_QUANTIZE names \['mxfp8'\]"):
         cuda.auto_quantize_kinds()
 
 
 @needs_gpu
-def test_auto_dot_general_quantizes_tiles_with_the_cuda_kernel():
+def test_auto_dot_general_quantizes_tiles_and_mx_with_the_cuda_kernel():
     # fp8_block under backend="auto": every quantization (Fprop, Dgrad, Wgrad operands) is the
-    # mxprec_quantize custom call and every GEMM the mxprec_scaled_gemm one; fp8_current has neither.
+    # mxprec_quantize custom call and every GEMM the mxprec_scaled_gemm one; fp8_current has neither;
+    # mxfp8 quantizes with the custom call and runs the exact XLA GEMM (Hopper has no MX GEMM).
     x = jax.random.normal(jax.random.PRNGKey(7), (2, 128, 256), jnp.float32)
     w = jax.random.normal(jax.random.PRNGKey(8), (256, 128), jnp.float32) * 0.05
-    for name, custom in (("fp8_block", True), ("fp8_current", False)):
+    for name, quantize_call, gemm_call in (("fp8_block", True, True), ("fp8_current", False, False),
+                                           ("mxfp8", True, False)):
         recipe = dataclasses.replace(mxprec.recipes.get(name), backend="auto")
 
         def loss(a, b, recipe=recipe):
             return jnp.sum(mxprec.dot_general(a, b, (((2,), (0,)), ((), ())), recipe=recipe) ** 2)
 
         hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, w).as_text()
-        assert ("mxprec_quantize" in hlo) is custom, name
-        assert ("mxprec_scaled_gemm" in hlo) is custom, name
+        assert ("mxprec_quantize" in hlo) is quantize_call, name
+        assert ("mxprec_scaled_gemm" in hlo) is gemm_call, name
         gx, gw = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
         assert bool(jnp.all(jnp.isfinite(gx))) and bool(jnp.all(jnp.isfinite(gw))), name
 

@@ -52,7 +52,7 @@ import jax.numpy as jnp
 from mxprec.kernels.ffi import _bias_buffer, _GemmCfg, _operand_desc
 from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor
-from mxprec.scaling import DelayedScaling, RowScaling, TensorScaling, TileScaling
+from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
 __all__ = [
     "AUTO_FAMILIES",
@@ -148,19 +148,31 @@ AUTO_FAMILIES = ("block",)
 
 # Scaling kinds whose quantization backend="auto" runs on the CUDA kernels (mxprec_quantize) rather than
 # XLA's fused quantizer, each because it measured faster on the H200:
-# * TileScaling: the 1 x 128 tile kernels run at 67.8 % (rows) / 66.9 % (columns) of copy bandwidth
-#   and the 128 x 128 tiles at 72.7 %, against XLA's 41.8 % / 14.8 % / 41.3 %
-#   (benchmarks/results/h200_cuda_quantize.md, sixth session); the fp8_block Llama step took 209.3 ms
-#   with them against 221.8 ms with XLA's (h200_llama.md).
-# Per-tensor, delayed and row-wise quantization stays on XLA, which fuses it into the producer. (The
-# fp8_current step took 187 ms with our quantize *and* GEMM kernels against 172 ms on XLA's path; our
-# per-tensor cast feeding XLA's FP8 dot has not been measured.)
-AUTO_QUANTIZE = (TileScaling,)
+# * TileScaling: the 1 x 128 tile kernels run at 68.1 % (rows) / 66.5 % (columns) of copy bandwidth
+#   and the 128 x 128 tiles at 72.2 %, against XLA's 41.7 % / 14.8 % / 41.3 %
+#   (benchmarks/results/h200_cuda_quantize.md); the fp8_block Llama step took 209.3 ms with them
+#   against 221.8 ms with XLA's (h200_llama.md, sixth session).
+# * MXScaling: MXFP8 at 55.9 % (rows) / 74.3 % (columns) of copy against XLA's 42.2 % / 19.5 %, MXFP4
+#   40.1 % against 16.7 %; the Llama steps on Hopper's exact MX path (dequantize + BF16 dot) took
+#   mxfp8 255.4 / mxfp6 288.2 / mxfp4 282.6 ms with them against 322.4 / 310.7 / 305.5 ms (seventh
+#   session, same calls).
+# Per-tensor, delayed and row-wise quantization stays on XLA, which fuses it into the producer: the
+# fp8_delayed step took 170.3 ms with our delayed cast feeding XLA's cuBLASLt FP8 dot against 164.6 ms
+# with XLA's cast (same call; its peak memory was 2.1 GB lower). NVFP4 stays on XLA (our kernel is
+# slower along axis 0: 8.8 % of copy against 15.3 %).
+AUTO_QUANTIZE = (TileScaling, MXScaling)
 
-# ``MXPREC_AUTO_QUANTIZE`` (comma-separated names) replaces AUTO_QUANTIZE, for measuring a kind on the
-# CUDA kernels under backend="auto" (e.g. ``tile,tensor,delayed`` for the per-tensor cast feeding XLA's
-# cuBLASLt FP8 dot); unset, AUTO_QUANTIZE applies.
-_QUANTIZE_KINDS = {"tile": TileScaling, "tensor": TensorScaling, "delayed": DelayedScaling, "row": RowScaling}
+# ``MXPREC_AUTO_QUANTIZE`` (comma-separated names) replaces AUTO_QUANTIZE, a measurement knob for
+# benchmarks/h200_session.sh (e.g. ``tile,mx,delayed`` for the per-tensor cast feeding XLA's cuBLASLt
+# FP8 dot): it only chooses which of two bit-identical quantizers runs; unset, AUTO_QUANTIZE applies.
+_QUANTIZE_KINDS = {
+    "tile": TileScaling,
+    "tensor": TensorScaling,
+    "delayed": DelayedScaling,
+    "row": RowScaling,
+    "mx": MXScaling,
+    "nvfp4": NVFP4Scaling,
+}
 
 
 def auto_quantize_kinds() -> tuple[type, ...]:
