@@ -52,6 +52,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -1281,18 +1282,31 @@ ffi::Error tall_group_keys(cudaStream_t stream, ffi::ScratchAllocator& scratch, 
   return ffi::Error::Success();
 }
 
+// Opts kKernel in to `bytes` of dynamic shared memory on the current device. The attribute belongs to
+// that device's context, so it is set once per (kernel, device): a once-per-process static would leave
+// every GPU but the first of a multi-GPU process at the 48 KB default (its launches would fail). `bytes`
+// is the same on every call for a given kernel.
+template <void (*kKernel)(Args)>
+cudaError_t allow_dynamic_smem(int dev, int bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> done[kMaxDevices] = {};  // one array per kernel
+  const bool cached = dev >= 0 && dev < kMaxDevices;
+  if (cached && done[dev].load(std::memory_order_acquire)) return cudaSuccess;
+  const cudaError_t e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess && cached) done[dev].store(true, std::memory_order_release);
+  return e;
+}
+
 // row_kernel on a persistent grid: as many CTAs as fit on the GPU at once (at most one per group).
 template <InType I, int kBlock>
 ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
   constexpr int smem = kRowStages * row_buffer_bytes<I, kBlock>();
-  static const cudaError_t attr =  // once per instance (thread-safe static initialization)
-      cudaFuncSetAttribute(row_kernel<I, kBlock>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (attr != cudaSuccess) return cuda_error("cudaFuncSetAttribute", attr);
   int dev = 0, sms = 0, per_sm = 0;
   cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = allow_dynamic_smem<row_kernel<I, kBlock>>(dev, smem);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, row_kernel<I, kBlock>, kBlock, smem);
-  if (e != cudaSuccess) return cuda_error("row_kernel occupancy", e);
+  if (e != cudaSuccess) return cuda_error("row_kernel launch setup", e);
   const int64_t grid = std::min<int64_t>(a.ngroups, static_cast<int64_t>(std::max(sms * per_sm, 1)));
   row_kernel<I, kBlock><<<static_cast<unsigned>(grid), kBlock, smem, stream>>>(a);
   return ffi::Error::Success();
@@ -1337,13 +1351,11 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   }
   if (col_ok && (!tall_groups || a.keys != nullptr)) {
     constexpr size_t smem = col_smem_bytes<I>();
-    // Once per kernel instance (thread-safe static initialization; one static per instance).
-    static const cudaError_t attr_mx =
-        cudaFuncSetAttribute(col_kernel<I, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    static const cudaError_t attr_band =
-        cudaFuncSetAttribute(col_kernel<I, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (attr_mx != cudaSuccess) return cuda_error("cudaFuncSetAttribute", attr_mx);
-    if (attr_band != cudaSuccess) return cuda_error("cudaFuncSetAttribute", attr_band);
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = allow_dynamic_smem<col_kernel<I, false>>(dev, static_cast<int>(smem));
+    if (e == cudaSuccess) e = allow_dynamic_smem<col_kernel<I, true>>(dev, static_cast<int>(smem));
+    if (e != cudaSuccess) return cuda_error("col_kernel shared memory", e);
     const unsigned grid = static_cast<unsigned>((a.rows / kColTile) * (a.cols / kColTile));
     if (kind == ScalingKind::kMX) {
       col_kernel<I, false><<<grid, kThreads, smem, stream>>>(a);
