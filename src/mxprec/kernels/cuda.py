@@ -164,7 +164,8 @@ AUTO_QUANTIZE = (TileScaling, MXScaling)
 
 # ``MXPREC_AUTO_QUANTIZE`` (comma-separated names) replaces AUTO_QUANTIZE, a measurement knob for
 # benchmarks/h200_session.sh (e.g. ``tile,mx,delayed`` for the per-tensor cast feeding XLA's cuBLASLt
-# FP8 dot): it only chooses which of two bit-identical quantizers runs; unset, AUTO_QUANTIZE applies.
+# FP8 dot): it only chooses which quantizer runs (both give the CPU oracle's codes, except that XLA's GPU
+# quantizer keeps FP32 denormals the oracle flushes); unset, AUTO_QUANTIZE applies.
 _QUANTIZE_KINDS = {
     "tile": TileScaling,
     "tensor": TensorScaling,
