@@ -32,8 +32,9 @@
 #   delayed-diag fp8_delayed with XLA GPU autotuning off / Triton GEMMs off (its compile did not finish
 #                within 210 s in the second session; which flag, if any, makes it compile?)
 # Environment: OUT (required), STEP_TIMEOUT (s, default 170), PYTHON (default python3), FORM (llama:
-# stage only: MXPREC_XLA_FP8_FORM for the arm), AQ (llama: stage only: MXPREC_AUTO_QUANTIZE for the arm), CONFIG (the Llama config of the llama / profile / hlo
-# stages; default llama3_8b_4layer).
+# stage only: MXPREC_XLA_FP8_FORM for the arm), AQ (llama: stage only: MXPREC_AUTO_QUANTIZE for the
+# arm, e.g. AQ=tile,mx,delayed), CONFIG (the Llama config of the llama / profile / hlo stages; default
+# llama3_8b_4layer).
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1

@@ -441,8 +441,8 @@ def test_reciprocal_division_in_tile_groups():
 @needs_gpu
 def test_reciprocal_division_in_row_groups():
     """Row scaling divides by its own scale s = amax / fmt_max the same way: one scale per row of 512
-    (the CTA kernel, certified single-multiply division) and, along axis 0, per column of 512 rows (the
-    keys pass, then the column kernel with those keys); each row's other elements sit on and beside FP8
+    (row_kernel, certified single-multiply division) and, along axis 0, per column of 512 rows (the keys
+    pass, then the column kernel with those keys); each row's other elements sit on and beside FP8
     midpoints of x / s, for scales over most of the FP32 range."""
     rng = np.random.default_rng(6)
     rows = []
