@@ -36,15 +36,20 @@
 //   col_kernel      FP8 axis-1 groups of 32 / 64 / 128 rows x 1 column and 128 x 128 tiles on either
 //                   axis, rows and cols multiples of 128: a 128 x 128 tile staged in shared memory
 //                   (cp.async), a thread owns 2 columns x 32 rows, codes leave through shared memory;
-//   cta_kernel      axis 2 row / tile groups too large for a warp (row C > 256, tile tr x tc): one CTA
-//                   per group, up to 2048 chunks held in registers (one pass; larger groups re-read);
+//                   taller column groups (row scaling along axis 1) read their keys from a keys pass;
+//   row_kernel      FP8 axis-2 row groups of 257 .. 16384 elements: persistent CTAs of 128 / 256 / 512
+//                   threads that prefetch their next row into shared memory (cp.async) while they
+//                   compute the current one (one pass);
+//   cta_kernel      other axis-2 groups too large for a warp (longer rows, tile tr x tc): one CTA per
+//                   group, up to 2048 chunks held in registers (one pass; larger groups re-read);
 //   vgroup_kernel   other axis-1 groups (the non-contiguous axis, e.g. Wgrad's column-wise copy, where
 //                   col_kernel does not apply; FP6 / FP4 always): a thread owns 8
 //                   columns x 8 rows (eight 16-byte loads down a column strip, coalesced across the
 //                   warp), TY threads stack along the group's rows, the per-column (or per-tile)
 //                   amax meets in shared memory; one pass for groups of <= 128 rows; taller ones
-//                   (row scaling along axis 1) run it twice: per-group keys over slabs of <= 1024
-//                   rows (atomicMax into XLA scratch), then scales + codes (x read twice);
+//                   (row scaling along axis 1) need two passes: per-group keys over slabs of <= 1024
+//                   rows (kVKeysOut, atomicMax into XLA scratch), then scales + codes (here or in
+//                   col_kernel; x read twice);
 //   generic_kernel  anything else (misaligned buffers, extents that are not multiples of 8, odd
 //                   blocks): one thread per group, scalar loads, the exact functions.
 // No transposes: axis 1 is quantized in place.
