@@ -43,7 +43,7 @@ KERNELS = {
     "nvfp4": ("NVFP4Scaling()", 2, 2),
 }
 QUICK = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3"]
-AXIS0 = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3", "nvfp4"]
+AXIS0 = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3", "mxfp6_e3m2", "mxfp4_e2m1", "nvfp4"]
 
 
 def _spec(name):
