@@ -21,6 +21,23 @@
 #include "sm90_gemm_common.cuh"
 #include "sm90_fp8_gemm_blockwise.h"
 
+// Build-time configuration of the block-scaled kernel (defaults: the measured, tested one).
+#ifndef MXPREC_SM90_BLOCKWISE_TILE_M
+#define MXPREC_SM90_BLOCKWISE_TILE_M 128
+#endif
+#ifndef MXPREC_SM90_BLOCKWISE_TILE_N
+#define MXPREC_SM90_BLOCKWISE_TILE_N 128
+#endif
+#ifndef MXPREC_SM90_BLOCKWISE_CLUSTER_M
+#define MXPREC_SM90_BLOCKWISE_CLUSTER_M 1
+#endif
+#ifndef MXPREC_SM90_BLOCKWISE_CLUSTER_N
+#define MXPREC_SM90_BLOCKWISE_CLUSTER_N 2
+#endif
+#ifndef MXPREC_SM90_BLOCKWISE_PINGPONG
+#define MXPREC_SM90_BLOCKWISE_PINGPONG 0
+#endif
+
 namespace mxprec {
 namespace cuda {
 namespace blockwise {
@@ -36,11 +53,20 @@ struct Sm90BlockwiseGemm {
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
   // 128x128x128 CTA tile (one K tile = one scale block), 1x2 cluster (TMA multicast of A),
-  // cooperative (2 consumer warpgroups, 64 rows each).
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  // cooperative (2 consumer warpgroups, 64 rows each). The MXPREC_SM90_BLOCKWISE_* macros below select
+  // other configurations at build time (EXTRA_NVCC_FLAGS), for A/B runs on the device only: unset,
+  // they give exactly this kernel.
+  using TileShape = cute::Shape<cute::Int<MXPREC_SM90_BLOCKWISE_TILE_M>, cute::Int<MXPREC_SM90_BLOCKWISE_TILE_N>,
+                                cute::_128>;
+  using ClusterShape =
+      cute::Shape<cute::Int<MXPREC_SM90_BLOCKWISE_CLUSTER_M>, cute::Int<MXPREC_SM90_BLOCKWISE_CLUSTER_N>, cute::_1>;
+#if MXPREC_SM90_BLOCKWISE_PINGPONG
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+#else
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+#endif
 
   using FusionOp = cutlass::epilogue::fusion::LinCombPerColBias<typename Ops::ElementD, float, float,
                                                                 typename Ops::ElementD, float>;
