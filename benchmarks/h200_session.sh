@@ -16,6 +16,9 @@
 #   gemm:SHAPES  benchmarks/gemm.py (every recipe, both backends), one process per shape, e.g. gemm:8192x8192x8192
 #   ncu-gemm     Nsight Compute sections of our per-tensor CUTLASS GEMM and of cuBLASLt's (via torch) at 8192^3
 #   quant        benchmarks/cuda_quantize.py (all kinds)
+#   quant-ab     cuda_quantize.py per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so;
+#                QUANT_KERNELS, QUANT_SHAPES), for same-call A/B of kernel variants
+#   gemm-ab:SHAPES  benchmarks/gemm.py --backend ffi per library (GEMM_RECIPES, default fp8_block)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
 #                merge the per-arm JSONs afterwards with `python -m mxprec.bench llama --merge ...`
 #   forms:FORMS  benchmarks/xla_fp8_forms.py: which HLO form of the XLA per-tensor FP8 GEMM becomes one
@@ -96,6 +99,18 @@ for stage in "$@"; do
       done ;;
     quant)
       step quant "$PY" benchmarks/cuda_quantize.py --out "$R/quant" ;;
+    quant-ab)  # cuda_quantize.py once per library: the built one, then build-cuda/ab/*.so (same call)
+      for lib in "$PWD/build-cuda/libmxprec_cuda.so" "$PWD"/build-cuda/ab/*.so; do
+        name="$(basename "$lib" .so)"
+        step "quant_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/cuda_quantize.py \
+          ${QUANT_KERNELS:+--kernels "$QUANT_KERNELS"} --shapes "${QUANT_SHAPES:-16384x4096}" --out "$R/quant_$name"
+      done ;;
+    gemm-ab:*)  # gemm-ab:SHAPE,...: gemm.py with backend ffi once per library (GEMM_RECIPES, default fp8_block)
+      for lib in "$PWD/build-cuda/libmxprec_cuda.so" "$PWD"/build-cuda/ab/*.so; do
+        name="$(basename "$lib" .so)"
+        step "gemm_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/gemm.py --recipes "${GEMM_RECIPES:-fp8_block}" \
+          --backend ffi --iters 20 --shapes "${stage#gemm-ab:}" --out "$R/gemm_$name"
+      done ;;
     llama:*)
       IFS=, read -r -a arms <<< "${stage#llama:}"
       LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM} ${AQ+MXPREC_AUTO_QUANTIZE=$AQ})
