@@ -665,6 +665,32 @@ __global__ void __launch_bounds__(kThreads,
   if (a.acc_amax) block_amax(a.amax, acc);
 }
 
+// The CTA-wide max of the threads' |x| keys (kBlock threads; red: kBlock / 32 shared slots, free until the
+// __syncthreads inside; every thread returns the max).
+template <int kBlock>
+__device__ __forceinline__ uint32_t cta_max_key(uint32_t key, uint32_t* red) {
+  key = __reduce_max_sync(kFull, key);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = key;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kBlock / 32; ++w) key = max(key, red[w]);
+  return key;
+}
+
+// The element scale of one CTA's group g from its max |x| key, and its reciprocal r for the division
+// (recip_of_divisor); thread 0 writes the group's scale, maxes the tensor amax and, for group 0, writes
+// the tensor scale (1).
+__device__ __forceinline__ ElemScale cta_group_scale(const Args& a, int64_t g, uint32_t key, float& r) {
+  const bool lead = threadIdx.x == 0;
+  const ElemScale es = group_elem_scale(a, g, key, 1.0f, lead);
+  r = recip_of_divisor(es);
+  if (lead) {
+    if (a.acc_amax) amax_update(a.amax, finish_key(key));
+    if (g == 0) *a.tensor_scale = 1.0f;
+  }
+  return es;
+}
+
 // One CTA of kBlock threads per axis-2 row / tile group (gh rows x gw cols, gw % 8 == 0), FP8 only.
 // kCache chunks per thread stay in registers between the amax and the codes (larger groups re-read x).
 // With kCache <= kCtaCacheSmall the kernel is held to 64 registers, so that 1024 / kBlock CTAs per SM
@@ -710,18 +736,9 @@ __global__ void __launch_bounds__(kBlock, kCache <= kCtaCacheSmall ? MXPREC_CTA_
       key = max(key, chunk_key(v));
     }
   }
-  key = __reduce_max_sync(kFull, key);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = key;
-  __syncthreads();
-#pragma unroll
-  for (int w = 0; w < kBlock / 32; ++w) key = max(key, red[w]);
-  const bool lead = threadIdx.x == 0;
-  const ElemScale es = group_elem_scale(a, g, key, 1.0f, lead);
-  const float r = recip_of_divisor(es);  // one scale per CTA: the certified division of the hgroup kernel
-  if (lead) {
-    if (a.acc_amax) amax_update(a.amax, finish_key(key));
-    if (g == 0) *a.tensor_scale = 1.0f;
-  }
+  key = cta_max_key<kBlock>(key, red);
+  float r;  // one scale per CTA: the certified division of the hgroup kernel
+  const ElemScale es = cta_group_scale(a, g, key, r);
   if (cached) {
 #pragma unroll
     for (int i = 0; i < kCache; ++i) {
@@ -994,18 +1011,9 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
         key = max(key, chunk_key(v));
       }
     }
-    key = __reduce_max_sync(kFull, key);
-    if ((threadIdx.x & 31) == 0) red[parity][threadIdx.x / 32] = key;
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < kBlock / 32; ++w) key = max(key, red[parity][w]);
-    const bool lead = threadIdx.x == 0;
-    const ElemScale es = group_elem_scale(a, g, key, 1.0f, lead);
-    const float r = recip_of_divisor(es);
-    if (lead) {
-      if (a.acc_amax) amax_update(a.amax, finish_key(key));
-      if (g == 0) *a.tensor_scale = 1.0f;
-    }
+    key = cta_max_key<kBlock>(key, red[parity]);
+    float r;
+    const ElemScale es = cta_group_scale(a, g, key, r);
     uint8_t* out = a.data + first_elem(g);
 #pragma unroll
     for (int i = 0; i < kRowChunks; ++i) {
@@ -1404,7 +1412,7 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
         if (nck <= 256 * kRowChunks) return launch_row_kernel<I, 256>(stream, a);
         return launch_row_kernel<I, 512>(stream, a);
       }
-      if (nck <= 128 * kCtaCacheSmall) {  // e.g. rows of <= 4096: eight 128-thread CTAs per SM
+      if (nck <= 128 * kCtaCacheSmall) {  // e.g. 8 x 128 tiles: eight 128-thread CTAs per SM
         cta_kernel<I, 128, kCtaCacheSmall><<<grid, 128, 0, stream>>>(a);
       } else if (nck <= kThreads * kCtaCacheSmall) {
         cta_kernel<I, kThreads, kCtaCacheSmall><<<grid, kThreads, 0, stream>>>(a);
