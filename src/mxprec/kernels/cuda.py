@@ -61,6 +61,7 @@ __all__ = [
     "SYMBOL",
     "TARGET",
     "auto_prefers",
+    "auto_quantize_kinds",
     "auto_quantizes",
     "available",
     "library_search_paths",
