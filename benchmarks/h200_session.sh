@@ -64,6 +64,10 @@ llama_step() {  # llama_step NAME ARM [BENCH ARGS...]: one arm of $CONFIG, env f
     --isolate off --no-progress --out "$R/$name" "$@"
 }
 LLAMA_ENV=()
+# The libraries the *-ab stages compare in one call: the built one, then every build-cuda/ab/*.so.
+shopt -s nullglob
+AB_LIBS=("$PWD/build-cuda/libmxprec_cuda.so" "$PWD"/build-cuda/ab/*.so)
+shopt -u nullglob
 
 for stage in "$@"; do
   case "$stage" in
@@ -100,13 +104,13 @@ for stage in "$@"; do
     quant)
       step quant "$PY" benchmarks/cuda_quantize.py --out "$R/quant" ;;
     quant-ab)  # cuda_quantize.py once per library: the built one, then build-cuda/ab/*.so (same call)
-      for lib in "$PWD/build-cuda/libmxprec_cuda.so" "$PWD"/build-cuda/ab/*.so; do
+      for lib in "${AB_LIBS[@]}"; do
         name="$(basename "$lib" .so)"
         step "quant_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/cuda_quantize.py \
           ${QUANT_KERNELS:+--kernels "$QUANT_KERNELS"} --shapes "${QUANT_SHAPES:-16384x4096}" --out "$R/quant_$name"
       done ;;
     gemm-ab:*)  # gemm-ab:SHAPE,...: gemm.py with backend ffi once per library (GEMM_RECIPES, default fp8_block)
-      for lib in "$PWD/build-cuda/libmxprec_cuda.so" "$PWD"/build-cuda/ab/*.so; do
+      for lib in "${AB_LIBS[@]}"; do
         name="$(basename "$lib" .so)"
         step "gemm_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/gemm.py --recipes "${GEMM_RECIPES:-fp8_block}" \
           --backend ffi --iters 20 --shapes "${stage#gemm-ab:}" --out "$R/gemm_$name"
