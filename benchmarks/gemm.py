@@ -54,13 +54,16 @@ def tflops(m, k, n, s):
     return 2.0 * m * k * n / s / 1e12
 
 
-def peer_rows(m, k, n, x, w, iters):
+def peer_rows(m, k, n, x, w, iters, all_peers=True):
+    """XLA bf16 (the speedup baseline), then, with all_peers, XLA FP8, jax.nn MXFP8 and torch."""
     rows = []
     f_bf16 = jax.jit(lambda a, b: lax.dot_general(a, b, DN, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
     xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
     t = bench(f_bf16, xb, wb, iters=iters)
     rows.append(dict(op="gemm", recipe="bf16", backend="xla", impl="xla bf16", t=t))
     _log(m, k, n, "xla bf16")
+    if not all_peers:
+        return rows
     wt = w.T  # (N, K): FP8 GEMMs on Hopper want K contiguous in both operands ("TN"), as torch gets it
     for name, da, db in (("xla fp8 e4m3xe4m3", jnp.float8_e4m3fn, jnp.float8_e4m3fn),
                          ("xla fp8 e5m2xe4m3", jnp.float8_e5m2, jnp.float8_e4m3fn)):
@@ -172,6 +175,8 @@ def main(argv=None):
     p.add_argument("--recipes", default=",".join(RECIPES), help="mxprec recipes to time (default: %(default)s)")
     p.add_argument("--backend", default="both", choices=["auto", "xla", "ffi", "both"])
     p.add_argument("--iters", type=int, default=0)
+    p.add_argument("--bf16-only", action="store_true",
+                   help="of the peers, time only XLA bf16 (A/B runs of mxprec builds; peers once elsewhere)")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                    help="merge per-shape result JSONs (one run each, same device) into --out, in --shapes order")
@@ -197,7 +202,7 @@ def main(argv=None):
         w = (jax.random.normal(kw, (k, n), jnp.float32) * 0.02).astype(jnp.bfloat16)
         backends = ["xla", "ffi"] if args.backend == "both" else [args.backend]
         t_start = time.perf_counter()
-        shape_rows = peer_rows(m, k, n, x, w, iters)
+        shape_rows = peer_rows(m, k, n, x, w, iters, all_peers=not args.bf16_only)
         print(f"  {m}x{k}x{n} peers: {time.perf_counter() - t_start:.1f} s incl. compile", file=sys.stderr, flush=True)
         for be in backends:
             shape_rows += mxprec_rows(m, k, n, x, w, iters, be, recipes)

@@ -31,6 +31,7 @@
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
 #                kernels (delayed cast, tile 1x128 along axis -1, MXFP8 along both axes) on one 8192x8192 bf16 input
 #   raster       per-tensor GEMM (default tiles): persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
+#   gemm-variants GEMM builds build-cuda/var/NAME/*.o (objects built with other flags): tests + benchmark each
 #   tiles        per-tensor GEMM tile configs 3/4/5 x persistent-scheduler swizzle 1/4/8 (cuda_fp8_gemm.py)
 #   delayed-diag fp8_delayed with XLA GPU autotuning off / Triton GEMMs off (its compile did not finish
 #                within 210 s in the second session; which flag, if any, makes it compile?)
@@ -101,6 +102,39 @@ for stage in "$@"; do
           --section SchedulerStats --section LaunchStats --section Occupancy --section InstructionStats \
           "$PY" benchmarks/cuda_fp8_gemm.py --only "$op" --shapes 8192x8192x8192
       done ;;
+    gemm-variants)  # GEMM builds to compare in one call: every build-cuda/var/NAME/ holds objects (*.o) built with
+      # other flags that replace their namesakes of build-cuda/obj when NAME's library is linked here. Per NAME:
+      # the GEMM tests of the families it rebuilt (tensorwise / rowwise), then cuda_fp8_gemm.py (per-tensor) or
+      # gemm.py (row-wise, ffi); once: the built library and the peers (torch._scaled_mm, XLA FP8). GV_TESTS: a
+      # glob of the NAMEs whose tests run (default all).
+      shopt -s nullglob
+      GV_SHAPES="${GV_SHAPES:-8192x8192x8192,16384x4096x14336}"
+      for dir in build-cuda/var/*/; do
+        name="$(basename "$dir")" lib="/tmp/mxprec_var_$(basename "$dir")"
+        mkdir -p "$lib"
+        objs=()
+        for x in build-cuda/obj/*.o; do
+          if [ -f "$dir/$(basename "$x")" ]; then objs+=("$dir/$(basename "$x")"); else objs+=("$x"); fi
+        done
+        nvcc -shared -gencode=arch=compute_90a,code=sm_90a "${objs[@]}" -o "$lib/libmxprec_cuda.so" || continue
+        export MXPREC_CUDA_LIBRARY="$lib/libmxprec_cuda.so"
+        if [ -f "$dir/sm90_fp8_gemm_tensorwise_bf16.o" ]; then
+          [[ "$name" == ${GV_TESTS:-*} ]] && step "gv_test_$name" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
+            -k "tn_matches or transposed_operands_bias_delayed or test_shapes or fresh_inputs"
+          step "gv_$name" "$PY" benchmarks/cuda_fp8_gemm.py --only mxprec --shapes "$GV_SHAPES" --out "$R/gv_$name.json"
+        fi
+        if [ -f "$dir/sm90_fp8_gemm_rowwise_bf16.o" ]; then
+          [[ "$name" == ${GV_TESTS:-*} ]] && step "gv_test_$name" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py -k "row and not block"
+          step "gv_$name" "$PY" benchmarks/gemm.py --recipes fp8_rowwise --backend ffi --iters 20 --shapes "$GV_SHAPES" \
+            --bf16-only --out "$R/gv_$name"
+        fi
+        unset MXPREC_CUDA_LIBRARY
+      done
+      shopt -u nullglob
+      step gv_base "$PY" benchmarks/cuda_fp8_gemm.py --only mxprec,torch_scaled_mm,xla_fp8 --shapes "$GV_SHAPES" \
+        --out "$R/gv_base.json"
+      step gv_base_rowwise "$PY" benchmarks/gemm.py --recipes fp8_rowwise --backend ffi --iters 20 --shapes "$GV_SHAPES" \
+        --bf16-only --out "$R/gv_base_rowwise" ;;
     quant)
       step quant "$PY" benchmarks/cuda_quantize.py --out "$R/quant" ;;
     quant-ab)  # cuda_quantize.py once per library: the built one, then build-cuda/ab/*.so (same call)

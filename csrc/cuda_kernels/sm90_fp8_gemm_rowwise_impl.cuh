@@ -35,9 +35,24 @@ struct Sm90RowwiseGemm {
   using ElementD = typename Ops::ElementD;
   using ElementCompute = typename Ops::ElementCompute;
 
-  // 128x128x128 CTA tile, 1x2 cluster (TMA multicast of A), cooperative (2 consumer warpgroups).
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  // 128xTILE_Nx128 CTA tile (TILE_N 128 by default), 1x2 cluster (TMA multicast of A), cooperative (2
+  // consumer warpgroups). MXPREC_SM90_ROWWISE_OVERLAP = N > 0: the FP32 promotion overlaps the next WGMMAs
+  // (sm90_fp8_overlap_mainloop.cuh, N slices of the tile's columns); 0 (default): CUTLASS's mainloop.
+#ifndef MXPREC_SM90_ROWWISE_TILE_N
+#define MXPREC_SM90_ROWWISE_TILE_N 192
+#endif
+#ifndef MXPREC_SM90_ROWWISE_OVERLAP
+#define MXPREC_SM90_ROWWISE_OVERLAP 2
+#endif
+#ifndef MXPREC_SM90_ROWWISE_OVERLAP_TILES
+#define MXPREC_SM90_ROWWISE_OVERLAP_TILES 1
+#endif
+#ifndef MXPREC_SM90_ROWWISE_CLUSTER_M
+#define MXPREC_SM90_ROWWISE_CLUSTER_M 2
+#endif
+  using TileShape = cute::Shape<cute::_128, cute::Int<MXPREC_SM90_ROWWISE_TILE_N>, cute::_128>;
+  // cluster 1x2 (default) or 2x1
+  using ClusterShape = cute::Shape<cute::Int<MXPREC_SM90_ROWWISE_CLUSTER_M>, cute::Int<3 - MXPREC_SM90_ROWWISE_CLUSTER_M>, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;  // FP32 promotion
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 
@@ -63,7 +78,8 @@ struct Sm90RowwiseGemm {
       AccTimesScaleA, ScaleB, Bias>;
 
   using Gemm = typename sm90::BuildGemm<Ops, TileShape, ClusterShape, KernelSchedule, EpilogueSchedule,
-                                        FusionCallbacks>::Gemm;
+                                        FusionCallbacks, typename Ops::LayoutA, typename Ops::LayoutB,
+                                        MXPREC_SM90_ROWWISE_OVERLAP, MXPREC_SM90_ROWWISE_OVERLAP_TILES>::Gemm;
 
   static typename Gemm::Arguments make_args(const RowwiseGemmArgs& p) {
     const int M = p.m, N = p.n;

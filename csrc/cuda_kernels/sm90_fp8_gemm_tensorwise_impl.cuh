@@ -16,7 +16,7 @@ namespace cuda {
 // 128x256 cooperative tile) needs 2 x 128 accumulator registers and spills (cuobjdump: STACK 248);
 // the configs below keep each warpgroup at <= 64x128 (2 x 64 registers) or 64x192.
 #ifndef MXPREC_SM90_TENSORWISE_CONFIG
-#define MXPREC_SM90_TENSORWISE_CONFIG 3
+#define MXPREC_SM90_TENSORWISE_CONFIG 9
 #endif
 template <int kConfig>
 struct TensorwiseTileConfig;
@@ -64,6 +64,67 @@ struct TensorwiseTileConfig<5> {
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 
+// Diagnostics only (never the default): FP8 fast accumulation (no FP32 promotion of partial sums), which the
+// issue's numerics rule out; they measure what the promotion costs.
+template <>  // 128x192x128, cluster 1x2, cooperative, FP8FastAccum
+struct TensorwiseTileConfig<6> {
+  using TileShape = cute::Shape<cute::_128, cute::_192, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+template <>  // 128x256x128, cluster 2x1, cooperative, FP8FastAccum
+struct TensorwiseTileConfig<7> {
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+
+// FP32 promotion overlapped with the next WGMMAs (sm90_fp8_overlap_mainloop.cuh): N cut into kOverlapSlices.
+template <>  // 128x192x128, cluster 1x2, cooperative, 2 slices of 96 (accumulator 96 + 2 x 48 registers)
+struct TensorwiseTileConfig<8> : TensorwiseTileConfig<3> {
+  static constexpr int kOverlapSlices = 2;
+};
+template <>  // 128x192x128, cluster 2x1, cooperative, 2 slices of 96
+struct TensorwiseTileConfig<9> : TensorwiseTileConfig<3> {
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  static constexpr int kOverlapSlices = 2;
+};
+template <>  // 128x256x128, cluster 2x1, cooperative, 4 slices of 64 (accumulator 128 + 2 x 32 registers)
+struct TensorwiseTileConfig<10> : TensorwiseTileConfig<0> {
+  static constexpr int kOverlapSlices = 4;
+};
+template <>  // 128x256x128, cluster 1x2, cooperative, 4 slices of 64
+struct TensorwiseTileConfig<11> : TensorwiseTileConfig<0> {
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  static constexpr int kOverlapSlices = 4;
+};
+
+template <>  // config 9 with 2 k-tiles per loop body
+struct TensorwiseTileConfig<12> : TensorwiseTileConfig<9> {
+  static constexpr int kOverlapTiles = 2;
+};
+template <>  // config 9 with 4 k-tiles per loop body
+struct TensorwiseTileConfig<13> : TensorwiseTileConfig<9> {
+  static constexpr int kOverlapTiles = 4;
+};
+
+// kOverlapSlices / kOverlapTiles of a config (0 slices: CUTLASS's own FP8 mainloop).
+template <class C, class = void>
+struct OverlapOf {
+  static constexpr int kSlices = 0, kTiles = 1;
+};
+template <class C>
+struct OverlapOf<C, std::void_t<decltype(C::kOverlapSlices)>> {
+  static constexpr int kSlices = C::kOverlapSlices;
+  template <class D, class = void>
+  struct TilesOf : std::integral_constant<int, 1> {};
+  template <class D>
+  struct TilesOf<D, std::void_t<decltype(D::kOverlapTiles)>> : std::integral_constant<int, D::kOverlapTiles> {};
+  static constexpr int kTiles = TilesOf<C>::value;
+};
+
 template <int kPair, int kOut>
 struct Sm90TensorwiseGemm {
   using Ops = sm90::TnOperands<kPair, kOut>;
@@ -73,7 +134,8 @@ struct Sm90TensorwiseGemm {
                                                                 typename Ops::ElementD, float>;
   using Gemm = typename sm90::BuildGemm<Ops, typename Config::TileShape, typename Config::ClusterShape,
                                         typename Config::KernelSchedule, typename Config::EpilogueSchedule,
-                                        FusionOp>::Gemm;
+                                        FusionOp, typename Ops::LayoutA, typename Ops::LayoutB,
+                                        OverlapOf<Config>::kSlices, OverlapOf<Config>::kTiles>::Gemm;
 
   static typename Gemm::Arguments make_args(const TensorwiseGemmArgs& p) {
     const sm90::PackedProblem<Gemm> pp(p.m, p.n, p.k, p.l, p.sm_count);

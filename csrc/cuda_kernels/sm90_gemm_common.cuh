@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -21,6 +22,7 @@
 #include "cutlass/kernel_hardware_info.h"
 #include "cutlass/numeric_types.h"
 #include "cutlass/util/packed_stride.hpp"
+#include "sm90_fp8_overlap_mainloop.cuh"
 
 namespace mxprec {
 namespace cuda {
@@ -64,10 +66,12 @@ struct TnOperands {
 // A persistent sm_90 GEMM from CUTLASS's collective builders: the epilogue (no C operand, D of
 // Ops::ElementD) first, so that the mainloop takes the shared memory it leaves. MainloopLayoutA/B
 // are the layouts handed to the mainloop builder (the block-scaled mainloop takes
-// cute::tuple<Layout, LayoutSF> there).
+// cute::tuple<Layout, LayoutSF> there). kOverlapSlices > 0 replaces the FP8 mainloop's mma() with
+// OverlapPromotionMainloop's (sm90_fp8_overlap_mainloop.cuh): N cut into that many slices, kOverlapTiles
+// k-tiles per loop body.
 template <class Ops, class TileShape, class ClusterShape, class KernelSchedule, class EpilogueSchedule,
           class Fusion, class MainloopLayoutA = typename Ops::LayoutA,
-          class MainloopLayoutB = typename Ops::LayoutB>
+          class MainloopLayoutB = typename Ops::LayoutB, int kOverlapSlices = 0, int kOverlapTiles = 1>
 struct BuildGemm {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -81,8 +85,10 @@ struct BuildGemm {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
+  using Mainloop = std::conditional_t<(kOverlapSlices > 0),
+                                      OverlapPromotionMainloop<CollectiveMainloop, kOverlapSlices, kOverlapTiles>, CollectiveMainloop>;
 
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop,
                                                           CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 };
