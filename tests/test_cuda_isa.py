@@ -266,6 +266,19 @@ def test_sm90_rowwise_sass_has_qgmma_and_fp32_promotion(out):
     assert len(re.findall(r"\bFADD\b", sass)) >= 256
 
 
+@pytest.mark.parametrize("fam", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("out", ["bf16", "f32"])
+def test_sm90_per_tensor_and_rowwise_overlap_their_promotion(fam, out):
+    """Per-tensor and row-wise objects run sm90_fp8_overlap_mainloop.cuh (128x192 tiles in 2 slices): WGMMAs
+    of N 96 (CUTLASS's own FP8 mainloop would issue N 192) and a wait_group 1 (the add of one slice while the
+    next one runs) in each of the 3 kernels; build.sh has already rejected a build where ptxas serialized them."""
+    sass = _sass(_first_existing(BUILD / "obj" / f"sm90_fp8_gemm_{fam}_{out}.o"))
+    for pair in _SM90_PAIRS:
+        assert re.search(rf"QGMMA\.64x96x32\.F32\.{pair}", sass), pair
+    assert not re.search(r"QGMMA\.64x192x32", sass)
+    assert len(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1", sass)) >= len(_SM90_PAIRS)
+
+
 @pytest.mark.parametrize("fam", ["blockwise", "blockwise1d"])
 @pytest.mark.parametrize("out", ["bf16", "f32"])
 def test_sm90_blockwise_sass_has_qgmma_and_scaled_promotion(fam, out):

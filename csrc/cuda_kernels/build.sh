@@ -41,6 +41,7 @@ FLAGS+=(${EXTRA_NVCC_FLAGS:-})
 start=$(date +%s)
 pids=()
 objs=()
+logs=()
 running=0
 for s in "${SRCS[@]}"; do
   o="$OUT/obj/${s%.cu}.o"
@@ -50,11 +51,20 @@ for s in "${SRCS[@]}"; do
     [ -f "$o" ] || { echo "ONLY=$ONLY: $o is missing (build the full library into $OUT first)" >&2; exit 1; }
     continue
   fi
-  "$NVCC" "${FLAGS[@]}" -c "$ROOT/csrc/cuda_kernels/$s" -o "$o" &
+  # Each TU's compiler output goes to $o.log (printed when it finishes) for the C7514 check below.
+  ( rc=0; "$NVCC" "${FLAGS[@]}" -c "$ROOT/csrc/cuda_kernels/$s" -o "$o" > "$o.log" 2>&1 || rc=$?
+    cat "$o.log" >&2; exit "$rc" ) &
   pids+=($!)
+  logs+=("$o.log")
   running=$((running + 1))
   if [ "$running" -ge "$JOBS" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); running=$((running - 1)); fi
 done
 for p in "${pids[@]}"; do wait "$p"; done
+# ptxas info C7514: "wgmma.mma_async instructions are serialized". A GEMM whose WGMMAs ptxas serialized
+# still computes the right result, only much slower, so it is a build error here.
+if [ "${#logs[@]}" -gt 0 ] && grep -l "C7514" "${logs[@]}" >&2; then
+  echo "error: ptxas serialized the WGMMAs (C7514) in the objects above" >&2
+  exit 1
+fi
 "$NVCC" -shared -gencode=arch=compute_90a,code=sm_90a "${objs[@]}" -o "$OUT/libmxprec_cuda.so"
 echo "built $OUT/libmxprec_cuda.so in $(( $(date +%s) - start )) s"
