@@ -304,3 +304,38 @@ def test_sm90_gemm_kernels_do_not_spill(tu):
     assert len(usage) >= 3, text  # 3 operand pairs per TU
     for reg, stack, local in usage:
         assert (stack, local) == ("0", "0"), f"{tu}: REG:{reg} STACK:{stack} LOCAL:{local} (spills)"
+
+
+@pytest.mark.parametrize("serialized", [True, False])
+def test_build_fails_when_ptxas_serializes_wgmmas(tmp_path, serialized):
+    """build.sh treats ptxas's C7514 ("wgmma.mma_async instructions are serialized") as an error: a stand-in
+    nvcc (no CUDA needed) compiles one TU, printing C7514 or not; the link only runs without it."""
+    message = "ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized"
+    compile_output = f"echo '{message}'" if serialized else "true"
+    fake = tmp_path / "nvcc"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'out="${@: -1}"\n'
+        f'if [[ " $* " == *" -c "* ]]; then {compile_output}; fi\n'
+        'touch "$out"\n'
+    )
+    fake.chmod(0o755)
+    cutlass = tmp_path / "cutlass"
+    (cutlass / "include" / "cutlass").mkdir(parents=True)
+    (cutlass / "include" / "cutlass" / "cutlass.h").write_text("")
+    out = tmp_path / "build"
+    (out / "obj").mkdir(parents=True)
+    for src in list(KERNELS.glob("sm90_*.cu")) + list(KERNELS.glob("cuda_*.cu")):
+        (out / "obj" / f"{src.stem}.o").write_text("")
+    env = {**os.environ, "NVCC": str(fake), "PYTHON": sys.executable, "CUTLASS_DIR": str(cutlass),
+           "ONLY": "sm90_fp8_gemm_tensorwise_bf16*", "JOBS": "1"}
+    res = subprocess.run(["bash", str(KERNELS / "build.sh"), str(out)], capture_output=True, text=True, env=env,
+                         timeout=120, check=False)
+    if serialized:
+        assert res.returncode != 0
+        assert "serialized the WGMMAs (C7514)" in res.stderr
+        assert "sm90_fp8_gemm_tensorwise_bf16.o.log" in res.stderr
+        assert not (out / "libmxprec_cuda.so").exists()
+    else:
+        assert res.returncode == 0, res.stderr
+        assert (out / "libmxprec_cuda.so").exists()

@@ -37,6 +37,11 @@
 #ifndef MXPREC_SM90_BLOCKWISE_PINGPONG
 #define MXPREC_SM90_BLOCKWISE_PINGPONG 0
 #endif
+// N > 0: the FP32 promotion overlaps the next WGMMAs (sm90_fp8_overlap_mainloop.cuh, N slices of the tile's
+// columns, cooperative schedule only). Compiled here, not yet run on a GPU: 0 (CUTLASS's mainloop) by default.
+#ifndef MXPREC_SM90_BLOCKWISE_OVERLAP
+#define MXPREC_SM90_BLOCKWISE_OVERLAP 0
+#endif
 
 namespace mxprec {
 namespace cuda {
@@ -72,7 +77,8 @@ struct Sm90BlockwiseGemm {
                                                                 typename Ops::ElementD, float>;
   using Gemm = typename sm90::BuildGemm<Ops, TileShape, ClusterShape, KernelSchedule, EpilogueSchedule, FusionOp,
                                         cute::tuple<typename Ops::LayoutA, LayoutSFA>,
-                                        cute::tuple<typename Ops::LayoutB, LayoutSFB>>::Gemm;
+                                        cute::tuple<typename Ops::LayoutB, LayoutSFB>,
+                                        MXPREC_SM90_BLOCKWISE_OVERLAP>::Gemm;
 
   // ((1, m_pitch), (128, K/128), L) : ((0, 1), (0, m_pitch), m_pitch * K/128), i.e.
   // ScaleConfig::tile_atom_to_shape_SFA of M rounded up to m_pitch: TMA loads of the A scales need

@@ -20,16 +20,76 @@
 
 #include "cute/algorithm/clear.hpp"
 #include "cute/tensor.hpp"
+#include <type_traits>
 #include "cutlass/gemm/collective/collective_builder.hpp"
 
 namespace mxprec {
 namespace cuda {
 namespace sm90 {
 
+// How a finished slice of partial sums enters the FP32 accumulator.
+// Per-tensor / row-wise mainloops (their scales are applied in the epilogue): added as they are.
+struct UnscaledPromotion {
+  CUTLASS_DEVICE void load(int /*stage*/) {}
+  template <int kOffset, class Accum, class Buf>
+  CUTLASS_DEVICE void add(Accum& accum, Buf const& buf) const {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < cute::size(buf); ++i) accum(kOffset + i) += buf(i);
+  }
+};
+
+// CUTLASS's block-scaled FP8 mainloop (KernelTmaWarpSpecializedCooperativeFP8Blockwise): each k-tile's
+// partial sums are multiplied by their blocks' scales, read from shared memory once per k-tile, with
+// CUTLASS's arithmetic (GmmaFP8Accumulation::scale_core): acc += p * s (one scale per row or per tile,
+// s = sa * sb precomputed) or acc += p * sa * sb (scales per row and per column).
+template <class Base, class SmemSFA, class SmemSFB, class RegSFA, class RegSFB>
+struct BlockScaledPromotion {
+  static constexpr int kMs = Base::ScaleMsPerTile, kNs = Base::ScaleNsPerTile;
+  SmemSFA smem_a;  // (MMA,MMA_M,MMA_N,(MMA_K,PIPE)), laid out like the accumulator
+  SmemSFB smem_b;
+  RegSFA sa;  // (MMA,MMA_M,MMA_N): this k-tile's scales (broadcast modes have stride 0)
+  RegSFB sb;
+
+  CUTLASS_DEVICE void load(int stage) {
+    using namespace cute;
+    copy(smem_a(_, _, _, make_coord(_0{}, stage)), sa);
+    copy(smem_b(_, _, _, make_coord(_0{}, stage)), sb);
+    if constexpr (kMs == 1 && kNs == 1) {
+      sa(_0{}) = sa(_0{}) * sb(_0{});
+    } else if constexpr (kMs > 1 && kNs == 1) {
+      const float b = sb(_0{});
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(filter_zeros(sa)); ++i) filter_zeros(sa)(i) = filter_zeros(sa)(i) * b;
+    } else if constexpr (kMs == 1 && kNs > 1) {
+      const float a = sa(_0{});
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(filter_zeros(sb)); ++i) filter_zeros(sb)(i) = filter_zeros(sb)(i) * a;
+    }
+  }
+  template <int kOffset, class Accum, class Buf>
+  CUTLASS_DEVICE void add(Accum& accum, Buf const& buf) const {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < cute::size(buf); ++i) {
+      if constexpr (kMs == 1 && kNs == 1) accum(kOffset + i) += buf(i) * sa(cute::_0{});
+      else if constexpr (kMs > 1 && kNs == 1) accum(kOffset + i) += buf(i) * sa(kOffset + i);
+      else if constexpr (kMs == 1 && kNs > 1) accum(kOffset + i) += buf(i) * sb(kOffset + i);
+      else accum(kOffset + i) += buf(i) * sa(kOffset + i) * sb(kOffset + i);
+    }
+  }
+};
+
+// Whether Base is CUTLASS's block-scaled FP8 collective (it has per-tile scale counts).
+template <class Base, class = void>
+struct IsBlockScaledMainloop : std::false_type {};
+template <class Base>
+struct IsBlockScaledMainloop<Base, std::void_t<decltype(Base::ScaleMsPerTile)>> : std::true_type {};
+
 template <class Base, int kSlices, int kTiles = 1>
 struct OverlapPromotionMainloop : Base {
   static_assert(kSlices == 2 || kSlices == 4, "kSlices must be 2 or 4");
   static_assert(kTiles >= 1, "kTiles: k-tiles per loop body");
+  static_assert(kTiles == 1 || !IsBlockScaledMainloop<Base>::value,
+                "block scales are loaded per k-tile into one register set: one k-tile per loop body");
   using TileShape = typename Base::TileShape;
   using MainloopPipeline = typename Base::MainloopPipeline;
   using PipelineState = typename Base::PipelineState;
@@ -65,6 +125,36 @@ struct OverlapPromotionMainloop : Base {
     static_assert(decltype(size<1>(tCrA))::value == 1, "one WGMMA atom along M per warpgroup");
     static_assert(decltype(size<1>(tCrB))::value == kSlices, "B partitions into kSlices slices");
 
+    auto scales = [&] {
+      if constexpr (IsBlockScaledMainloop<Base>::value) {
+        // The scale tiles in shared memory as CUTLASS's block-scaled mma() views them: (BLK_M,BLK_N,(BLK_K,PIPE))
+        // with the unscaled dimension broadcast, partitioned like the accumulator.
+        using LayoutSFA = typename Base::SmemLayoutSFA;
+        using LayoutSFB = typename Base::SmemLayoutSFB;
+        Tensor sSFA = make_tensor(
+            make_smem_ptr(shared_tensors.smem_SFA.data()),
+            make_layout(make_shape(get<0>(shape(LayoutSFA{})), get<1>(TileShape{}),
+                                   make_shape(get<1>(shape(LayoutSFA{})), get<2>(shape(LayoutSFA{})))),
+                        make_stride(get<0>(stride(LayoutSFA{})), _0{},
+                                    make_stride(get<1>(stride(LayoutSFA{})), get<2>(stride(LayoutSFA{}))))));
+        Tensor sSFB = make_tensor(
+            make_smem_ptr(shared_tensors.smem_SFB.data()),
+            make_layout(make_shape(get<0>(TileShape{}), get<0>(shape(LayoutSFB{})),
+                                   make_shape(get<1>(shape(LayoutSFB{})), get<2>(shape(LayoutSFB{})))),
+                        make_stride(_0{}, get<0>(stride(LayoutSFB{})),
+                                    make_stride(get<1>(stride(LayoutSFB{})), get<2>(stride(LayoutSFB{}))))));
+        typename Base::TiledMma full_mma;
+        Tensor tCsSFA = full_mma.get_slice(thread_idx).partition_C(sSFA);
+        Tensor tCsSFB = full_mma.get_slice(thread_idx).partition_C(sSFB);
+        Tensor tCrSFA = make_tensor_like<float>(tCsSFA(_, _, _, _0{}));
+        Tensor tCrSFB = make_tensor_like<float>(tCsSFB(_, _, _, _0{}));
+        return BlockScaledPromotion<Base, decltype(tCsSFA), decltype(tCsSFB), decltype(tCrSFA), decltype(tCrSFB)>{
+            tCsSFA, tCsSFB, tCrSFA, tCrSFB};
+      } else {
+        return UnscaledPromotion{};
+      }
+    }();
+
     Tensor buf0 = partition_fragment_C(slice_mma, Shape<Int<kBlkM>, Int<kSliceN>>{});  // (MMA,1,1)
     Tensor buf1 = make_fragment_like(buf0);
     constexpr int kSliceRegs = decltype(size(buf0))::value;
@@ -86,11 +176,12 @@ struct OverlapPromotionMainloop : Base {
     // Issue slice s of the k-tile at smem_pipe_read into buf (waits for the stage on the first slice).
     auto issue = [&](auto s, auto& buf) {
       constexpr int kS = decltype(s)::value;
+      const int stage = smem_pipe_read.index();
       if constexpr (kS == 0) {
         auto token = pipeline.consumer_try_wait(smem_pipe_read);
         pipeline.consumer_wait(smem_pipe_read, token);
+        scales.load(stage);  // no WGMMA of an earlier k-tile is in flight: the last body ended in wait_group 0
       }
-      const int stage = smem_pipe_read.index();
       slice_mma.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_arrive();
       CUTLASS_PRAGMA_UNROLL
@@ -106,8 +197,7 @@ struct OverlapPromotionMainloop : Base {
       constexpr int kS = decltype(s)::value;
       warpgroup_fence_operand(buf);
       warpgroup_fence_operand(accum);
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kSliceRegs; ++i) accum(kS * kSliceRegs + i) += buf(i);
+      scales.template add<kS * kSliceRegs>(accum, buf);
       warpgroup_fence_operand(accum);
       if (release) {
         pipeline.consumer_release(smem_pipe_release);
