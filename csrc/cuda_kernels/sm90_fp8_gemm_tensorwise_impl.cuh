@@ -14,26 +14,27 @@ namespace cuda {
 // CTA tile / cluster / schedule. The FP32 promotion of FP8 partial sums (non-FastAccum schedules)
 // keeps two accumulator fragments per consumer warpgroup, so a warpgroup tile of 64x256 (the
 // 128x256 cooperative tile) needs 2 x 128 accumulator registers and spills (cuobjdump: STACK 248);
-// the configs below keep each warpgroup at <= 64x128 (2 x 64 registers) or 64x192.
+// the configs below keep each warpgroup at <= 64x128 (2 x 64 registers) or 64x192, or cut its N into
+// slices (kOverlapSlices). Default: config 9 (eighth session, benchmarks/results/h200_sm90_overlap.md).
 #ifndef MXPREC_SM90_TENSORWISE_CONFIG
 #define MXPREC_SM90_TENSORWISE_CONFIG 9
 #endif
+// A cooperative configuration: kM x kN x 128 CTA tile, kClusterM x kClusterN cluster.
+template <int kM, int kN, int kClusterM, int kClusterN,
+          class Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative>
+struct CooperativeTile {
+  using TileShape = cute::Shape<cute::Int<kM>, cute::Int<kN>, cute::_128>;
+  using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
+  using KernelSchedule = Schedule;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+
 template <int kConfig>
 struct TensorwiseTileConfig;
-template <>  // 128x256x128, cluster 2x1, cooperative: the first version (spills; kept for comparison)
-struct TensorwiseTileConfig<0> {
-  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-};
-template <>  // 128x128x128, cluster 1x2 (TMA multicast of A), cooperative: 2 warpgroups of 64x128
-struct TensorwiseTileConfig<1> {
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-};
+template <>  // 128x256x128, cluster 2x1: the first version (spills; kept for comparison)
+struct TensorwiseTileConfig<0> : CooperativeTile<128, 256, 2, 1> {};
+template <>  // 128x128x128, cluster 1x2 (TMA multicast of A): 2 warpgroups of 64x128
+struct TensorwiseTileConfig<1> : CooperativeTile<128, 128, 1, 2> {};
 template <>  // 64x128x128 per warpgroup, cluster 1x2, ping-pong (one warpgroup's epilogue overlaps the other's MMAs)
 struct TensorwiseTileConfig<2> {
   using TileShape = cute::Shape<cute::_64, cute::_128, cute::_128>;
@@ -41,45 +42,21 @@ struct TensorwiseTileConfig<2> {
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 };
-template <>  // 128x192x128, cluster 1x2, cooperative: 2 warpgroups of 64x192 (2 x 96 accumulator registers)
-struct TensorwiseTileConfig<3> {
-  using TileShape = cute::Shape<cute::_128, cute::_192, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-};
-
-template <>  // 128x160x128, cluster 2x1, cooperative: cuBLASLt's own FP8 tile on the H200 (nvjet_sm90_qqtst_128x160_128x5_2x1)
-struct TensorwiseTileConfig<4> {
-  using TileShape = cute::Shape<cute::_128, cute::Int<160>, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-};
-template <>  // 128x160x128, cluster 1x2, cooperative
-struct TensorwiseTileConfig<5> {
-  using TileShape = cute::Shape<cute::_128, cute::Int<160>, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-};
+template <>  // 128x192x128, cluster 1x2: 2 warpgroups of 64x192 (2 x 96 accumulator registers)
+struct TensorwiseTileConfig<3> : CooperativeTile<128, 192, 1, 2> {};
+template <>  // 128x160x128, cluster 2x1: cuBLASLt's own FP8 tile on the H200 (nvjet_sm90_qqtst_128x160_128x5_2x1)
+struct TensorwiseTileConfig<4> : CooperativeTile<128, 160, 2, 1> {};
+template <>  // 128x160x128, cluster 1x2
+struct TensorwiseTileConfig<5> : CooperativeTile<128, 160, 1, 2> {};
 
 // Diagnostics only (never the default): FP8 fast accumulation (no FP32 promotion of partial sums), which the
 // issue's numerics rule out; they measure what the promotion costs.
-template <>  // 128x192x128, cluster 1x2, cooperative, FP8FastAccum
-struct TensorwiseTileConfig<6> {
-  using TileShape = cute::Shape<cute::_128, cute::_192, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-};
-template <>  // 128x256x128, cluster 2x1, cooperative, FP8FastAccum
-struct TensorwiseTileConfig<7> {
-  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_128>;
-  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
-};
+template <>  // 128x192x128, cluster 1x2, FP8FastAccum
+struct TensorwiseTileConfig<6>
+    : CooperativeTile<128, 192, 1, 2, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum> {};
+template <>  // 128x256x128, cluster 2x1, FP8FastAccum
+struct TensorwiseTileConfig<7>
+    : CooperativeTile<128, 256, 2, 1, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum> {};
 
 // FP32 promotion overlapped with the next WGMMAs (sm90_fp8_overlap_mainloop.cuh): N cut into kOverlapSlices.
 template <>  // 128x192x128, cluster 1x2, cooperative, 2 slices of 96 (accumulator 96 + 2 x 48 registers)
@@ -87,8 +64,7 @@ struct TensorwiseTileConfig<8> : TensorwiseTileConfig<3> {
   static constexpr int kOverlapSlices = 2;
 };
 template <>  // 128x192x128, cluster 2x1, cooperative, 2 slices of 96
-struct TensorwiseTileConfig<9> : TensorwiseTileConfig<3> {
-  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+struct TensorwiseTileConfig<9> : CooperativeTile<128, 192, 2, 1> {
   static constexpr int kOverlapSlices = 2;
 };
 template <>  // 128x256x128, cluster 2x1, cooperative, 4 slices of 64 (accumulator 128 + 2 x 32 registers)
@@ -96,8 +72,7 @@ struct TensorwiseTileConfig<10> : TensorwiseTileConfig<0> {
   static constexpr int kOverlapSlices = 4;
 };
 template <>  // 128x256x128, cluster 1x2, cooperative, 4 slices of 64
-struct TensorwiseTileConfig<11> : TensorwiseTileConfig<0> {
-  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+struct TensorwiseTileConfig<11> : CooperativeTile<128, 256, 1, 2> {
   static constexpr int kOverlapSlices = 4;
 };
 
