@@ -104,8 +104,8 @@ for stage in "$@"; do
       done ;;
     gemm-variants)  # GEMM builds to compare in one call: every build-cuda/var/NAME/ holds objects (*.o) built with
       # other flags that replace their namesakes of build-cuda/obj when NAME's library is linked here. Per NAME:
-      # the GEMM tests of the families it rebuilt (tensorwise / rowwise), then cuda_fp8_gemm.py (per-tensor) or
-      # gemm.py (row-wise, ffi); once: the built library and the peers (torch._scaled_mm, XLA FP8). GV_TESTS: a
+      # the GEMM tests of the families it rebuilt (tensorwise / rowwise / blockwise), then cuda_fp8_gemm.py
+      # (per-tensor) or gemm.py (row-wise, block; ffi); once: the built library and the peers. GV_TESTS: a
       # glob of the NAMEs whose tests run (default all).
       shopt -s nullglob
       GV_SHAPES="${GV_SHAPES:-8192x8192x8192,16384x4096x14336}"
@@ -126,6 +126,11 @@ for stage in "$@"; do
         if [ -f "$dir/sm90_fp8_gemm_rowwise_bf16.o" ]; then
           [[ "$name" == ${GV_TESTS:-*} ]] && step "gv_test_$name" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py -k "row and not block"
           step "gv_$name" "$PY" benchmarks/gemm.py --recipes fp8_rowwise --backend ffi --iters 20 --shapes "$GV_SHAPES" \
+            --bf16-only --out "$R/gv_$name"
+        fi
+        if [ -f "$dir/sm90_fp8_gemm_blockwise_bf16.o" ]; then
+          [[ "$name" == ${GV_TESTS:-*} ]] && step "gv_test_$name" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py -k "block"
+          step "gv_$name" "$PY" benchmarks/gemm.py --recipes fp8_block --backend ffi --iters 20 --shapes "$GV_SHAPES" \
             --bf16-only --out "$R/gv_$name"
         fi
         unset MXPREC_CUDA_LIBRARY

@@ -86,7 +86,7 @@ struct IsBlockScaledMainloop<Base, std::void_t<decltype(Base::ScaleMsPerTile)>> 
 
 template <class Base, int kSlices, int kTiles = 1>
 struct OverlapPromotionMainloop : Base {
-  static_assert(kSlices == 2 || kSlices == 4, "kSlices must be 2 or 4");
+  static_assert(kSlices >= 2 && kSlices <= 4, "kSlices: 2, 3 or 4");
   static_assert(kTiles >= 1, "kTiles: k-tiles per loop body");
   static_assert(kTiles == 1 || !IsBlockScaledMainloop<Base>::value,
                 "block scales are loaded per k-tile into one register set: one k-tile per loop body");
