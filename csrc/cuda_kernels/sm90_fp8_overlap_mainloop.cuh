@@ -1,26 +1,31 @@
 // An sm_90a FP8 mainloop whose FP32 promotion overlaps the tensor cores' next MMAs.
 //
-// CUTLASS's FP8 mainloop (MainloopSm90TmaGmmaWarpSpecializedFP8, the non-FastAccum schedules) issues a
-// k-tile's WGMMAs (128 of K) into one temporary accumulator, waits for all of them (wgmma.wait_group 0),
-// then adds the temporary into the FP32 accumulator (one FADD per accumulator register). While a warpgroup
-// adds, it has no WGMMA in flight. Sm90OverlapPromotionMainloop keeps one batch in flight instead:
+// CUTLASS's FP8 mainloops (MainloopSm90TmaGmmaWarpSpecializedFP8, the non-FastAccum schedules, and the
+// block-scaled ...FP8Blockwise) issue a k-tile's WGMMAs (128 of K) into one temporary accumulator, wait for
+// all of them (wgmma.wait_group 0), then add the temporary into the FP32 accumulator (one FADD, or FFMA with
+// the block scales, per accumulator register). While a warpgroup adds, it has no WGMMA in flight.
+// OverlapPromotionMainloop<Base, kSlices, kTiles> keeps one in flight instead:
 //
-//   the k-tile's N columns are cut into kSlices slices; slice j's WGMMAs go into temporary buffer j % 2;
-//   after issuing slice j the warpgroup waits until only slice j is in flight (wait_group 1) and adds
-//   slice j - 1's buffer into its columns of the accumulator while slice j runs.
+//   the k-tile's N columns are cut into kSlices slices (WGMMAs of N / kSlices); slice j's WGMMAs go into
+//   temporary buffer j % 2; after issuing slice j the warpgroup waits until only slice j is in flight
+//   (wait_group 1) and adds slice j - 1's buffer into its columns of the accumulator while slice j runs.
+//   Every kTiles k-tiles the loop body ends with wait_group 0 and the last slice's add (see mma()).
 //
 // Register cost: accumulator + 2 buffers of 1/kSlices of it (CUTLASS's: accumulator + 1 full buffer), so
-// kSlices 2 costs what CUTLASS's loop costs and kSlices 4 less. Numerics are CUTLASS's: every 128 of K
-// (one k-tile, 4 WGMMAs of K 32) the tensor-core partial sums are added into FP32 registers.
+// kSlices 2 costs what CUTLASS's loop costs, 3 and 4 less. Numerics are CUTLASS's: every 128 of K (one
+// k-tile, 4 WGMMAs of K 32) the tensor-core partial sums are added into FP32 registers with the same
+// arithmetic (block-scaled: BlockScaledPromotion below).
 //
 // It derives from CUTLASS's collective (everything but mma() is CUTLASS's: TMA loads, shared-memory
-// layouts, pipeline, mma_tail) and is written against CuTe's public API.
+// layouts, pipeline, mma_tail) and is written against CuTe's public API. Measured on the H200:
+// benchmarks/results/h200_sm90_overlap.md.
 #ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_OVERLAP_MAINLOOP_CUH_
 #define MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_OVERLAP_MAINLOOP_CUH_
 
+#include <type_traits>
+
 #include "cute/algorithm/clear.hpp"
 #include "cute/tensor.hpp"
-#include <type_traits>
 #include "cutlass/gemm/collective/collective_builder.hpp"
 
 namespace mxprec {
