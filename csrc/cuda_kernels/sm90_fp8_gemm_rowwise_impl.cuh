@@ -35,9 +35,11 @@ struct Sm90RowwiseGemm {
   using ElementD = typename Ops::ElementD;
   using ElementCompute = typename Ops::ElementCompute;
 
-  // 128xTILE_Nx128 CTA tile (TILE_N 128 by default), 1x2 cluster (TMA multicast of A), cooperative (2
-  // consumer warpgroups). MXPREC_SM90_ROWWISE_OVERLAP = N > 0: the FP32 promotion overlaps the next WGMMAs
-  // (sm90_fp8_overlap_mainloop.cuh, N slices of the tile's columns); 0 (default): CUTLASS's mainloop.
+  // 128 x TILE_N x 128 CTA tile, cluster CLUSTER_M x (3 - CLUSTER_M), cooperative (2 consumer warpgroups);
+  // MXPREC_SM90_ROWWISE_OVERLAP = N > 0: the FP32 promotion overlaps the next WGMMAs
+  // (sm90_fp8_overlap_mainloop.cuh, N slices of the tile's columns, OVERLAP_TILES k-tiles per loop body),
+  // 0: CUTLASS's mainloop. Defaults (eighth session, benchmarks/results/h200_sm90_overlap.md): 128x192,
+  // cluster 2x1, 2 slices; until then 128x128, cluster 1x2, CUTLASS's mainloop.
 #ifndef MXPREC_SM90_ROWWISE_TILE_N
 #define MXPREC_SM90_ROWWISE_TILE_N 192
 #endif
@@ -51,7 +53,6 @@ struct Sm90RowwiseGemm {
 #define MXPREC_SM90_ROWWISE_CLUSTER_M 2
 #endif
   using TileShape = cute::Shape<cute::_128, cute::Int<MXPREC_SM90_ROWWISE_TILE_N>, cute::_128>;
-  // cluster 1x2 (default) or 2x1
   using ClusterShape = cute::Shape<cute::Int<MXPREC_SM90_ROWWISE_CLUSTER_M>, cute::Int<3 - MXPREC_SM90_ROWWISE_CLUSTER_M>, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;  // FP32 promotion
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
