@@ -104,8 +104,9 @@ for stage in "$@"; do
       done ;;
     gemm-variants)  # GEMM builds to compare in one call: every build-cuda/var/NAME/ holds objects (*.o) built with
       # other flags that replace their namesakes of build-cuda/obj when NAME's library is linked here. Per NAME:
-      # the GEMM tests of the families it rebuilt (tensorwise / rowwise / blockwise), then cuda_fp8_gemm.py
-      # (per-tensor) or gemm.py (row-wise, block; ffi); once: the built library and the peers. GV_TESTS: a
+      # the GEMM tests of the families it rebuilt (tensorwise / rowwise / blockwise, one pytest run), then
+      # cuda_fp8_gemm.py (per-tensor) and gemm.py (row-wise, block; ffi); once: the built library (and torch,
+      # XLA FP8 for per-tensor). GV_TESTS: a
       # glob of the NAMEs whose tests run (default all).
       shopt -s nullglob
       GV_SHAPES="${GV_SHAPES:-8192x8192x8192,16384x4096x14336}"
@@ -118,28 +119,33 @@ for stage in "$@"; do
         done
         nvcc -shared -gencode=arch=compute_90a,code=sm_90a "${objs[@]}" -o "$lib/libmxprec_cuda.so" || continue
         export MXPREC_CUDA_LIBRARY="$lib/libmxprec_cuda.so"
+        # The families NAME rebuilt: their tests (one pytest run) and their benchmark.
+        tests=() recipes=()
         if [ -f "$dir/sm90_fp8_gemm_tensorwise_bf16.o" ]; then
-          [[ "$name" == ${GV_TESTS:-*} ]] && step "gv_test_$name" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py \
-            -k "tn_matches or transposed_operands_bias_delayed or test_shapes or fresh_inputs"
+          tests+=("tn_matches or transposed_operands_bias_delayed or test_shapes or fresh_inputs")
+        fi
+        if [ -f "$dir/sm90_fp8_gemm_rowwise_bf16.o" ]; then tests+=("row and not block") recipes+=(fp8_rowwise); fi
+        if [ -f "$dir/sm90_fp8_gemm_blockwise_bf16.o" ] || [ -f "$dir/sm90_fp8_gemm_blockwise1d_bf16.o" ]; then
+          tests+=("block") recipes+=(fp8_block)
+        fi
+        if [ "${#tests[@]}" -gt 0 ] && [[ "$name" == ${GV_TESTS:-*} ]]; then
+          k="$(printf ' or (%s)' "${tests[@]}")"
+          step "gv_test_$name" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py -k "${k# or }"
+        fi
+        if [ -f "$dir/sm90_fp8_gemm_tensorwise_bf16.o" ]; then
           step "gv_$name" "$PY" benchmarks/cuda_fp8_gemm.py --only mxprec --shapes "$GV_SHAPES" --out "$R/gv_$name.json"
         fi
-        if [ -f "$dir/sm90_fp8_gemm_rowwise_bf16.o" ]; then
-          [[ "$name" == ${GV_TESTS:-*} ]] && step "gv_test_$name" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py -k "row and not block"
-          step "gv_$name" "$PY" benchmarks/gemm.py --recipes fp8_rowwise --backend ffi --iters 20 --shapes "$GV_SHAPES" \
-            --bf16-only --out "$R/gv_$name"
-        fi
-        if [ -f "$dir/sm90_fp8_gemm_blockwise_bf16.o" ]; then
-          [[ "$name" == ${GV_TESTS:-*} ]] && step "gv_test_$name" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py -k "block"
-          step "gv_$name" "$PY" benchmarks/gemm.py --recipes fp8_block --backend ffi --iters 20 --shapes "$GV_SHAPES" \
-            --bf16-only --out "$R/gv_$name"
+        if [ "${#recipes[@]}" -gt 0 ]; then
+          step "gv_${name}_gemm" "$PY" benchmarks/gemm.py --recipes "$(IFS=,; echo "${recipes[*]}")" --backend ffi \
+            --iters 20 --shapes "$GV_SHAPES" --bf16-only --out "$R/gv_${name}_gemm"
         fi
         unset MXPREC_CUDA_LIBRARY
       done
       shopt -u nullglob
       step gv_base "$PY" benchmarks/cuda_fp8_gemm.py --only mxprec,torch_scaled_mm,xla_fp8 --shapes "$GV_SHAPES" \
         --out "$R/gv_base.json"
-      step gv_base_rowwise "$PY" benchmarks/gemm.py --recipes fp8_rowwise --backend ffi --iters 20 --shapes "$GV_SHAPES" \
-        --bf16-only --out "$R/gv_base_rowwise" ;;
+      step gv_base_gemm "$PY" benchmarks/gemm.py --recipes fp8_rowwise,fp8_block --backend ffi --iters 20 \
+        --shapes "$GV_SHAPES" --bf16-only --out "$R/gv_base_gemm" ;;
     quant)
       step quant "$PY" benchmarks/cuda_quantize.py --out "$R/quant" ;;
     quant-ab)  # cuda_quantize.py once per library: the built one, then build-cuda/ab/*.so (same call)
