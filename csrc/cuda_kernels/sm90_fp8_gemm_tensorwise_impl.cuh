@@ -19,7 +19,9 @@ namespace cuda {
 #ifndef MXPREC_SM90_TENSORWISE_CONFIG
 #define MXPREC_SM90_TENSORWISE_CONFIG 9
 #endif
-// A cooperative configuration: kM x kN x 128 CTA tile, kClusterM x kClusterN cluster.
+// A cooperative configuration: kM x kN x 128 CTA tile, kClusterM x kClusterN cluster, CUTLASS's FP8
+// mainloop (kOverlapSlices 0; a config that derives from it may set kOverlapSlices / kOverlapTiles, the
+// BuildGemm arguments of sm90_fp8_overlap_mainloop.cuh).
 template <int kM, int kN, int kClusterM, int kClusterN,
           class Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative>
 struct CooperativeTile {
@@ -27,6 +29,7 @@ struct CooperativeTile {
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
   using KernelSchedule = Schedule;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  static constexpr int kOverlapSlices = 0, kOverlapTiles = 1;
 };
 
 template <int kConfig>
@@ -41,6 +44,7 @@ struct TensorwiseTileConfig<2> {
   using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+  static constexpr int kOverlapSlices = 0, kOverlapTiles = 1;
 };
 template <>  // 128x192x128, cluster 1x2: 2 warpgroups of 64x192 (2 x 96 accumulator registers)
 struct TensorwiseTileConfig<3> : CooperativeTile<128, 192, 1, 2> {};
@@ -98,22 +102,7 @@ struct TensorwiseTileConfig<15> {
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
-  static constexpr int kOverlapSlices = 2;
-};
-
-// kOverlapSlices / kOverlapTiles of a config (0 slices: CUTLASS's own FP8 mainloop).
-template <class C, class = void>
-struct OverlapOf {
-  static constexpr int kSlices = 0, kTiles = 1;
-};
-template <class C>
-struct OverlapOf<C, std::void_t<decltype(C::kOverlapSlices)>> {
-  static constexpr int kSlices = C::kOverlapSlices;
-  template <class D, class = void>
-  struct TilesOf : std::integral_constant<int, 1> {};
-  template <class D>
-  struct TilesOf<D, std::void_t<decltype(D::kOverlapTiles)>> : std::integral_constant<int, D::kOverlapTiles> {};
-  static constexpr int kTiles = TilesOf<C>::value;
+  static constexpr int kOverlapSlices = 2, kOverlapTiles = 1;
 };
 
 template <int kPair, int kOut>
@@ -126,7 +115,7 @@ struct Sm90TensorwiseGemm {
   using Gemm = typename sm90::BuildGemm<Ops, typename Config::TileShape, typename Config::ClusterShape,
                                         typename Config::KernelSchedule, typename Config::EpilogueSchedule,
                                         FusionOp, typename Ops::LayoutA, typename Ops::LayoutB,
-                                        OverlapOf<Config>::kSlices, OverlapOf<Config>::kTiles>::Gemm;
+                                        Config::kOverlapSlices, Config::kOverlapTiles>::Gemm;
 
   static typename Gemm::Arguments make_args(const TensorwiseGemmArgs& p) {
     const sm90::PackedProblem<Gemm> pp(p.m, p.n, p.k, p.l, p.sm_count);
