@@ -1302,9 +1302,10 @@ ffi::Error tall_group_keys(cudaStream_t stream, ffi::ScratchAllocator& scratch, 
 // that device's context, so it is set once per (kernel, device): a once-per-process static would leave
 // every GPU but the first of a multi-GPU process at the 48 KB default (its launches would fail). `bytes`
 // is the same on every call for a given kernel.
+constexpr int kMaxDevices = 64;  // devices whose per-kernel launch facts are cached (others: queried each time)
+
 template <void (*kKernel)(Args)>
 cudaError_t allow_dynamic_smem(int dev, int bytes) {
-  constexpr int kMaxDevices = 64;
   static std::atomic<bool> done[kMaxDevices] = {};  // one array per kernel
   const bool cached = dev >= 0 && dev < kMaxDevices;
   if (cached && done[dev].load(std::memory_order_acquire)) return cudaSuccess;
@@ -1313,17 +1314,33 @@ cudaError_t allow_dynamic_smem(int dev, int bytes) {
   return e;
 }
 
+// How many CTAs of kKernel (block threads, smem bytes of dynamic shared memory, which must already be
+// allowed) fit on device dev at once (>= 1). Queried on the first launch per (kernel, device), then
+// cached, so that a launch costs no occupancy query. block / smem are the same on every call for a kernel.
+template <void (*kKernel)(Args)>
+cudaError_t resident_ctas(int dev, int block, int smem, int* ctas) {
+  static std::atomic<int> known[kMaxDevices] = {};  // 0: not queried yet; one array per kernel
+  const bool cached = dev >= 0 && dev < kMaxDevices;
+  if (cached && (*ctas = known[dev].load(std::memory_order_acquire)) > 0) return cudaSuccess;
+  int sms = 0, per_sm = 0;
+  cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, block, smem);
+  if (e != cudaSuccess) return e;
+  *ctas = std::max(sms * per_sm, 1);
+  if (cached) known[dev].store(*ctas, std::memory_order_release);
+  return cudaSuccess;
+}
+
 // row_kernel on a persistent grid: as many CTAs as fit on the GPU at once (at most one per group).
 template <InType I, int kBlock>
 ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
   constexpr int smem = kRowStages * row_buffer_bytes<I, kBlock>();
-  int dev = 0, sms = 0, per_sm = 0;
+  int dev = 0, ctas = 1;
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = allow_dynamic_smem<row_kernel<I, kBlock>>(dev, smem);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, row_kernel<I, kBlock>, kBlock, smem);
+  if (e == cudaSuccess) e = resident_ctas<row_kernel<I, kBlock>>(dev, kBlock, smem, &ctas);
   if (e != cudaSuccess) return cuda_error("row_kernel launch setup", e);
-  const int64_t grid = std::min<int64_t>(a.ngroups, static_cast<int64_t>(std::max(sms * per_sm, 1)));
+  const int64_t grid = std::min<int64_t>(a.ngroups, static_cast<int64_t>(ctas));
   row_kernel<I, kBlock><<<static_cast<unsigned>(grid), kBlock, smem, stream>>>(a);
   return ffi::Error::Success();
 }
