@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call's worth of GPU work, by stage, with per-step time limits so that a call that runs
-# out of time still returns everything finished before (results tarred into $OUT/results.tgz: the
-# device tool returns at most a few files).
+# out of time still returns everything finished before (results tarred into $OUT/results.tgz after every
+# step: the device tool returns at most a few files, and none written after its limit).
 #
 #   OUT=/path bash benchmarks/h200_session.sh STAGE [STAGE ...]
 #
@@ -55,6 +55,8 @@ step() {  # step NAME COMMAND...: runs under the time limit, logs to $R/NAME.log
   timeout "$T" "$@" > "$R/$name.log" 2>&1
   echo "== $name rc=$?"
   tail -n 6 "$R/$name.log"
+  # After every step: a call cut by the device's limit returns only a few files, never the loose ones.
+  tar czf "$OUT/results.tgz" -C "$OUT" r
 }
 
 llama_step() {  # llama_step NAME ARM [BENCH ARGS...]: one arm of $CONFIG, env from LLAMA_ENV=(K=V ...)
@@ -106,7 +108,7 @@ for stage in "$@"; do
       # other flags that replace their namesakes of build-cuda/obj when NAME's library is linked here. Per NAME:
       # the GEMM tests of the families it rebuilt (tensorwise / rowwise / blockwise, one pytest run), then
       # cuda_fp8_gemm.py (per-tensor) and gemm.py (row-wise, block; ffi); once: the built library (and torch,
-      # XLA FP8 for per-tensor). GV_TESTS: a
+      # XLA FP8 for per-tensor; GV_BASE_PEERS overrides that list). GV_TESTS: a
       # glob of the NAMEs whose tests run (default all).
       shopt -s nullglob
       GV_SHAPES="${GV_SHAPES:-8192x8192x8192,16384x4096x14336}"
@@ -142,7 +144,7 @@ for stage in "$@"; do
         unset MXPREC_CUDA_LIBRARY
       done
       shopt -u nullglob
-      step gv_base "$PY" benchmarks/cuda_fp8_gemm.py --only mxprec,torch_scaled_mm,xla_fp8 --shapes "$GV_SHAPES" \
+      step gv_base "$PY" benchmarks/cuda_fp8_gemm.py --only "${GV_BASE_PEERS:-mxprec,torch_scaled_mm,xla_fp8}" --shapes "$GV_SHAPES" \
         --out "$R/gv_base.json"
       step gv_base_gemm "$PY" benchmarks/gemm.py --recipes fp8_rowwise,fp8_block --backend ffi --iters 20 \
         --shapes "$GV_SHAPES" --bf16-only --out "$R/gv_base_gemm" ;;

@@ -104,6 +104,20 @@ struct TensorwiseTileConfig<15> {
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
   static constexpr int kOverlapSlices = 2, kOverlapTiles = 1;
 };
+template <>  // 64x256x128 per warpgroup, cluster 2x1, ping-pong, 4 slices of 64 (accumulator 128 + 2 x 32 registers)
+struct TensorwiseTileConfig<16> : TensorwiseTileConfig<15> {
+  using TileShape = cute::Shape<cute::_64, cute::_256, cute::_128>;
+  static constexpr int kOverlapSlices = 4;
+};
+// Larger clusters: TMA multicast of both operands cuts L2 -> SM traffic (2x2: A and B each loaded once per 2 CTAs).
+template <>  // 128x192x128, cluster 2x2, cooperative, 2 slices of 96
+struct TensorwiseTileConfig<17> : CooperativeTile<128, 192, 2, 2> {
+  static constexpr int kOverlapSlices = 2;
+};
+template <>  // 128x192x128, cluster 4x1, cooperative, 2 slices of 96
+struct TensorwiseTileConfig<18> : CooperativeTile<128, 192, 4, 1> {
+  static constexpr int kOverlapSlices = 2;
+};
 
 template <int kPair, int kOut>
 struct Sm90TensorwiseGemm {
