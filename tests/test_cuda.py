@@ -74,6 +74,7 @@ def _operands(key, b, m, n, k, lfmt, rfmt, lc=2, rc=2, delayed=False, scale=(3.0
 
 # Specs of the row-wise and block-scaled families: (lhs spec, rhs spec) from the formats.
 FAMILIES = {
+    "tensor": lambda lf, rf: (TensorScaling(FMTS[lf]), TensorScaling(FMTS[rf])),
     "row": lambda lf, rf: (RowScaling(FMTS[lf]), RowScaling(FMTS[rf])),
     "block": lambda lf, rf: (TileScaling(FMTS[lf], tile=(1, 128)), TileScaling(FMTS[rf], tile=(128, 128))),
     # The Wgrad pair (dW = X^T dY): 1x128 tiles on both operands.
@@ -96,7 +97,7 @@ def _graded(key, shape, contract, base):
 
 
 def _family_operands(family, key, b, m, n, k, lfmt, rfmt, lc=2, rc=2, scale=(3.0, 0.02)):
-    """Row-wise or block-scaled QTensors lhs (B, M, K) / (B, K, M), rhs (B, N, K) / (B, K, N)."""
+    """Per-tensor, row-wise or block-scaled QTensors lhs (B, M, K) / (B, K, M), rhs (B, N, K) / (B, K, N)."""
     k1, k2 = jax.random.split(key)
     lspec, rspec = FAMILIES[family](lfmt, rfmt)
     x = _graded(k1, (b, m, k) if lc == 2 else (b, k, m), lc, scale[0])
@@ -357,17 +358,17 @@ def test_family_fresh_scales_one_compile(family):
 
 
 def test_auto_prefers_only_the_families_that_measured_faster():
-    # backend="auto" sends block-scaled pairs (Fprop/Dgrad 1x128 x 128x128, Wgrad 1x128 x 1x128) to the
-    # CUDA kernels; per-tensor and row-wise pairs stay on XLA's cuBLASLt FP8 dot; plain arrays never go.
+    # backend="auto" sends block-scaled pairs (Fprop/Dgrad 1x128 x 128x128, Wgrad 1x128 x 1x128) and
+    # row-wise pairs to the CUDA kernels; per-tensor pairs stay on XLA's cuBLASLt FP8 dot; plain arrays never go.
     x = jnp.ones((1, 64, 256), jnp.float32)
     w = jnp.ones((1, 128, 256), jnp.float32)
-    for family, expected in (("block", True), ("block1d", True), ("row", False)):
+    for family, expected in (("block", True), ("block1d", True), ("row", True)):
         ls, rs = FAMILIES[family]("e4m3", "e4m3")
         pair = (mxprec.quantize(x, ls, axis=2), mxprec.quantize(w, rs, axis=2))
         assert cuda.auto_prefers(*pair) is expected, family
     assert not cuda.auto_prefers(_q(x, "e4m3", 2), _q(w, "e4m3", 2))  # per-tensor
     assert not cuda.auto_prefers(x, w)
-    assert cuda.AUTO_FAMILIES == ("block",)
+    assert cuda.AUTO_FAMILIES == ("block", "row")
 
 
 def test_auto_quantizes_tile_and_mx_scaling_on_cuda(monkeypatch):
@@ -418,11 +419,11 @@ def test_auto_dot_general_quantizes_tiles_and_mx_with_the_cuda_kernel():
 
 
 @needs_gpu
-def test_auto_runs_block_pairs_on_cuda_and_per_tensor_on_xla():
+def test_auto_runs_block_and_row_pairs_on_cuda_and_per_tensor_on_xla():
     from mxprec.kernels import resolve_backend, scaled_gemm
 
     assert resolve_backend("auto") == "auto"
-    for family, custom_call in (("block", True), ("row", False)):
+    for family, custom_call in (("block", True), ("row", True), ("tensor", False)):
         lhs, rhs = _family_operands(family, jax.random.PRNGKey(4), 1, 64, 256, 512, "e4m3", "e4m3", 2, 1)
         f = jax.jit(lambda a, b: scaled_gemm(a, b, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32,
                                              backend="auto"))

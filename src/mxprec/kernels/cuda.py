@@ -139,15 +139,17 @@ def _family(lspec, rspec) -> tuple[str, str]:
 
 
 # Kernel families that backend="auto" runs here rather than on XLA's path, each because it measured
-# faster on the H200 (benchmarks/results/h200_gemm.md, h200_llama.md):
-# * "block": CUTLASS's block-scaled GEMM 1119 TFLOP/s at 8192^3 against 668 for XLA's exact path
-#   (dequantize to BF16 + BF16 dot); the fp8_block Llama step 227 ms on these kernels against 273 ms.
-# Per-tensor and row-wise pairs stay on XLA: cuBLASLt's FP8 GEMM is faster than ours there (1354 vs
-# 1259 and 1335 vs 1132 TFLOP/s at 8192^3; the fp8_current Llama step 172 ms on XLA vs 187 ms here).
-# With the overlapped FP32 promotion (eighth session, h200_gemm_overlap.md) ours reach 1358 (per-tensor,
-# XLA 1388 in the same run) and 1355 (row-wise; XLA's row-wise path not re-timed), so this stands until a
-# same-run Llama step says otherwise.
-AUTO_FAMILIES = ("block",)
+# faster on the H200 (benchmarks/results/h200_gemm.md, same run per shape, and h200_llama.md):
+# * "block": CUTLASS's block-scaled GEMM 1138 TFLOP/s at 8192^3 against 674 for XLA's exact path
+#   (dequantize to BF16 + BF16 dot), faster on all ten shapes; the fp8_block Llama step 209 ms on these
+#   kernels against 273 ms.
+# * "row" (ninth session): with the overlapped FP32 promotion, the row-wise GEMM is faster than XLA's
+#   row-wise path (cuBLASLt FP8 dot + output scaling) on all ten shapes, 1353 vs 1227 TFLOP/s at 8192^3,
+#   1264 vs 1085 at 16384x4096x14336 (+0.4 % to +16 %).
+# Per-tensor pairs stay on XLA: ours win on six shapes and lose on four (1347 vs 1302 at 8192^3, 1266 vs
+# 1317 at 8192x8192x28672), and XLA fuses the per-tensor quantization into the producers, which a custom
+# call cannot (h200_llama.md: fp8_current on XLA against fp8_current:ffi).
+AUTO_FAMILIES = ("block", "row")
 
 
 # Scaling kinds whose quantization backend="auto" runs on the CUDA kernels (mxprec_quantize) rather than
