@@ -69,13 +69,23 @@ struct TnOperands {
 // cute::tuple<Layout, LayoutSF> there). kOverlapSlices > 0 replaces the FP8 mainloop's mma() with
 // OverlapPromotionMainloop's (sm90_fp8_overlap_mainloop.cuh): N cut into that many slices, kOverlapTiles
 // k-tiles per loop body.
+// MXPREC_SM90_EPILOGUE_TILE_N = n > 0: epilogue subtiles of (tile M) x n instead of CUTLASS's automatic
+// choice (128 x 32 for these tiles), for A/B builds only (fewer subtiles: fewer barriers per tile, more
+// shared memory for the epilogue and fewer mainloop stages).
+#ifndef MXPREC_SM90_EPILOGUE_TILE_N
+#define MXPREC_SM90_EPILOGUE_TILE_N 0
+#endif
+template <class TileShape, int kN = MXPREC_SM90_EPILOGUE_TILE_N>
+using EpilogueTileOf = std::conditional_t<(kN > 0), cute::Shape<cute::Int<decltype(cute::size<0>(TileShape{}))::value>, cute::Int<kN>>,
+                                          cutlass::epilogue::collective::EpilogueTileAuto>;
+
 template <class Ops, class TileShape, class ClusterShape, class KernelSchedule, class EpilogueSchedule,
           class Fusion, class MainloopLayoutA = typename Ops::LayoutA,
           class MainloopLayoutB = typename Ops::LayoutB, int kOverlapSlices = 0, int kOverlapTiles = 1>
 struct BuildGemm {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, typename Ops::ElementAcc, typename Ops::ElementCompute, void,
+      EpilogueTileOf<TileShape>, typename Ops::ElementAcc, typename Ops::ElementCompute, void,
       typename Ops::LayoutD, Ops::kAlignD, typename Ops::ElementD, typename Ops::LayoutD, Ops::kAlignD,
       EpilogueSchedule, Fusion>::CollectiveOp;
 
