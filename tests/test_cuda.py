@@ -401,11 +401,12 @@ def test_auto_quantize_kinds_env_override(monkeypatch):
 def test_auto_dot_general_quantizes_tiles_and_mx_with_the_cuda_kernel():
     # fp8_block under backend="auto": every quantization (Fprop, Dgrad, Wgrad operands) is the
     # mxprec_quantize custom call and every GEMM the mxprec_scaled_gemm one; fp8_current has neither;
-    # mxfp8 quantizes with the custom call and runs the exact XLA GEMM (Hopper has no MX GEMM).
+    # mxfp8 quantizes with the custom call and runs the exact XLA GEMM (Hopper has no MX GEMM); fp8_rowwise
+    # quantizes with XLA and runs its GEMMs on the row-wise kernel.
     x = jax.random.normal(jax.random.PRNGKey(7), (2, 128, 256), jnp.float32)
     w = jax.random.normal(jax.random.PRNGKey(8), (256, 128), jnp.float32) * 0.05
     for name, quantize_call, gemm_call in (("fp8_block", True, True), ("fp8_current", False, False),
-                                           ("mxfp8", True, False)):
+                                           ("mxfp8", True, False), ("fp8_rowwise", False, True)):
         recipe = dataclasses.replace(mxprec.recipes.get(name), backend="auto")
 
         def loss(a, b, recipe=recipe):
@@ -416,6 +417,27 @@ def test_auto_dot_general_quantizes_tiles_and_mx_with_the_cuda_kernel():
         assert ("mxprec_scaled_gemm" in hlo) is gemm_call, name
         gx, gw = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
         assert bool(jnp.all(jnp.isfinite(gx))) and bool(jnp.all(jnp.isfinite(gw))), name
+
+
+@needs_gpu
+def test_auto_fp8_rowwise_dot_general_matches_xla():
+    # fp8_rowwise under backend="auto" (row-wise GEMMs on the CUDA kernel) against backend="xla": the same
+    # quantized operands, so value and gradients differ only by the FP32 summation order over K.
+    x = jax.random.normal(jax.random.PRNGKey(9), (2, 256, 512), jnp.float32)
+    w = jax.random.normal(jax.random.PRNGKey(10), (512, 384), jnp.float32) * 0.05
+
+    def run(backend):
+        recipe = dataclasses.replace(mxprec.recipes.get("fp8_rowwise"), backend=backend)
+
+        def loss(a, b):
+            return jnp.sum(mxprec.dot_general(a, b, (((2,), (0,)), ((), ())), recipe=recipe) ** 2)
+
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(x, w)
+
+    (v_auto, (gx_auto, gw_auto)), (v_xla, (gx_xla, gw_xla)) = run("auto"), run("xla")
+    assert abs(float(v_auto) - float(v_xla)) <= 1e-3 * abs(float(v_xla))
+    for got, want in ((gx_auto, gx_xla), (gw_auto, gw_xla)):
+        assert float(jnp.linalg.norm(got - want)) <= 1e-3 * float(jnp.linalg.norm(want))
 
 
 @needs_gpu
