@@ -26,8 +26,8 @@ which :func:`reference_scaled_gemm` implements; it is the oracle for every backe
   gfx950 kernels on ROCm (mxprec.kernels.hip; compiled, never run), raising
   NotImplementedError for operands no kernel serves.
 * ``"auto"``: on NVIDIA GPUs the CUDA kernels for the operand families that measured faster there
-  (``mxprec.kernels.cuda.AUTO_FAMILIES``: block-scaled 1x128 / 128x128 tiles), the exact XLA path for
-  the rest (per-tensor and row-wise FP8 run cuBLASLt through XLA); on CPU the XLA path (faster than
+  (``mxprec.kernels.cuda.AUTO_FAMILIES``: block-scaled 1x128 / 128x128 tiles and row-wise scales), the
+  exact XLA path for the rest (per-tensor FP8 runs cuBLASLt through XLA); on CPU the XLA path (faster than
   the C++ reference lowering).
 """
 
