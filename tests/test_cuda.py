@@ -72,7 +72,7 @@ def _operands(key, b, m, n, k, lfmt, rfmt, lc=2, rc=2, delayed=False, scale=(3.0
     return _q(x, lfmt, lc, delayed), _q(w, rfmt, rc, delayed)
 
 
-# Specs of the row-wise and block-scaled families: (lhs spec, rhs spec) from the formats.
+# Specs of the per-tensor, row-wise and block-scaled families: (lhs spec, rhs spec) from the formats.
 FAMILIES = {
     "tensor": lambda lf, rf: (TensorScaling(FMTS[lf]), TensorScaling(FMTS[rf])),
     "row": lambda lf, rf: (RowScaling(FMTS[lf]), RowScaling(FMTS[rf])),

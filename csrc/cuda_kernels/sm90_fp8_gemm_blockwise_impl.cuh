@@ -38,7 +38,8 @@
 #define MXPREC_SM90_BLOCKWISE_PINGPONG 0
 #endif
 // N > 0: the FP32 promotion overlaps the next WGMMAs (sm90_fp8_overlap_mainloop.cuh, N slices of the tile's
-// columns, cooperative schedule only). Compiled here, not yet run on a GPU: 0 (CUTLASS's mainloop) by default.
+// columns, cooperative schedule only). 0 (CUTLASS's mainloop) by default: on the H200 the overlap was slower
+// (1051 vs 1097 TFLOP/s at 8192^3, N-64 slices re-read A; benchmarks/results/h200_sm90_variants.md).
 #ifndef MXPREC_SM90_BLOCKWISE_OVERLAP
 #define MXPREC_SM90_BLOCKWISE_OVERLAP 0
 #endif

@@ -35,7 +35,8 @@ struct Sm90RowwiseGemm {
   using ElementD = typename Ops::ElementD;
   using ElementCompute = typename Ops::ElementCompute;
 
-  // 128 x TILE_N x 128 CTA tile, cluster CLUSTER_M x CLUSTER_N (default 3 - CLUSTER_M), cooperative (2 consumer warpgroups);
+  // 128 x TILE_N x 128 CTA tile, cluster CLUSTER_M x CLUSTER_N (default 3 - CLUSTER_M), cooperative
+  // (2 consumer warpgroups);
   // MXPREC_SM90_ROWWISE_OVERLAP = N > 0: the FP32 promotion overlaps the next WGMMAs
   // (sm90_fp8_overlap_mainloop.cuh, N slices of the tile's columns, OVERLAP_TILES k-tiles per loop body),
   // 0: CUTLASS's mainloop. Defaults (eighth session, benchmarks/results/h200_sm90_overlap.md): 128x192,
@@ -56,7 +57,8 @@ struct Sm90RowwiseGemm {
 #define MXPREC_SM90_ROWWISE_CLUSTER_N (3 - MXPREC_SM90_ROWWISE_CLUSTER_M)
 #endif
   using TileShape = cute::Shape<cute::_128, cute::Int<MXPREC_SM90_ROWWISE_TILE_N>, cute::_128>;
-  using ClusterShape = cute::Shape<cute::Int<MXPREC_SM90_ROWWISE_CLUSTER_M>, cute::Int<MXPREC_SM90_ROWWISE_CLUSTER_N>, cute::_1>;
+  using ClusterShape =
+      cute::Shape<cute::Int<MXPREC_SM90_ROWWISE_CLUSTER_M>, cute::Int<MXPREC_SM90_ROWWISE_CLUSTER_N>, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;  // FP32 promotion
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 

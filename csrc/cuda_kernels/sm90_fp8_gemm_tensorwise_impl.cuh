@@ -89,9 +89,11 @@ struct TensorwiseTileConfig<13> : TensorwiseTileConfig<9> {
   static constexpr int kOverlapTiles = 4;
 };
 
-// Built and checked here, not yet measured (eighth session): the last slice's add is the part of the
-// promotion left exposed, 1/3 of it with 3 slices; ping-pong overlaps one warpgroup's epilogue with the
-// other's mainloop (64x192 per warpgroup: accumulator 96 + 2 x 48 registers).
+// Configs 14-18: measured in the ninth session, all slower than config 9 (1026 / 774 / 840 / 1022 / 1077 against
+// 1111-1161 TFLOP/s at 8192^3, benchmarks/results/h200_sm90_variants.md). The ideas: the last slice's add is
+// the part of the promotion left exposed, 1/3 of it with 3 slices; ping-pong overlaps one warpgroup's epilogue
+// with the other's mainloop (64x192 per warpgroup: accumulator 96 + 2 x 48 registers), but a lone warpgroup
+// keeps too few WGMMAs in flight; larger clusters cut L2 traffic, which is not the limit.
 template <>  // 128x192x128, cluster 2x1, cooperative, 3 slices of 64
 struct TensorwiseTileConfig<14> : CooperativeTile<128, 192, 2, 1> {
   static constexpr int kOverlapSlices = 3;
@@ -109,7 +111,7 @@ struct TensorwiseTileConfig<16> : TensorwiseTileConfig<15> {
   using TileShape = cute::Shape<cute::_64, cute::_256, cute::_128>;
   static constexpr int kOverlapSlices = 4;
 };
-// Larger clusters: TMA multicast of both operands cuts L2 -> SM traffic (2x2: A and B each loaded once per 2 CTAs).
+// Larger clusters: TMA multicast of both operands (2x2: A and B each loaded once per 2 CTAs).
 template <>  // 128x192x128, cluster 2x2, cooperative, 2 slices of 96
 struct TensorwiseTileConfig<17> : CooperativeTile<128, 192, 2, 2> {
   static constexpr int kOverlapSlices = 2;

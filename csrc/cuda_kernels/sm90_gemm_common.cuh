@@ -76,8 +76,9 @@ struct TnOperands {
 #define MXPREC_SM90_EPILOGUE_TILE_N 0
 #endif
 template <class TileShape, int kN = MXPREC_SM90_EPILOGUE_TILE_N>
-using EpilogueTileOf = std::conditional_t<(kN > 0), cute::Shape<cute::Int<decltype(cute::size<0>(TileShape{}))::value>, cute::Int<kN>>,
-                                          cutlass::epilogue::collective::EpilogueTileAuto>;
+using EpilogueTileOf =
+    std::conditional_t<(kN > 0), cute::Shape<cute::Int<decltype(cute::size<0>(TileShape{}))::value>, cute::Int<kN>>,
+                       cutlass::epilogue::collective::EpilogueTileAuto>;
 
 template <class Ops, class TileShape, class ClusterShape, class KernelSchedule, class EpilogueSchedule,
           class Fusion, class MainloopLayoutA = typename Ops::LayoutA,
