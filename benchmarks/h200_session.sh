@@ -28,6 +28,8 @@
 #                report ($R/hlo_ARM.*.gz), to map the profile's fusion names to the ops they fuse
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
+#   ncu-src:SHAPE ncu --set full with per-SASS-instruction stall samples, ours and cuBLASLt, one e4m3 GEMM of SHAPE
+#   raster1:SHAPE the default per-tensor kernel at SHAPE per MXPREC_SM90_RASTER:SWIZZLE in RASTERS
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
 #                kernels (delayed cast, tile 1x128 along axis -1, MXFP8 along both axes) on one 8192x8192 bf16 input
 #   raster       per-tensor GEMM (default tiles): persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
@@ -104,11 +106,27 @@ for stage in "$@"; do
           --section SchedulerStats --section LaunchStats --section Occupancy --section InstructionStats \
           "$PY" benchmarks/cuda_fp8_gemm.py --only "$op" --shapes 8192x8192x8192
       done ;;
+    ncu-src:*)  # ncu --set full (incl. source-level warp-stall sampling) on one e4m3 x e4m3 GEMM of SHAPE (MxKxN):
+      # our per-tensor kernel, then cuBLASLt (torch); the report, its details page and its per-SASS-instruction CSV
+      shape="${stage#ncu-src:}"
+      for who in "mxprec device_kernel" "torch_scaled_mm nvjet"; do
+        read -r op kernel <<< "$who"
+        step "ncusrc_$op" env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"$kernel" --launch-skip 4 \
+          --launch-count 1 --set full -f -o "$R/ncusrc_$op" "$PY" benchmarks/cuda_fp8_gemm.py --only "$op" --shapes "$shape"
+        step "ncusrc_${op}_details" ncu -i "$R/ncusrc_$op.ncu-rep" --page details
+        step "ncusrc_${op}_sass" sh -c "ncu -i '$R/ncusrc_$op.ncu-rep' --page source --csv --print-source sass | gzip > '$R/ncusrc_${op}_sass.csv.gz'"
+      done ;;
+    raster1:*)  # the default per-tensor kernel at one SHAPE x (raster, swizzle) in RASTERS (default m:1 m:8 n:1 n:8)
+      shape="${stage#raster1:}"
+      for rs in ${RASTERS:-m:1 m:8 n:1 n:8}; do
+        step "raster_${rs/:/_sw}_$shape" env MXPREC_SM90_RASTER="${rs%%:*}" MXPREC_SM90_SWIZZLE="${rs##*:}" "$PY" \
+          benchmarks/cuda_fp8_gemm.py --only mxprec --shapes "$shape" --out "$R/raster_${rs/:/_sw}_$shape.json"
+      done ;;
     gemm-variants)  # GEMM builds to compare in one call: every build-cuda/var/NAME/ holds objects (*.o) built with
       # other flags that replace their namesakes of build-cuda/obj when NAME's library is linked here. Per NAME:
       # the GEMM tests of the families it rebuilt (tensorwise / rowwise / blockwise, one pytest run), then
       # cuda_fp8_gemm.py (per-tensor) and gemm.py (row-wise, block; ffi); once: the built library (and torch,
-      # XLA FP8 for per-tensor; GV_BASE_PEERS overrides that list). GV_TESTS: a
+      # XLA FP8 for per-tensor; GV_BASE_PEERS overrides that list; GV_BASE_GEMM=0 skips its row-wise / block run). GV_TESTS: a
       # glob of the NAMEs whose tests run (default all).
       shopt -s nullglob
       GV_SHAPES="${GV_SHAPES:-8192x8192x8192,16384x4096x14336}"
@@ -146,8 +164,10 @@ for stage in "$@"; do
       shopt -u nullglob
       step gv_base "$PY" benchmarks/cuda_fp8_gemm.py --only "${GV_BASE_PEERS:-mxprec,torch_scaled_mm,xla_fp8}" --shapes "$GV_SHAPES" \
         --out "$R/gv_base.json"
-      step gv_base_gemm "$PY" benchmarks/gemm.py --recipes fp8_rowwise,fp8_block --backend ffi --iters 20 \
-        --shapes "$GV_SHAPES" --bf16-only --out "$R/gv_base_gemm" ;;
+      if [ "${GV_BASE_GEMM:-1}" != 0 ]; then
+        step gv_base_gemm "$PY" benchmarks/gemm.py --recipes fp8_rowwise,fp8_block --backend ffi --iters 20 \
+          --shapes "$GV_SHAPES" --bf16-only --out "$R/gv_base_gemm"
+      fi ;;
     quant)
       step quant "$PY" benchmarks/cuda_quantize.py --out "$R/quant" ;;
     quant-ab)  # cuda_quantize.py once per library: the built one, then build-cuda/ab/*.so (same call)

@@ -11,13 +11,12 @@
 // per CTA tile on both sides, both loaded with cp.async (CUTLASS uses TMA for a scale operand only
 // when the other one has fewer than 32 per tile), and every accumulator element gets its own
 // sa[m] * sb[n] at each promotion.
-// Epilogue: LinCombPerColBias with alpha = 1 (the scales are already in the accumulator):
-// D = acc + bias[n], bias_ptr == nullptr: no bias.
+// Epilogue: sm90::AlphaBiasEpilogue with alpha = 1 (the scales are already in the accumulator):
+// D = acc + bias[n] when a bias is given, else D = acc (a second kernel without the bias broadcast).
 #ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_BLOCKWISE_IMPL_CUH_
 #define MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_BLOCKWISE_IMPL_CUH_
 
 #include "cutlass/detail/blockwise_scale_layout.hpp"
-#include "cutlass/epilogue/fusion/operations.hpp"
 #include "sm90_gemm_common.cuh"
 #include "sm90_fp8_gemm_blockwise.h"
 
@@ -48,7 +47,7 @@ namespace mxprec {
 namespace cuda {
 namespace blockwise {
 
-template <int kPair, int kOut, int kRowsB>
+template <int kPair, int kOut, int kRowsB, bool kBias>
 struct Sm90BlockwiseGemm {
   static_assert(kRowsB == kBlockwiseRowsB || kRowsB == kBlockwiseRowsB1D, "B scale tiles are 128x128 or 1x128");
   using Ops = sm90::TnOperands<kPair, kOut>;
@@ -74,8 +73,7 @@ struct Sm90BlockwiseGemm {
   using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 #endif
 
-  using FusionOp = cutlass::epilogue::fusion::LinCombPerColBias<typename Ops::ElementD, float, float,
-                                                                typename Ops::ElementD, float>;
+  using FusionOp = sm90::AlphaBiasEpilogue<typename Ops::ElementD, kBias>;
   using Gemm = typename sm90::BuildGemm<Ops, TileShape, ClusterShape, KernelSchedule, EpilogueSchedule, FusionOp,
                                         cute::tuple<typename Ops::LayoutA, LayoutSFA>,
                                         cute::tuple<typename Ops::LayoutB, LayoutSFB>,
@@ -103,12 +101,7 @@ struct Sm90BlockwiseGemm {
          p.sfa, make_layout_sfa(p), p.sfb, layout_sfb},
         {{}, nullptr, pp.sc, static_cast<typename Ops::ElementD*>(p.d), pp.sd},
         pp.hw};
-    auto& fusion = args.epilogue.thread;
-    fusion.alpha = 1.0f;
-    fusion.alpha_ptr = nullptr;
-    fusion.beta = 0.0f;
-    fusion.beta_ptr = nullptr;
-    fusion.bias_ptr = p.bias;
+    sm90::set_alpha_bias<kBias>(args.epilogue.thread, 1.0f, nullptr, p.bias);
     return args;
   }
 };
@@ -117,15 +110,19 @@ struct Sm90BlockwiseGemm {
 
 template <int kPair, int kOut, int kRowsB>
 size_t sm90_blockwise_workspace(const BlockwiseGemmArgs& args) {
-  return sm90::workspace<blockwise::Sm90BlockwiseGemm<kPair, kOut, kRowsB>>(args);
+  using WithBias = blockwise::Sm90BlockwiseGemm<kPair, kOut, kRowsB, true>;
+  using NoBias = blockwise::Sm90BlockwiseGemm<kPair, kOut, kRowsB, false>;
+  return sm90::workspace_bias_or_not<WithBias, NoBias>(args);
 }
 
 template <int kPair, int kOut, int kRowsB>
 const char* sm90_blockwise_run(const BlockwiseGemmArgs& args, void* workspace, cudaStream_t stream) {
+  using WithBias = blockwise::Sm90BlockwiseGemm<kPair, kOut, kRowsB, true>;
+  using NoBias = blockwise::Sm90BlockwiseGemm<kPair, kOut, kRowsB, false>;
   static constexpr sm90::RunErrors kErrors{"CUTLASS can_implement rejected the block-scaled problem",
                                            "CUTLASS initialize failed (block-scaled)",
                                            "CUTLASS kernel launch failed (block-scaled)"};
-  return sm90::run<blockwise::Sm90BlockwiseGemm<kPair, kOut, kRowsB>>(args, workspace, stream, kErrors);
+  return sm90::run_bias_or_not<WithBias, NoBias>(args, workspace, stream, kErrors);
 }
 
 #define MXPREC_INSTANTIATE_SM90_BLOCKWISE(P, O, R)                                                   \

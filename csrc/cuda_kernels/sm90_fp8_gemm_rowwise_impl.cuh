@@ -13,7 +13,8 @@
 //                   |----- Sm90RowBroadcast                              (sb[l, n], stride (0, 1, N))
 //                   '----- Sm90RowBroadcast                              (bias[n],  stride (0, 1, 0))
 //
-// A null bias pointer makes the bias broadcast read zeros (Sm90RowBroadcast's null default).
+// Without a bias (args.bias == nullptr) a second kernel runs the tree without the bias leaf:
+//   D = (acc * sa[m]) * sb[n].
 #ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_ROWWISE_IMPL_CUH_
 #define MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_ROWWISE_IMPL_CUH_
 
@@ -29,7 +30,7 @@ namespace mxprec {
 namespace cuda {
 namespace rowwise {
 
-template <int kPair, int kOut>
+template <int kPair, int kOut, bool kBias>
 struct Sm90RowwiseGemm {
   using Ops = sm90::TnOperands<kPair, kOut>;
   using ElementD = typename Ops::ElementD;
@@ -78,10 +79,15 @@ struct Sm90RowwiseGemm {
   using AccTimesScaleA = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementCompute, ElementCompute, kRound>, Acc,
       ScaleA>;
-  // fma(acc * sa[m], sb[n], bias[n]) in FP32, then one rounding to ElementD.
-  using FusionCallbacks = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, ElementCompute, kRound>,
-      AccTimesScaleA, ScaleB, Bias>;
+  // fma(acc * sa[m], sb[n], bias[n]) (kBias) or (acc * sa[m]) * sb[n] in FP32, then one rounding to ElementD.
+  using FusionCallbacks = std::conditional_t<
+      kBias,
+      cutlass::epilogue::fusion::Sm90EVT<
+          cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, ElementCompute, kRound>,
+          AccTimesScaleA, ScaleB, Bias>,
+      cutlass::epilogue::fusion::Sm90EVT<
+          cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, ElementCompute, kRound>, AccTimesScaleA,
+          ScaleB>>;
 
   using Gemm = typename sm90::BuildGemm<Ops, TileShape, ClusterShape, KernelSchedule, EpilogueSchedule,
                                         FusionCallbacks, typename Ops::LayoutA, typename Ops::LayoutB,
@@ -94,8 +100,14 @@ struct Sm90RowwiseGemm {
     // EVT arguments mirror the tree: {child arguments..., node op arguments}.
     typename ScaleA::Arguments scale_a{p.scale_a, 0.0f, {cute::_1{}, cute::_0{}, static_cast<int64_t>(M)}};
     typename ScaleB::Arguments scale_b{p.scale_b, 0.0f, {cute::_0{}, cute::_1{}, static_cast<int64_t>(N)}};
-    typename Bias::Arguments bias{p.bias, 0.0f, {cute::_0{}, cute::_1{}, int64_t(0)}};
-    typename FusionCallbacks::Arguments thread{{{}, scale_a, {}}, scale_b, bias, {}};
+    typename FusionCallbacks::Arguments thread = [&] {
+      if constexpr (kBias) {
+        typename Bias::Arguments bias{p.bias, 0.0f, {cute::_0{}, cute::_1{}, int64_t(0)}};
+        return typename FusionCallbacks::Arguments{{{}, scale_a, {}}, scale_b, bias, {}};
+      } else {
+        return typename FusionCallbacks::Arguments{{{}, scale_a, {}}, scale_b, {}};
+      }
+    }();
 
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
@@ -111,15 +123,19 @@ struct Sm90RowwiseGemm {
 
 template <int kPair, int kOut>
 size_t sm90_rowwise_workspace(const RowwiseGemmArgs& args) {
-  return sm90::workspace<rowwise::Sm90RowwiseGemm<kPair, kOut>>(args);
+  using WithBias = rowwise::Sm90RowwiseGemm<kPair, kOut, true>;
+  using NoBias = rowwise::Sm90RowwiseGemm<kPair, kOut, false>;
+  return sm90::workspace_bias_or_not<WithBias, NoBias>(args);
 }
 
 template <int kPair, int kOut>
 const char* sm90_rowwise_run(const RowwiseGemmArgs& args, void* workspace, cudaStream_t stream) {
+  using WithBias = rowwise::Sm90RowwiseGemm<kPair, kOut, true>;
+  using NoBias = rowwise::Sm90RowwiseGemm<kPair, kOut, false>;
   static constexpr sm90::RunErrors kErrors{"CUTLASS can_implement rejected the row-wise problem",
                                            "CUTLASS initialize failed (row-wise)",
                                            "CUTLASS kernel launch failed (row-wise)"};
-  return sm90::run<rowwise::Sm90RowwiseGemm<kPair, kOut>>(args, workspace, stream, kErrors);
+  return sm90::run_bias_or_not<WithBias, NoBias>(args, workspace, stream, kErrors);
 }
 
 #define MXPREC_INSTANTIATE_SM90_ROWWISE(P, O)                                                     \

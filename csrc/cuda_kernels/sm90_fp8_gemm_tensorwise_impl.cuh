@@ -4,7 +4,6 @@
 #ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_TENSORWISE_IMPL_CUH_
 #define MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_TENSORWISE_IMPL_CUH_
 
-#include "cutlass/epilogue/fusion/operations.hpp"
 #include "sm90_gemm_common.cuh"
 #include "sm90_fp8_gemm_tensorwise.h"
 
@@ -93,13 +92,12 @@ struct TensorwiseTileConfig<17> : TileConfig<128, 192, 2, 2, 2> {};
 template <>  // 128x192x128, cluster 4x1, cooperative, 2 slices of 96
 struct TensorwiseTileConfig<18> : TileConfig<128, 192, 4, 1, 2> {};
 
-template <int kPair, int kOut>
+template <int kPair, int kOut, bool kBias>
 struct Sm90TensorwiseGemm {
   using Ops = sm90::TnOperands<kPair, kOut>;
   using Config = TensorwiseTileConfig<MXPREC_SM90_TENSORWISE_CONFIG>;
-  // D = alpha * acc + bias[n] (bias_ptr == nullptr: no bias, no loads); C is void.
-  using FusionOp = cutlass::epilogue::fusion::LinCombPerColBias<typename Ops::ElementD, float, float,
-                                                                typename Ops::ElementD, float>;
+  // D = alpha * acc (+ bias[n] with kBias), alpha = *alpha_ptr.
+  using FusionOp = sm90::AlphaBiasEpilogue<typename Ops::ElementD, kBias>;
   using Gemm = typename sm90::BuildGemm<Ops, typename Config::TileShape, typename Config::ClusterShape,
                                         typename Config::KernelSchedule, typename Config::EpilogueSchedule,
                                         FusionOp, typename Ops::LayoutA, typename Ops::LayoutB,
@@ -113,26 +111,25 @@ struct Sm90TensorwiseGemm {
         {static_cast<const typename Ops::ElementA*>(p.a), pp.sa, static_cast<const typename Ops::ElementB*>(p.b), pp.sb},
         {{}, nullptr, pp.sc, static_cast<typename Ops::ElementD*>(p.d), pp.sd},
         pp.hw};
-    auto& fusion = args.epilogue.thread;
-    fusion.alpha = 1.0f;
-    fusion.alpha_ptr = p.alpha;
-    fusion.beta = 0.0f;
-    fusion.beta_ptr = nullptr;
-    fusion.bias_ptr = p.bias;
+    sm90::set_alpha_bias<kBias>(args.epilogue.thread, 1.0f, p.alpha, p.bias);
     return args;
   }
 };
 
 template <int kPair, int kOut>
 size_t sm90_tensorwise_workspace(const TensorwiseGemmArgs& args) {
-  return sm90::workspace<Sm90TensorwiseGemm<kPair, kOut>>(args);
+  using WithBias = Sm90TensorwiseGemm<kPair, kOut, true>;
+  using NoBias = Sm90TensorwiseGemm<kPair, kOut, false>;
+  return sm90::workspace_bias_or_not<WithBias, NoBias>(args);
 }
 
 template <int kPair, int kOut>
 const char* sm90_tensorwise_run(const TensorwiseGemmArgs& args, void* workspace, cudaStream_t stream) {
+  using WithBias = Sm90TensorwiseGemm<kPair, kOut, true>;
+  using NoBias = Sm90TensorwiseGemm<kPair, kOut, false>;
   static constexpr sm90::RunErrors kErrors{"CUTLASS can_implement rejected the problem", "CUTLASS initialize failed",
                                            "CUTLASS kernel launch failed"};
-  return sm90::run<Sm90TensorwiseGemm<kPair, kOut>>(args, workspace, stream, kErrors);
+  return sm90::run_bias_or_not<WithBias, NoBias>(args, workspace, stream, kErrors);
 }
 
 #define MXPREC_INSTANTIATE_SM90_TENSORWISE(P, O)                                                    \

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <type_traits>
@@ -15,6 +16,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
@@ -182,6 +184,36 @@ const char* run(const Args& p, void* workspace, cudaStream_t stream, const RunEr
   if (gemm.initialize(a, workspace, stream) != cutlass::Status::kSuccess) return errors.initialize;
   if (gemm.run(stream) != cutlass::Status::kSuccess) return errors.launch;
   return nullptr;
+}
+
+// The optional bias. Each family builds two kernels, one with a bias row broadcast in the epilogue and one
+// without, and launches the one args.bias asks for: a null bias pointer would still cost the
+// broadcast's loads (through shared memory for LinCombPerColBias) and an FFMA per element
+// (benchmarks/results/h200_ncu_gemm.md: +0.7 to +2 % for the per-tensor kernel at K = 4096-8192).
+template <class WithBias, class NoBias, class Args>
+size_t workspace_bias_or_not(const Args& p) {
+  return std::max(workspace<WithBias>(p), workspace<NoBias>(p));
+}
+template <class WithBias, class NoBias, class Args>
+const char* run_bias_or_not(const Args& p, void* workspace, cudaStream_t stream, const RunErrors& errors) {
+  return p.bias != nullptr ? run<WithBias>(p, workspace, stream, errors) : run<NoBias>(p, workspace, stream, errors);
+}
+
+// Epilogue of the per-tensor and block-scaled families: D = alpha * acc + bias[n] (kBias) or D = alpha * acc
+// (ScaledAcc: one FMUL per element), computed in FP32 and rounded once to ElementD. C is void.
+template <class ElementD, bool kBias>
+using AlphaBiasEpilogue =
+    std::conditional_t<kBias, cutlass::epilogue::fusion::LinCombPerColBias<ElementD, float, float, ElementD, float>,
+                       cutlass::epilogue::fusion::ScaledAcc<ElementD, float, float>>;
+
+// Sets AlphaBiasEpilogue's arguments: alpha (or *alpha_ptr when not null), beta = 0, the bias (kBias only).
+template <bool kBias, class FusionArgs>
+void set_alpha_bias(FusionArgs& fusion, float alpha, const float* alpha_ptr, const float* bias) {
+  fusion.alpha = alpha;
+  fusion.alpha_ptr = alpha_ptr;
+  fusion.beta = 0.0f;
+  fusion.beta_ptr = nullptr;
+  if constexpr (kBias) fusion.bias_ptr = bias;
 }
 
 }  // namespace sm90
