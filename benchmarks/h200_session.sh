@@ -28,6 +28,7 @@
 #                report ($R/hlo_ARM.*.gz), to map the profile's fusion names to the ops they fuse
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
+#   cuda-gemm-tests tests/test_cuda.py alone
 #   ncu-src:SHAPE ncu --set full with per-SASS-instruction stall samples, ours and cuBLASLt, one e4m3 GEMM of SHAPE
 #   raster1:SHAPE the default per-tensor kernel at SHAPE per MXPREC_SM90_RASTER:SWIZZLE in RASTERS
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
@@ -81,6 +82,8 @@ for stage in "$@"; do
       step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py
       step test_gpu_numerics "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_quantize_api.py \
         tests/test_dot_general.py -k "tie or gpu_xla" ;;
+    cuda-gemm-tests)  # tests/test_cuda.py only (the GEMM kernels, FFI contract, auto routing)
+      step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py ;;
     cuda-new)
       step test_cuda_block1d "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py -k block1d
       step test_gpu_numerics "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_quantize_api.py \

@@ -346,6 +346,24 @@ def test_family_shapes_bf16_bias(family, shape):
 
 
 @needs_gpu
+@pytest.mark.parametrize("family", ["tensor", "row", "block", "block1d"])
+@pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32])
+def test_zero_bias_equals_no_bias(family, out_dtype):
+    # Every family has two kernels: with the bias broadcast (a bias is given) and without it (none). A bias of
+    # zeros gives the same values: the FP32 epilogue adds 0 before its one rounding (only a zero's sign may differ).
+    b, m, n, k = 2, 136, 256, 384
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(7), b, m, n, k, "e4m3", "e5m2")
+    with_bias = jax.jit(
+        lambda l, r, bb: cuda.scaled_gemm(l, r, lhs_contract=2, rhs_contract=2, out_dtype=out_dtype, bias=bb)
+    )
+    no_bias = jax.jit(lambda l, r: cuda.scaled_gemm(l, r, lhs_contract=2, rhs_contract=2, out_dtype=out_dtype))
+    y0 = np.asarray(with_bias(lhs, rhs, jnp.zeros((n,), jnp.float32)).astype(jnp.float32))
+    y1 = np.asarray(no_bias(lhs, rhs).astype(jnp.float32))
+    assert np.any(y1 != 0)
+    np.testing.assert_array_equal(y0, y1)
+
+
+@needs_gpu
 @pytest.mark.parametrize("family", ["row", "block", "block1d"])
 def test_family_fresh_scales_one_compile(family):
     # The same compiled function on inputs whose scales differ by orders of magnitude each call.
