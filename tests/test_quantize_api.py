@@ -130,3 +130,27 @@ def test_tensor_amax_is_exact_nan_winning_and_flushes_subnormal_maxima(dtype):
     a = np.asarray(tensor_amax(jnp.asarray(z, dtype), axis=1))
     assert a.tolist() == [0.0, 0.0] and not np.signbit(a).any()
     assert float(tensor_amax(jnp.asarray([1e-40, 2.0**-126], jnp.float32))) == 2.0**-126  # smallest normal kept
+
+
+def test_quantize_amax_of_bfloat16_source_matches_the_fp32_rule():
+    """quantize() reduces a bfloat16 source over its 16-bit patterns; the amax is the FP32 rule's: the exact
+    maximum, NaN for any NaN, Inf above finite values, +0 for zeros and for a subnormal-only maximum."""
+    from mxprec.quantize import tensor_amax
+
+    spec = mxprec.TensorScaling(formats.E4M3)
+    rng = np.random.default_rng(3)
+    base = jnp.asarray(rng.standard_normal((64, 96)).astype(np.float32) * 3e3, jnp.bfloat16)
+    bf = lambda v: jnp.asarray(v, jnp.bfloat16)
+    sub = 2.0**-130  # a bfloat16 subnormal
+    cases = {
+        "random": base,
+        "nan": base.at[5, 7].set(bf(np.nan)),
+        "-nan": base.at[63, 95].set(bf(-np.nan)),
+        "inf": base.at[0, 0].set(bf(-np.inf)),
+        "zeros": jnp.zeros((4, 8), jnp.bfloat16).at[1, 1].set(bf(-0.0)),
+        "subnormal": jnp.full((4, 8), bf(sub)).at[2, 3].set(bf(-2 * sub)),
+    }
+    for name, x in cases.items():
+        got = np.asarray(jax.jit(lambda v: mxprec.quantize(v, spec).amax)(x))
+        want = np.asarray(tensor_amax(x.astype(jnp.float32)))
+        assert np.array_equal(got, want, equal_nan=True) and np.signbit(got) == np.signbit(want), (name, got, want)
