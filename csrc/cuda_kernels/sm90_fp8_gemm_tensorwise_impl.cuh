@@ -50,6 +50,9 @@ template <>  // 64x128x128 per warpgroup, cluster 1x2, ping-pong
 struct TensorwiseTileConfig<2> : PingpongTile<64, 128, 1, 2> {};
 template <>  // 128x192x128, cluster 1x2: 2 warpgroups of 64x192 (2 x 96 accumulator registers)
 struct TensorwiseTileConfig<3> : TileConfig<128, 192, 1, 2> {};
+// Configs 4 / 5: N = 160 WGMMA atoms are CuTe's "extended" shapes (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED); without that
+// define the CollectiveBuilder tiles these tiles with 64x32 atoms, five per k-block (tenth session, cuobjdump), which is
+// why they measured 0.69x torch (benchmarks/results/h200_sm90_tiles.md).
 template <>  // 128x160x128, cluster 2x1: cuBLASLt's own FP8 tile on the H200 (nvjet_sm90_qqtst_128x160_128x5_2x1)
 struct TensorwiseTileConfig<4> : TileConfig<128, 160, 2, 1> {};
 template <>  // 128x160x128, cluster 1x2
