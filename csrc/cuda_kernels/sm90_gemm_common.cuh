@@ -188,8 +188,8 @@ const char* run(const Args& p, void* workspace, cudaStream_t stream, const RunEr
 
 // The optional bias. Each family builds two kernels, one with a bias row broadcast in the epilogue and one
 // without, and launches the one args.bias asks for: a null bias pointer would still cost the
-// broadcast's loads (through shared memory for LinCombPerColBias) and an FFMA per element
-// (benchmarks/results/h200_ncu_gemm.md: +0.7 to +2 % for the per-tensor kernel at K = 4096-8192).
+// broadcast's loads (through shared memory for LinCombPerColBias) and an FFMA per element. Measured on the
+// H200: +0.2 to +2.4 % across the families (benchmarks/results/h200_sm90_variants.md; why: h200_ncu_gemm.md).
 template <class WithBias, class NoBias, class Args>
 size_t workspace_bias_or_not(const Args& p) {
   return std::max(workspace<WithBias>(p), workspace<NoBias>(p));
