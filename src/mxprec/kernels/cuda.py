@@ -145,10 +145,11 @@ def _family(lspec, rspec) -> tuple[str, str]:
 #   kernels against 273 ms on XLA's path (209 ms since its TileScaling quantization runs here too).
 # * "row" (ninth session): with the overlapped FP32 promotion, the row-wise GEMM is faster than XLA's
 #   row-wise path (cuBLASLt FP8 dot + output scaling) on all ten shapes, 1353 vs 1227 TFLOP/s at 8192^3,
-#   1264 vs 1085 at 16384x4096x14336 (+0.4 % to +16.5 %).
-# Per-tensor pairs stay on XLA: ours win on six shapes and lose on four (1347 vs 1302 at 8192^3, 1266 vs
-# 1317 at 8192x8192x28672), and XLA fuses the per-tensor quantization into the producers, which a custom
-# call cannot (h200_llama.md: fp8_current on XLA against fp8_current:ffi).
+#   1264 vs 1085 at 16384x4096x14336 (+0.4 % to +16.5 %); tenth session, nine of ten (1260 vs 1329 at
+#   8192x28672x8192, K = 28672).
+# Per-tensor pairs stay on XLA: ours win on six shapes and lose on four in the ninth session's run (four win,
+# two tie, four lose in the tenth's), and XLA fuses the per-tensor quantization into the producers, which a
+# custom call cannot (h200_llama.md: fp8_current on XLA against fp8_current:ffi).
 AUTO_FAMILIES = ("block", "row")
 
 
