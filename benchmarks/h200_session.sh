@@ -70,6 +70,15 @@ llama_step() {  # llama_step NAME ARM [BENCH ARGS...]: one arm of $CONFIG, env f
     --isolate off --no-progress --out "$R/$name" "$@"
 }
 LLAMA_ENV=()
+
+raster_sweep() {  # raster_sweep SHAPES SUFFIX RASTER:SWIZZLE...: the default per-tensor kernel per scheduler setting
+  local shapes="$1" suffix="$2" rs
+  shift 2
+  for rs in "$@"; do
+    step "raster_${rs/:/_sw}$suffix" env MXPREC_SM90_RASTER="${rs%%:*}" MXPREC_SM90_SWIZZLE="${rs##*:}" "$PY" \
+      benchmarks/cuda_fp8_gemm.py --only mxprec --shapes "$shapes" --out "$R/raster_${rs/:/_sw}$suffix.json"
+  done
+}
 # The libraries the *-ab stages compare in one call: the built one, then every build-cuda/ab/*.so.
 shopt -s nullglob
 AB_LIBS=("$PWD/build-cuda/libmxprec_cuda.so" "$PWD"/build-cuda/ab/*.so)
@@ -121,10 +130,8 @@ for stage in "$@"; do
       done ;;
     raster1:*)  # the default per-tensor kernel at one SHAPE x (raster, swizzle) in RASTERS (default m:1 m:8 n:1 n:8)
       shape="${stage#raster1:}"
-      for rs in ${RASTERS:-m:1 m:8 n:1 n:8}; do
-        step "raster_${rs/:/_sw}_$shape" env MXPREC_SM90_RASTER="${rs%%:*}" MXPREC_SM90_SWIZZLE="${rs##*:}" "$PY" \
-          benchmarks/cuda_fp8_gemm.py --only mxprec --shapes "$shape" --out "$R/raster_${rs/:/_sw}_$shape.json"
-      done ;;
+      # shellcheck disable=SC2086
+      raster_sweep "$shape" "_$shape" ${RASTERS:-m:1 m:8 n:1 n:8} ;;
     gemm-variants)  # GEMM builds to compare in one call: every build-cuda/var/NAME/ holds objects (*.o) built with
       # other flags that replace their namesakes of build-cuda/obj when NAME's library is linked here. Per NAME:
       # the GEMM tests of the families it rebuilt (tensorwise / rowwise / blockwise, one pytest run), then
@@ -237,12 +244,7 @@ PYEOF
     raster)  # the default per-tensor kernel (carried build-cuda) x persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
       step raster_torch "$PY" benchmarks/cuda_fp8_gemm.py --only torch_scaled_mm --shapes 8192x8192x8192,16384x4096x14336 \
         --out "$R/raster_torch.json"
-      for ra in m n; do
-        for sw in 1 4 8; do
-          step "raster_${ra}_sw$sw" env MXPREC_SM90_RASTER=$ra MXPREC_SM90_SWIZZLE=$sw "$PY" benchmarks/cuda_fp8_gemm.py \
-            --only mxprec --shapes 8192x8192x8192,16384x4096x14336 --out "$R/raster_${ra}_sw$sw.json"
-        done
-      done ;;
+      raster_sweep 8192x8192x8192,16384x4096x14336 "" m:1 m:4 m:8 n:1 n:4 n:8 ;;
     tiles)  # per-tensor tile configs 3 (carried build-cuda), 4, 5 (built here: carry .deps/cutlass_library) x swizzle 1 / 4 / 8
       for cfg in 4 5; do
         rm -rf "/tmp/mxprec_cfg$cfg" && cp -r build-cuda "/tmp/mxprec_cfg$cfg"  # relink: only the per-tensor TUs change
