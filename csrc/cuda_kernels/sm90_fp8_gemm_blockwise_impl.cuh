@@ -42,10 +42,6 @@
 #ifndef MXPREC_SM90_BLOCKWISE_OVERLAP
 #define MXPREC_SM90_BLOCKWISE_OVERLAP 0
 #endif
-// 1: the two consumer warpgroups take turns issuing (needs OVERLAP >= 1; OVERLAP 1 = full-width WGMMAs).
-#ifndef MXPREC_SM90_BLOCKWISE_STAGGER
-#define MXPREC_SM90_BLOCKWISE_STAGGER 0
-#endif
 
 namespace mxprec {
 namespace cuda {
@@ -81,7 +77,7 @@ struct Sm90BlockwiseGemm {
   using Gemm = typename sm90::BuildGemm<Ops, TileShape, ClusterShape, KernelSchedule, EpilogueSchedule, FusionOp,
                                         cute::tuple<typename Ops::LayoutA, LayoutSFA>,
                                         cute::tuple<typename Ops::LayoutB, LayoutSFB>,
-                                        MXPREC_SM90_BLOCKWISE_OVERLAP, 1, MXPREC_SM90_BLOCKWISE_STAGGER != 0>::Gemm;
+                                        MXPREC_SM90_BLOCKWISE_OVERLAP>::Gemm;
 
   // ((1, m_pitch), (128, K/128), L) : ((0, 1), (0, m_pitch), m_pitch * K/128), i.e.
   // ScaleConfig::tile_atom_to_shape_SFA of M rounded up to m_pitch: TMA loads of the A scales need

@@ -48,10 +48,6 @@ struct Sm90RowwiseGemm {
 #ifndef MXPREC_SM90_ROWWISE_OVERLAP
 #define MXPREC_SM90_ROWWISE_OVERLAP 2
 #endif
-// MXPREC_SM90_ROWWISE_STAGGER = 1: the two consumer warpgroups take turns issuing (OVERLAP may then be 1).
-#ifndef MXPREC_SM90_ROWWISE_STAGGER
-#define MXPREC_SM90_ROWWISE_STAGGER 0
-#endif
 #ifndef MXPREC_SM90_ROWWISE_OVERLAP_TILES
 #define MXPREC_SM90_ROWWISE_OVERLAP_TILES 1
 #endif
@@ -95,8 +91,7 @@ struct Sm90RowwiseGemm {
 
   using Gemm = typename sm90::BuildGemm<Ops, TileShape, ClusterShape, KernelSchedule, EpilogueSchedule,
                                         FusionCallbacks, typename Ops::LayoutA, typename Ops::LayoutB,
-                                        MXPREC_SM90_ROWWISE_OVERLAP, MXPREC_SM90_ROWWISE_OVERLAP_TILES,
-                                        MXPREC_SM90_ROWWISE_STAGGER != 0>::Gemm;
+                                        MXPREC_SM90_ROWWISE_OVERLAP, MXPREC_SM90_ROWWISE_OVERLAP_TILES>::Gemm;
 
   static typename Gemm::Arguments make_args(const RowwiseGemmArgs& p) {
     const int M = p.m, N = p.n;

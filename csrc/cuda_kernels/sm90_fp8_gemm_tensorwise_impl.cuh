@@ -30,12 +30,6 @@ struct TileConfig {
   using KernelSchedule = Schedule;
   using EpilogueSchedule = EpiSchedule;
   static constexpr int kOverlapSlices = kSlices, kOverlapTiles = kTiles;
-  static constexpr bool kOverlapStagger = false;
-};
-// Cooperative, the two consumer warpgroups taking turns to issue (OverlapPromotionMainloop's kStagger).
-template <int kM, int kN, int kClusterM, int kClusterN, int kSlices = 1>
-struct StaggeredTile : TileConfig<kM, kN, kClusterM, kClusterN, kSlices> {
-  static constexpr bool kOverlapStagger = true;
 };
 // Ping-pong: each of the two consumer warpgroups owns a kM x kN tile; one's epilogue overlaps the other's MMAs.
 template <int kM, int kN, int kClusterM, int kClusterN, int kSlices = 0>
@@ -101,21 +95,6 @@ struct TensorwiseTileConfig<17> : TileConfig<128, 192, 2, 2, 2> {};
 template <>  // 128x192x128, cluster 4x1, cooperative, 2 slices of 96
 struct TensorwiseTileConfig<18> : TileConfig<128, 192, 4, 1, 2> {};
 
-// Configs 19-23 (eleventh session): the warpgroups take turns issuing. 20 / 22 need the extended N = 160 / 80
-// WGMMA atoms (-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED).
-template <>  // 128x192x128, cluster 2x1, staggered, full-width 64x192 WGMMAs (accumulator 96 + 96 registers)
-struct TensorwiseTileConfig<19> : StaggeredTile<128, 192, 2, 1> {};
-template <>  // 128x160x128, cluster 2x1, staggered, full-width 64x160 WGMMAs (cuBLASLt's tile)
-struct TensorwiseTileConfig<20> : StaggeredTile<128, 160, 2, 1> {};
-template <>  // 128x128x128, cluster 2x1, staggered, full-width 64x128 WGMMAs
-struct TensorwiseTileConfig<21> : StaggeredTile<128, 128, 2, 1> {};
-template <>  // 128x160x128, cluster 2x1, 2 overlapped slices of 80 (not staggered)
-struct TensorwiseTileConfig<22> : TileConfig<128, 160, 2, 1, 2> {};
-template <>  // 128x192x128, cluster 2x1, staggered and 2 overlapped slices of 96
-struct TensorwiseTileConfig<23> : StaggeredTile<128, 192, 2, 1, 2> {};
-template <>  // 128x256x128, cluster 2x1, staggered and 4 overlapped slices of 64
-struct TensorwiseTileConfig<24> : StaggeredTile<128, 256, 2, 1, 4> {};
-
 template <int kPair, int kOut, bool kBias>
 struct Sm90TensorwiseGemm {
   using Ops = sm90::TnOperands<kPair, kOut>;
@@ -125,8 +104,7 @@ struct Sm90TensorwiseGemm {
   using Gemm = typename sm90::BuildGemm<Ops, typename Config::TileShape, typename Config::ClusterShape,
                                         typename Config::KernelSchedule, typename Config::EpilogueSchedule,
                                         FusionOp, typename Ops::LayoutA, typename Ops::LayoutB,
-                                        Config::kOverlapSlices, Config::kOverlapTiles,
-                                        Config::kOverlapStagger>::Gemm;
+                                        Config::kOverlapSlices, Config::kOverlapTiles>::Gemm;
 
   static typename Gemm::Arguments make_args(const TensorwiseGemmArgs& p) {
     const sm90::PackedProblem<Gemm> pp(p.m, p.n, p.k, p.l, p.sm_count);

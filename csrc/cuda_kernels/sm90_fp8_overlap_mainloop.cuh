@@ -16,13 +16,6 @@
 // k-tile, 4 WGMMAs of K 32) the tensor-core partial sums are added into FP32 registers with the same
 // arithmetic (block-scaled: BlockScaledPromotion below).
 //
-// kStagger (eleventh session): the two consumer warpgroups take turns issuing their k-tile's WGMMAs, through
-// two named barriers: warpgroup 1 issues k-tile k after warpgroup 0 has issued it, warpgroup 0 issues k-tile
-// k + 1 after warpgroup 1 has issued k-tile k. The tensor cores then run one warpgroup's group while the other
-// adds its finished partial sums, instead of both warpgroups issuing, waiting and adding in lockstep (the
-// lockstep leaves the tensor pipe idle during the adds). With kStagger, kSlices may be 1: full-width WGMMAs,
-// CUTLASS's register cost (accumulator + 1 full buffer).
-//
 // It derives from CUTLASS's collective (everything but mma() is CUTLASS's: TMA loads, shared-memory
 // layouts, pipeline, mma_tail) and is written against CuTe's public API. Measured on the H200:
 // benchmarks/results/h200_sm90_overlap.md.
@@ -96,9 +89,9 @@ struct IsBlockScaledMainloop : std::false_type {};
 template <class Base>
 struct IsBlockScaledMainloop<Base, std::void_t<decltype(Base::ScaleMsPerTile)>> : std::true_type {};
 
-template <class Base, int kSlices, int kTiles = 1, bool kStagger = false>
+template <class Base, int kSlices, int kTiles = 1>
 struct OverlapPromotionMainloop : Base {
-  static_assert(kSlices >= (kStagger ? 1 : 2) && kSlices <= 4, "kSlices: 2, 3 or 4 (1 with kStagger)");
+  static_assert(kSlices >= 2 && kSlices <= 4, "kSlices: 2, 3 or 4");
   static_assert(kTiles >= 1, "kTiles: k-tiles per loop body");
   static_assert(kTiles == 1 || !IsBlockScaledMainloop<Base>::value,
                 "block scales are loaded per k-tile into one register set: one k-tile per loop body");
@@ -114,11 +107,6 @@ struct OverlapPromotionMainloop : Base {
   static constexpr int kSliceN = kBlkN / kSlices;
   static constexpr int kWarpGroups = cute::size(typename Base::TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
   static_assert(kBlkN % (8 * kSlices) == 0, "each slice must be a whole WGMMA N (a multiple of 8)");
-  static_assert(!kStagger || kWarpGroups == 2, "kStagger: two consumer warpgroups");
-  // Named barriers of the stagger (CUTLASS's user ids, after its reserved ones): "warpgroup 0 has issued k-tile
-  // k" and "warpgroup 1 has issued k-tile k"; 2 warpgroups each (one arrives, the other syncs).
-  static constexpr uint32_t kIssuedBy0 = 0, kIssuedBy1 = 1;
-  static constexpr uint32_t kStaggerThreads = 2 * cutlass::NumThreadsPerWarpGroup;
   // One WGMMA atom of N = kSliceN, warpgroups stacked along M as in the CollectiveBuilder's TiledMma.
   using SliceMma = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<typename Base::ElementA, typename Base::ElementB, float,
@@ -232,20 +220,8 @@ struct OverlapPromotionMainloop : Base {
       constexpr int kGroups = decltype(tiles)::value * kSlices;
       cute::for_each(make_int_sequence<kGroups>{}, [&](auto g) {
         constexpr int kG = decltype(g)::value;
-        const int k_tile = k + kG / kSlices;
-        // Stagger: warpgroup 1 waits for warpgroup 0's issue of this k-tile, warpgroup 0 (after the tile's
-        // first k-tile) for warpgroup 1's issue of the previous one. Balanced per output tile: the last
-        // k-tile's "issued" of warpgroup 1 has no waiter, so it is not signalled.
-        if constexpr (kStagger && kG % kSlices == 0) {
-          if (warp_group == 1) cutlass::arch::NamedBarrier::sync(kStaggerThreads, kIssuedBy0);
-          else if (k_tile > 0) cutlass::arch::NamedBarrier::sync(kStaggerThreads, kIssuedBy1);
-        }
         if constexpr (kG % 2 == 0) issue(Int<kG % kSlices>{}, buf0);
         else issue(Int<kG % kSlices>{}, buf1);
-        if constexpr (kStagger && kG % kSlices == kSlices - 1) {
-          if (warp_group == 0) cutlass::arch::NamedBarrier::arrive(kStaggerThreads, kIssuedBy0);
-          else if (k_tile + 1 < k_tile_count) cutlass::arch::NamedBarrier::arrive(kStaggerThreads, kIssuedBy1);
-        }
         if constexpr (kG > 0) {
           constexpr int kPrev = (kG - 1) % kSlices;
           warpgroup_wait<1>();  // group kG - 1 is complete, group kG runs

@@ -70,7 +70,7 @@ struct TnOperands {
 // are the layouts handed to the mainloop builder (the block-scaled mainloop takes
 // cute::tuple<Layout, LayoutSF> there). kOverlapSlices > 0 replaces the FP8 mainloop's mma() with
 // OverlapPromotionMainloop's (sm90_fp8_overlap_mainloop.cuh): N cut into that many slices, kOverlapTiles
-// k-tiles per loop body, kStagger: the two consumer warpgroups take turns issuing.
+// k-tiles per loop body.
 // MXPREC_SM90_EPILOGUE_TILE_N = n > 0: epilogue subtiles of (tile M) x n instead of CUTLASS's automatic
 // choice (128 x 32 for these tiles), for A/B builds only (fewer subtiles: fewer barriers per tile, more
 // shared memory for the epilogue and fewer mainloop stages).
@@ -84,8 +84,7 @@ using EpilogueTileOf =
 
 template <class Ops, class TileShape, class ClusterShape, class KernelSchedule, class EpilogueSchedule,
           class Fusion, class MainloopLayoutA = typename Ops::LayoutA,
-          class MainloopLayoutB = typename Ops::LayoutB, int kOverlapSlices = 0, int kOverlapTiles = 1,
-          bool kStagger = false>
+          class MainloopLayoutB = typename Ops::LayoutB, int kOverlapSlices = 0, int kOverlapTiles = 1>
 struct BuildGemm {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -100,8 +99,7 @@ struct BuildGemm {
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
   using Mainloop = std::conditional_t<(kOverlapSlices > 0),
-                                      OverlapPromotionMainloop<CollectiveMainloop, kOverlapSlices, kOverlapTiles, kStagger>,
-                                      CollectiveMainloop>;
+                                      OverlapPromotionMainloop<CollectiveMainloop, kOverlapSlices, kOverlapTiles>, CollectiveMainloop>;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop,
                                                           CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
