@@ -154,3 +154,30 @@ def test_quantize_amax_of_bfloat16_source_matches_the_fp32_rule():
         got = np.asarray(jax.jit(lambda v: mxprec.quantize(v, spec).amax)(x))
         want = np.asarray(tensor_amax(x.astype(jnp.float32)))
         assert np.array_equal(got, want, equal_nan=True) and np.signbit(got) == np.signbit(want), (name, got, want)
+
+
+@pytest.mark.parametrize(
+    "shape,bshape",
+    [((64, 96), ()), ((2, 24, 3), (2, 1, 3)), ((2, 1, 3), ()), ((4, 1, 8), (4, 1, 1)), ((3, 5), (3, 1)), ((7,), ()), ((1, 9), ())],
+)
+def test_exact_div_is_ieee_division_and_reads_its_dividend_once(shape, bshape):
+    """exact_div(a, b) is IEEE a / b bit for bit (the simplifier must not turn it into a * (1 / b)), and
+    for a with two or more non-trivial axes the dividend is read by one op only (XLA does not fuse an
+    expensive producer into a consumer that reads its operand twice)."""
+    from mxprec.scaling import exact_div
+
+    rng = np.random.default_rng(11)
+    b = np.full(bshape, 448.0, np.float32) + np.float32(3) * (rng.random(bshape) > 0.5)  # inexact reciprocals
+    # Exact quotients m * 2**e (a = m * 2**e * b exactly): a * (1 / b) misses many of them by an ulp.
+    m = rng.integers(1, 200, shape).astype(np.float32) * np.exp2(rng.integers(-20, 20, shape)).astype(np.float32)
+    a = (m * np.broadcast_to(b, np.broadcast_shapes(shape, bshape))).astype(np.float32).reshape(shape)
+    a.flat[0], a.flat[-1] = np.nan, -np.inf
+    got = np.asarray(jax.jit(exact_div)(jnp.asarray(a), jnp.asarray(b)))
+    want = a / b  # numpy: IEEE division; every quotient here is a normal number, NaN or Inf
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), (got[~same][:4], want[~same][:4])
+
+    jaxpr = jax.make_jaxpr(exact_div)(jnp.asarray(a), jnp.asarray(b)).jaxpr
+    readers = [e for e in jaxpr.eqns if any(v is jaxpr.invars[0] for v in e.invars)]
+    if sum(n > 1 for n in shape) >= 2:
+        assert [e.primitive.name for e in readers] == ["div"], readers
