@@ -413,6 +413,13 @@ def test_auto_quantize_kinds_env_override(monkeypatch):
     monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile,mxfp8")
     with pytest.raises(ValueError, match=r"MXPREC_AUTO_QUANTIZE names \['mxfp8'\]"):
         cuda.auto_quantize_kinds()
+    # "weights": every kind, for weight operands only
+    monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile,weights")
+    assert cuda.auto_quantize_kinds() == (TileScaling,)
+    for spec in (TensorScaling(formats.E4M3), DelayedScaling(formats.E4M3), RowScaling(formats.E4M3)):
+        assert cuda.auto_quantizes(spec, weight=True) and not cuda.auto_quantizes(spec), spec
+    monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile")
+    assert not cuda.auto_quantizes(TensorScaling(formats.E4M3), weight=True)
 
 
 @needs_gpu

@@ -453,3 +453,32 @@ def test_gpu_xla_per_tensor_gemms_are_fp8_dots_with_fp32_accumulation(name):
     assert targets.count("__cublas$lt$matmul$f8") == 3, targets
     assert len(targets) == 3 and " dot(" not in hlo, "a GEMM that is not a cuBLASLt FP8 matmul"
     assert hlo.count('"algorithm":"ALG_DOT_ANY_F8_ANY_F8_F32"') == 3, "FP8 GEMMs must accumulate in FP32"
+
+
+@pytest.mark.parametrize("recipe", ["fp8_current", "fp8_delayed", "fp8_block"])
+def test_weight_operands_are_marked_for_the_quantizer(monkeypatch, recipe):
+    """dot_general tells _q which operand is the weight (rhs: Fprop's W, Dgrad's W): MXPREC_AUTO_QUANTIZE's
+    ``weights`` routes exactly those to the CUDA quantize kernel under backend="auto"."""
+    import sys
+
+    dg = sys.modules["mxprec.dot_general"]  # the module (mxprec.dot_general is the function)
+    seen = []
+    real_q = dg._q
+
+    def recording_q(t, spec, axis, recipe_, state=None, key=None, backend="xla", weight=False):
+        seen.append((math.prod(t.shape), weight))  # operands in dot_general's canonical 3-D form
+        return real_q(t, spec, axis, recipe_, state, key, backend, weight)
+
+    monkeypatch.setattr(dg, "_q", recording_q)
+    r = mxprec.recipes.get(recipe)
+    x = jnp.ones((128, 256), jnp.float32)  # sizes tell the operands apart: x 32768, w 98304, dY 49152
+    w = jnp.ones((256, 384), jnp.float32)
+    state = mxprec.DotGeneralState.init(r)  # None unless delayed
+
+    def f(x, w):
+        return mxprec.dot_general(x, w, (((1,), (0,)), ((), ())), recipe=r, state=state).sum()
+
+    jax.grad(f, argnums=(0, 1))(x, w)
+    assert {wt for size, wt in seen if size == w.size} == {True}
+    assert {wt for size, wt in seen if size != w.size} == {False}
+    assert {size for size, _ in seen} >= {x.size, 128 * 384}

@@ -145,14 +145,16 @@ def max_combining(tree):
     return _to_max_grad(tree)
 
 
-def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, key=None, backend="xla"):
+def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, key=None, backend="xla",
+       weight: bool = False):
     """Quantize ``t`` along ``axis`` per ``spec``; an unquantized role is cast to compute_dtype.
 
     With ``backend="ffi"`` the ``mxprec_quantize`` custom call runs where a quantize kernel exists
     (the C++ lowering on CPU; the sm_90a kernels of libmxprec_cuda.so on CUDA; the gfx950 kernels on
     ROCm), bit-identical to the JAX quantizer; ``"auto"`` (resolved to "auto" only where the CUDA
-    kernels are loaded) runs it for the kinds in ``mxprec.kernels.cuda.AUTO_QUANTIZE``. Stochastic
-    rounding (a PRNG key) uses the JAX quantizer.
+    kernels are loaded) runs it for the kinds in ``mxprec.kernels.cuda.AUTO_QUANTIZE`` (and, for a
+    ``weight`` operand, as ``cuda.auto_quantizes`` says). Stochastic rounding (a PRNG key) uses the JAX
+    quantizer.
     """
     if spec is None:
         return t if recipe.compute_dtype is None else t.astype(recipe.compute_dtype)
@@ -161,7 +163,7 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
     if backend == "auto":  # "auto" survives resolve_backend only where the CUDA kernels are loaded
         from mxprec.kernels import cuda
 
-        native = cuda.auto_quantizes(spec)
+        native = cuda.auto_quantizes(spec, weight=weight)
     if native and key is None:
         platform = jax.default_backend()
         if platform == "cpu":
@@ -181,7 +183,7 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
     return quantize(t, spec, axis=axis, key=key)
 
 
-def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None, backend="xla"):
+def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None, backend="xla", weight=False):
     """Per-tensor scaled copies are layout-free: reuse the other GEMM's copy instead of requantizing."""
     if (
         isinstance(q_prev, QTensor)
@@ -190,7 +192,7 @@ def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None, ba
         and key is None
     ):
         return dataclasses.replace(q_prev, axis=axis)
-    return _q(src, spec, axis, recipe, state, key, backend)
+    return _q(src, spec, axis, recipe, state, key, backend, weight)
 
 
 def _amax_of(q, src):
@@ -212,11 +214,11 @@ def _fwd(meta: _Meta, x, w, state):
     st = _to_f32(state)
     be = meta.backend
     qx = _q(x, r.fprop_lhs, 2, r, st.lhs if st else None, backend=be)
-    qw = _q(w, r.fprop_rhs, 1, r, st.rhs if st else None, backend=be)
+    qw = _q(w, r.fprop_rhs, 1, r, st.rhs if st else None, backend=be, weight=True)
     y = kernels.scaled_gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=meta.out_dtype, backend=meta.backend)
     if r.residuals == "quantized":
         rx = _reuse_or_quantize(x, qx, r.wgrad_lhs, 1, r, st.lhs if st else None, backend=be)
-        rw = _reuse_or_quantize(w, qw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be)
+        rw = _reuse_or_quantize(w, qw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be, weight=True)
     else:
         rx, rw = x, w
     amax = None
@@ -232,7 +234,8 @@ def _bwd(meta: _Meta, res, g):
     st_g = st.grad if st else None
     be = meta.backend
     qg_d = _q(g, r.dgrad_grad, 2, r, st_g, k_dgrad, backend=be)
-    qw_d = rw if r.residuals == "quantized" else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be)
+    qw_d = rw if r.residuals == "quantized" else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be,
+                                                   weight=True)
     dx = kernels.scaled_gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=meta.backend)
     qx_w = rx if r.residuals == "quantized" else _q(rx, r.wgrad_lhs, 1, r, st.lhs if st else None, backend=be)
     qg_w = _reuse_or_quantize(g, qg_d, r.wgrad_grad, 1, r, st_g, k_wgrad, backend=be)

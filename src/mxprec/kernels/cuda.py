@@ -172,7 +172,13 @@ AUTO_QUANTIZE = (TileScaling, MXScaling)
 # ``MXPREC_AUTO_QUANTIZE`` (comma-separated names) replaces AUTO_QUANTIZE, a measurement knob for
 # benchmarks/h200_session.sh (e.g. ``tile,mx,delayed`` for the per-tensor cast feeding XLA's cuBLASLt
 # FP8 dot): it only chooses which quantizer runs (both give the CPU oracle's codes, except that XLA's GPU
-# quantizer keeps FP32 denormals the oracle flushes); unset, AUTO_QUANTIZE applies.
+# quantizer keeps FP32 denormals the oracle flushes); unset, AUTO_QUANTIZE applies. The name
+# ``weights`` adds every kind for weight operands only (dot_general's rhs: Fprop's W and its reuse), e.g.
+# ``tile,mx,weights``. Why (eleventh session, not yet measured): in the fp8_delayed Llama step's optimized
+# GPU HLO, the K-major layout cuBLASLt's FP8 dot wants for W propagates through XLA's cast fusion to the
+# FP32 parameter stacks, which XLA transposes once per step and keeps live (2.55 GB at the peak,
+# docs/backends/cuda.md); a custom call's fixed row-major layout would stop that at the 1-byte codes.
+_WEIGHTS = "weights"
 _QUANTIZE_KINDS = {
     "tile": TileScaling,
     "tensor": TensorScaling,
@@ -183,20 +189,30 @@ _QUANTIZE_KINDS = {
 }
 
 
-def auto_quantize_kinds() -> tuple[type, ...]:
-    """The scaling kinds backend="auto" quantizes with the CUDA kernels (``MXPREC_AUTO_QUANTIZE`` or AUTO_QUANTIZE)."""
+def _auto_quantize_names() -> list[str] | None:
     env = os.environ.get("MXPREC_AUTO_QUANTIZE")
     if env is None:
-        return AUTO_QUANTIZE
+        return None
     names = [n.strip() for n in env.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(_QUANTIZE_KINDS))
+    unknown = sorted(set(names) - set(_QUANTIZE_KINDS) - {_WEIGHTS})
     if unknown:
-        raise ValueError(f"MXPREC_AUTO_QUANTIZE names {unknown}; known: {sorted(_QUANTIZE_KINDS)}")
-    return tuple(_QUANTIZE_KINDS[n] for n in names)
+        raise ValueError(f"MXPREC_AUTO_QUANTIZE names {unknown}; known: {sorted([*_QUANTIZE_KINDS, _WEIGHTS])}")
+    return names
 
 
-def auto_quantizes(spec) -> bool:
-    """Whether backend="auto" quantizes ``spec`` with the CUDA kernel (its kind is in auto_quantize_kinds())."""
+def auto_quantize_kinds() -> tuple[type, ...]:
+    """The scaling kinds backend="auto" quantizes with the CUDA kernels (``MXPREC_AUTO_QUANTIZE`` or AUTO_QUANTIZE)."""
+    names = _auto_quantize_names()
+    if names is None:
+        return AUTO_QUANTIZE
+    return tuple(_QUANTIZE_KINDS[n] for n in names if n != _WEIGHTS)
+
+
+def auto_quantizes(spec, weight: bool = False) -> bool:
+    """Whether backend="auto" quantizes ``spec`` with the CUDA kernel: its kind is in auto_quantize_kinds(),
+    or ``weight`` (the operand is a weight) and ``MXPREC_AUTO_QUANTIZE`` names ``weights``."""
+    if weight and _WEIGHTS in (_auto_quantize_names() or ()):
+        return True
     return isinstance(spec, auto_quantize_kinds())
 
 
