@@ -158,7 +158,15 @@ def test_quantize_amax_of_bfloat16_source_matches_the_fp32_rule():
 
 @pytest.mark.parametrize(
     "shape,bshape",
-    [((64, 96), ()), ((2, 24, 3), (2, 1, 3)), ((2, 1, 3), ()), ((4, 1, 8), (4, 1, 1)), ((3, 5), (3, 1)), ((7,), ()), ((1, 9), ())],
+    [
+        ((64, 96), ()),
+        ((2, 24, 3), (2, 1, 3)),
+        ((2, 1, 3), ()),
+        ((4, 1, 8), (4, 1, 1)),
+        ((3, 5), (3, 1)),
+        ((7,), ()),
+        ((1, 9), ()),
+    ],
 )
 def test_exact_div_is_ieee_division_and_reads_its_dividend_once(shape, bshape):
     """exact_div(a, b) is IEEE a / b bit for bit (the simplifier must not turn it into a * (1 / b)), and
@@ -169,7 +177,8 @@ def test_exact_div_is_ieee_division_and_reads_its_dividend_once(shape, bshape):
     rng = np.random.default_rng(11)
     b = np.full(bshape, 448.0, np.float32) + np.float32(3) * (rng.random(bshape) > 0.5)  # inexact reciprocals
     # Exact quotients m * 2**e (a = m * 2**e * b exactly): a * (1 / b) misses many of them by an ulp.
-    m = rng.integers(1, 200, shape).astype(np.float32) * np.exp2(rng.integers(-20, 20, shape)).astype(np.float32)
+    m = rng.integers(1, 200, shape).astype(np.float32)
+    m = m * np.exp2(rng.integers(-20, 20, shape)).astype(np.float32)
     a = (m * np.broadcast_to(b, np.broadcast_shapes(shape, bshape))).astype(np.float32).reshape(shape)
     a.flat[0], a.flat[-1] = np.nan, -np.inf
     got = np.asarray(jax.jit(exact_div)(jnp.asarray(a), jnp.asarray(b)))

@@ -196,12 +196,14 @@ def _auto_quantize_names() -> list[str] | None:
     names = [n.strip() for n in env.split(",") if n.strip()]
     unknown = sorted(set(names) - set(_QUANTIZE_KINDS) - {_WEIGHTS})
     if unknown:
-        raise ValueError(f"MXPREC_AUTO_QUANTIZE names {unknown}; known: {sorted([*_QUANTIZE_KINDS, _WEIGHTS])}")
+        known = sorted([*_QUANTIZE_KINDS, _WEIGHTS])
+        raise ValueError(f"MXPREC_AUTO_QUANTIZE names {unknown}; known: {known}")
     return names
 
 
 def auto_quantize_kinds() -> tuple[type, ...]:
-    """The scaling kinds backend="auto" quantizes with the CUDA kernels (``MXPREC_AUTO_QUANTIZE`` or AUTO_QUANTIZE)."""
+    """The scaling kinds backend="auto" quantizes with the CUDA kernels (``MXPREC_AUTO_QUANTIZE`` or
+    AUTO_QUANTIZE)."""
     names = _auto_quantize_names()
     if names is None:
         return AUTO_QUANTIZE
