@@ -39,9 +39,9 @@
 #   delayed-diag fp8_delayed with XLA GPU autotuning off / Triton GEMMs off (its compile did not finish
 #                within 210 s in the second session; which flag, if any, makes it compile?)
 # Environment: OUT (required), STEP_TIMEOUT (s, default 170), PYTHON (default python3), FORM (llama:
-# stage only: MXPREC_XLA_FP8_FORM for the arm), AQ (llama: stage only: MXPREC_AUTO_QUANTIZE for the
-# arm, e.g. AQ=tile,mx,delayed), CONFIG (the Llama config of the llama / profile / hlo stages; default
-# llama3_8b_4layer).
+# stage only: MXPREC_XLA_FP8_FORM for the arm), AQ (llama: and hlo: stages: MXPREC_AUTO_QUANTIZE for the
+# arm, e.g. AQ=tile,mx,delayed or AQ=tile,mx,weights; names get _aq...), CONFIG (the Llama config of the
+# llama / profile / hlo stages; default llama3_8b_4layer).
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -210,12 +210,13 @@ for stage in "$@"; do
     hlo:*)
       IFS=, read -r -a arms <<< "${stage#hlo:}"
       for arm in "${arms[@]}"; do
-        rm -rf "/tmp/mxprec_hlo_$arm"
-        LLAMA_ENV=("XLA_FLAGS=--xla_dump_to=/tmp/mxprec_hlo_$arm --xla_dump_hlo_as_text")
-        llama_step "hlo_$arm" "$arm" --warmup 2 --steps 5 --profile "/tmp/mxprec_trace_$arm"
+        tag="$arm${AQ+_aq${AQ//,/_}}"  # AQ (MXPREC_AUTO_QUANTIZE) applies here too
+        rm -rf "/tmp/mxprec_hlo_$tag"
+        LLAMA_ENV=("XLA_FLAGS=--xla_dump_to=/tmp/mxprec_hlo_$tag --xla_dump_hlo_as_text" ${AQ+MXPREC_AUTO_QUANTIZE=$AQ})
+        llama_step "hlo_$tag" "$arm" --warmup 2 --steps 5 --profile "/tmp/mxprec_trace_$tag"
         # the train step's module (jit_step): optimized HLO, buffer live ranges, memory-usage report
-        for f in /tmp/mxprec_hlo_"$arm"/*jit_step*after_optimizations{.txt,-live-range.txt,-memory-usage-report.txt}; do
-          [ -f "$f" ] && gzip -c "$f" > "$R/hlo_${arm}${f##*after_optimizations}.gz"
+        for f in /tmp/mxprec_hlo_"$tag"/*jit_step*after_optimizations{.txt,-live-range.txt,-memory-usage-report.txt}; do
+          [ -f "$f" ] && gzip -c "$f" > "$R/hlo_${tag}${f##*after_optimizations}.gz"
         done
       done
       LLAMA_ENV=() ;;
