@@ -70,6 +70,9 @@ llama_step() {  # llama_step NAME ARM [BENCH ARGS...]: one arm of $CONFIG, env f
     --isolate off --no-progress --out "$R/$name" "$@"
 }
 LLAMA_ENV=()
+# AQ, once for the llama: and hlo: stages: the arm's environment entry and its name tag (_aq + AQ's names).
+AQ_ENV=(${AQ+MXPREC_AUTO_QUANTIZE=$AQ})
+AQ_TAG="${AQ+_aq${AQ//,/_}}"
 
 raster_sweep() {  # raster_sweep SHAPES SUFFIX RASTER:SWIZZLE...: the default per-tensor kernel per scheduler setting
   local shapes="$1" suffix="$2" rs
@@ -194,8 +197,8 @@ for stage in "$@"; do
       done ;;
     llama:*)
       IFS=, read -r -a arms <<< "${stage#llama:}"
-      LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM} ${AQ+MXPREC_AUTO_QUANTIZE=$AQ})
-      for arm in "${arms[@]}"; do llama_step "llama_$arm${FORM:+_$FORM}${AQ+_aq${AQ//,/_}}" "$arm"; done
+      LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM} "${AQ_ENV[@]}")
+      for arm in "${arms[@]}"; do llama_step "llama_$arm${FORM:+_$FORM}$AQ_TAG" "$arm"; done
       LLAMA_ENV=() ;;
     forms:*)  # forms:FORM,FORM,... one process per form
       IFS=, read -r -a forms <<< "${stage#forms:}"
@@ -210,9 +213,9 @@ for stage in "$@"; do
     hlo:*)
       IFS=, read -r -a arms <<< "${stage#hlo:}"
       for arm in "${arms[@]}"; do
-        tag="$arm${AQ+_aq${AQ//,/_}}"  # AQ (MXPREC_AUTO_QUANTIZE) applies here too
+        tag="$arm$AQ_TAG"
         rm -rf "/tmp/mxprec_hlo_$tag"
-        LLAMA_ENV=("XLA_FLAGS=--xla_dump_to=/tmp/mxprec_hlo_$tag --xla_dump_hlo_as_text" ${AQ+MXPREC_AUTO_QUANTIZE=$AQ})
+        LLAMA_ENV=("XLA_FLAGS=--xla_dump_to=/tmp/mxprec_hlo_$tag --xla_dump_hlo_as_text" "${AQ_ENV[@]}")
         llama_step "hlo_$tag" "$arm" --warmup 2 --steps 5 --profile "/tmp/mxprec_trace_$tag"
         # the train step's module (jit_step): optimized HLO, buffer live ranges, memory-usage report
         for f in /tmp/mxprec_hlo_"$tag"/*jit_step*after_optimizations{.txt,-live-range.txt,-memory-usage-report.txt}; do
