@@ -41,7 +41,8 @@
 # Environment: OUT (required), STEP_TIMEOUT (s, default 170), PYTHON (default python3), FORM (llama:
 # stage only: MXPREC_XLA_FP8_FORM for the arm), AQ (llama: and hlo: stages: MXPREC_AUTO_QUANTIZE for the
 # arm, e.g. AQ=tile,mx,delayed or AQ=tile,mx,weights; names get _aq...), CONFIG (the Llama config of the
-# llama / profile / hlo stages; default llama3_8b_4layer).
+# llama / profile / hlo stages; default llama3_8b_4layer), LLAMA_ARGS (extra `mxprec.bench llama` arguments
+# of those stages, e.g. LLAMA_ARGS="--loss-pick gather") and TAG (a suffix for the llama: / hlo: output names).
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -67,7 +68,7 @@ llama_step() {  # llama_step NAME ARM [BENCH ARGS...]: one arm of $CONFIG, env f
   shift 2
   [ "$CONFIG" != llama3_8b_4layer ] && name="${name}_$CONFIG"
   step "$name" env "${LLAMA_ENV[@]}" "$PY" -m mxprec.bench llama --config "$CONFIG" --arms "$arm" \
-    --isolate off --no-progress --out "$R/$name" "$@"
+    --isolate off --no-progress --out "$R/$name" ${LLAMA_ARGS:-} "$@"
 }
 LLAMA_ENV=()
 # AQ, once for the llama: and hlo: stages: the arm's environment entry and its name tag (_aq + AQ's names).
@@ -198,7 +199,7 @@ for stage in "$@"; do
     llama:*)
       IFS=, read -r -a arms <<< "${stage#llama:}"
       LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM} "${AQ_ENV[@]}")
-      for arm in "${arms[@]}"; do llama_step "llama_$arm${FORM:+_$FORM}$AQ_TAG" "$arm"; done
+      for arm in "${arms[@]}"; do llama_step "llama_$arm${FORM:+_$FORM}$AQ_TAG${TAG:-}" "$arm"; done
       LLAMA_ENV=() ;;
     forms:*)  # forms:FORM,FORM,... one process per form
       IFS=, read -r -a forms <<< "${stage#forms:}"
@@ -213,7 +214,7 @@ for stage in "$@"; do
     hlo:*)
       IFS=, read -r -a arms <<< "${stage#hlo:}"
       for arm in "${arms[@]}"; do
-        tag="$arm$AQ_TAG"
+        tag="$arm$AQ_TAG${TAG:-}"
         rm -rf "/tmp/mxprec_hlo_$tag"
         LLAMA_ENV=("XLA_FLAGS=--xla_dump_to=/tmp/mxprec_hlo_$tag --xla_dump_hlo_as_text" "${AQ_ENV[@]}")
         llama_step "hlo_$tag" "$arm" --warmup 2 --steps 5 --profile "/tmp/mxprec_trace_$tag"

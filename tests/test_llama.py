@@ -285,3 +285,36 @@ def test_file_batches_windows(tmp_path):
     np.save(path, stream + cfg.vocab)
     with pytest.raises(ValueError, match="vocab"):
         bench.file_batches(str(path), cfg, 2, 1)
+
+
+def test_loss_picks_agree_bit_for_bit_and_select_has_no_scatter():
+    """``pick="select"`` (default) and ``"gather"`` give the same loss and logits gradient, bit for bit;
+    only "gather"'s backward scatters into an FP32 [..., V] buffer."""
+    k1, k2 = jax.random.split(jax.random.PRNGKey(3))
+    logits = (4 * jax.random.normal(k1, (2, 8, 50), jnp.float32)).astype(jnp.bfloat16)
+    targets = jax.random.randint(k2, (2, 8), 0, 50)
+    mask = jnp.arange(16).reshape(2, 8) % 3 != 0
+
+    def loss_and_grad(pick, m):
+        f = lambda lg: L.cross_entropy_loss(lg, targets, m, pick=pick)[0]  # noqa: E731
+        return jax.value_and_grad(f)(logits)
+
+    for m in (None, mask):
+        (ls, gs), (lg, gg) = loss_and_grad("select", m), loss_and_grad("gather", m)
+        np.testing.assert_array_equal(np.asarray(ls), np.asarray(lg))
+        np.testing.assert_array_equal(np.asarray(gs, np.float32), np.asarray(gg, np.float32))
+    # the loss is the FP64 mean of -log softmax at the targets (FP32 tolerance)
+    lp = np.asarray(jax.nn.log_softmax(np.asarray(logits, np.float64), axis=-1))
+    want = -np.take_along_axis(lp, np.asarray(targets)[..., None], -1).mean()
+    np.testing.assert_allclose(float(loss_and_grad("select", None)[0]), want, rtol=1e-6)
+
+    def hlo(pick):
+        g = jax.grad(lambda lg: L.cross_entropy_loss(lg, targets, pick=pick)[0])
+        return jax.jit(g).lower(logits).as_text()
+
+    assert "scatter" not in hlo("select")
+    assert "scatter" in hlo("gather")
+    with pytest.raises(ValueError, match="pick='onehot'"):
+        L.cross_entropy_loss(logits, targets, pick="onehot")
+    with pytest.raises(ValueError, match="loss_pick"):
+        L.micro().replace(loss_pick="onehot")

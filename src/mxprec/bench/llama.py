@@ -238,12 +238,14 @@ def make_train_step(model, tx):
     from mxprec.models.llama import cross_entropy_loss
     from mxprec.training import all_finite, masked_update, scale_loss, unscale_grads
 
+    pick = model.cfg.loss_pick
+
     def step(state, batch):
         variables, ls = state["variables"], state["loss_scale"]
 
         def loss_fn(v):
             logits = model.apply(v, batch["inputs"])
-            loss, _ = cross_entropy_loss(logits, batch["targets"])
+            loss, _ = cross_entropy_loss(logits, batch["targets"], pick=pick)
             return (scale_loss(loss, ls) if ls is not None else loss), loss
 
         _, vjp_fn, loss = jax.vjp(loss_fn, variables, has_aux=True)
@@ -656,6 +658,8 @@ def parse_args(argv):
     p.add_argument("--no-scan", action="store_true", help="unroll the layers instead of nn.scan")
     p.add_argument("--attention", default="auto", choices=("auto", "cudnn", "jax", "xla"),
                    help="attention core (LlamaConfig.attention_impl; auto: cuDNN on GPU, XLA elsewhere)")
+    p.add_argument("--loss-pick", default="select", choices=("select", "gather"),
+                   help="how the loss takes each target's log-probability (measurement knob; see cross_entropy_loss)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gemm-reps", type=int, default=5, help="repetitions when timing the standalone GEMMs")
     p.add_argument("--isolate", default="auto", choices=("auto", "on", "off"),
@@ -686,7 +690,7 @@ def _config(args):
     from mxprec.models.llama import get_config
 
     return get_config(args.config, remat=args.remat, scan_layers=not args.no_scan, quantize=args.quantize,
-                      attention_impl=args.attention)
+                      attention_impl=args.attention, loss_pick=args.loss_pick)
 
 
 def _mu_dtype(args):

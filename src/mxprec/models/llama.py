@@ -77,6 +77,7 @@ __all__ = [
 GROUPS = ("mlp", "attn", "logits")
 REMAT_POLICIES = ("full", "save_gemm", "none")
 ATTENTION_IMPLS = ("auto", "cudnn", "jax", "xla")
+LOSS_PICKS = ("select", "gather")  # how cross_entropy_loss takes the target log-probability
 GEMM_CHECKPOINT_NAME = "mxprec_gemm"
 
 
@@ -100,6 +101,7 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     attention_impl: str = "auto"  # "auto" | "cudnn" | "jax" | "xla" (see attention_core)
+    loss_pick: str = "select"  # "select" | "gather" (see cross_entropy_loss)
 
     def __post_init__(self):
         for f in ("vocab", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "seq"):
@@ -114,6 +116,8 @@ class LlamaConfig:
             raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
         if self.attention_impl not in ATTENTION_IMPLS:
             raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {self.attention_impl!r}")
+        if self.loss_pick not in LOSS_PICKS:
+            raise ValueError(f"loss_pick must be one of {LOSS_PICKS}, got {self.loss_pick!r}")
         q = tuple(self.quantize)
         bad = [g for g in q if g not in GROUPS]
         if bad:
@@ -403,10 +407,30 @@ class Llama(nn.Module):
         return head(cfg.vocab, name="logits_dense")(x)
 
 
-def cross_entropy_loss(logits: jax.Array, targets: jax.Array, mask: jax.Array | None = None):
-    """Mean next-token cross entropy in FP32 over valid targets; returns ``(loss, n_valid)``."""
+def cross_entropy_loss(logits: jax.Array, targets: jax.Array, mask: jax.Array | None = None, *,
+                       pick: str = "select"):
+    """Mean next-token cross entropy in FP32 over valid targets; returns ``(loss, n_valid)``.
+
+    logits: [..., V]; targets: [...] integer ids in [0, V); mask: [...] (true = counted) or None.
+    ``pick`` chooses how each position's target log-probability is taken:
+
+    - ``"select"`` (default): ``sum(where(iota == target, logp, 0), -1)``. Its backward is a select
+      of the cotangent, which XLA fuses into the log-softmax backward; no scatter.
+    - ``"gather"``: ``take_along_axis``. Its backward is a scatter into an FP32 ``[..., V]`` zeros
+      buffer; on the H200 Llama step that buffer and the scatter held 2 GB each at the peak.
+
+    Same loss and gradients bit for bit for targets in range (only one term of the sum is
+    nonzero); an out-of-range target picks 0 under "select" (NaN under "gather").
+    """
+    if pick not in LOSS_PICKS:
+        raise ValueError(f"cross_entropy_loss: pick={pick!r}; known: {LOSS_PICKS}")
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    nll = -jnp.take_along_axis(logp, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    tgt = targets[..., None].astype(jnp.int32)
+    if pick == "gather":
+        nll = -jnp.take_along_axis(logp, tgt, axis=-1)[..., 0]
+    else:
+        vocab = jax.lax.broadcasted_iota(jnp.int32, logp.shape, logp.ndim - 1)
+        nll = -jnp.sum(jnp.where(vocab == tgt, logp, jnp.float32(0)), axis=-1)
     if mask is None:
         n = jnp.float32(math.prod(targets.shape))
         return jnp.sum(nll) / n, n
