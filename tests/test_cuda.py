@@ -401,6 +401,13 @@ def test_auto_quantizes_tile_and_mx_scaling_on_cuda(monkeypatch):
     for spec in (TensorScaling(formats.E4M3), DelayedScaling(formats.E4M3), RowScaling(formats.E4M3),
                  NVFP4Scaling()):
         assert not cuda.auto_quantizes(spec), spec
+    # weight operands: per-tensor and delayed too (the FP32 weight stacks' per-step transposes, 1.7 GB of
+    # the fp8_delayed Llama step's peak); row-wise and NVFP4 weights stay on XLA
+    assert cuda.AUTO_QUANTIZE_WEIGHTS == (TensorScaling, DelayedScaling)
+    for spec in (TensorScaling(formats.E4M3), DelayedScaling(formats.E4M3), TileScaling(formats.E4M3, (128, 128))):
+        assert cuda.auto_quantizes(spec, weight=True), spec
+    for spec in (RowScaling(formats.E4M3), NVFP4Scaling()):
+        assert not cuda.auto_quantizes(spec, weight=True), spec
 
 
 def test_auto_quantize_kinds_env_override(monkeypatch):
@@ -418,8 +425,11 @@ def test_auto_quantize_kinds_env_override(monkeypatch):
     assert cuda.auto_quantize_kinds() == (TileScaling,)
     for spec in (TensorScaling(formats.E4M3), DelayedScaling(formats.E4M3), RowScaling(formats.E4M3)):
         assert cuda.auto_quantizes(spec, weight=True) and not cuda.auto_quantizes(spec), spec
-    monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile")
+    assert cuda.auto_quantize_kinds(weight=True) == (TileScaling, TensorScaling, DelayedScaling, RowScaling,
+                                                     MXScaling, NVFP4Scaling)
+    monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile")  # without "weights": weights follow the named kinds
     assert not cuda.auto_quantizes(TensorScaling(formats.E4M3), weight=True)
+    assert cuda.auto_quantize_kinds(weight=True) == (TileScaling,)
 
 
 @needs_gpu

@@ -7,7 +7,8 @@ Backend choice is an argument, never an environment variable:
   platform.
 * ``"auto"`` — on an NVIDIA GPU with libmxprec_cuda.so loaded, the CUDA kernels for what measured
   faster than XLA there (``mxprec.kernels.cuda.AUTO_FAMILIES``: block-scaled and row-wise FP8 GEMMs;
-  ``AUTO_QUANTIZE``: the quantization of TileScaling and MXScaling operands) and the exact XLA path
+  ``AUTO_QUANTIZE``: the quantization of TileScaling and MXScaling operands; ``AUTO_QUANTIZE_WEIGHTS``:
+  that of per-tensor and delayed-scaled weight operands) and the exact XLA path
   for the rest; everywhere else (CPU, where XLA's dot is faster than the C++ reference lowering;
   ROCm, whose kernels never ran) the exact XLA path. Never a silent downgrade of precision: both
   compute the same quantized GEMM.
@@ -84,8 +85,11 @@ def backend_report(recipe) -> str:
         from mxprec.kernels import cuda
 
         kinds = "/".join(k.__name__ for k in cuda.auto_quantize_kinds())
+        weights = "/".join(k.__name__ for k in cuda.auto_quantize_kinds(weight=True)
+                           if k not in cuda.auto_quantize_kinds())
+        weights = f" (+ {weights} for weights)" if weights else ""
         return (f"backend: auto on gpu: CUDA kernels for the {'/'.join(cuda.AUTO_FAMILIES)} FP8 families and "
-                f"{kinds} quantization, exact XLA path (cuBLASLt FP8) for the rest")
+                f"{kinds}{weights} quantization, exact XLA path (cuBLASLt FP8) for the rest")
     if ffi_available(platform):
         return f"backend: xla exact path on {platform} (auto; the C++ custom call runs with backend='ffi')"
     if recipe.backend == "ffi":

@@ -57,6 +57,7 @@ from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, 
 __all__ = [
     "AUTO_FAMILIES",
     "AUTO_QUANTIZE",
+    "AUTO_QUANTIZE_WEIGHTS",
     "LIBRARY_NAME",
     "SYMBOL",
     "TARGET",
@@ -163,21 +164,27 @@ AUTO_FAMILIES = ("block", "row")
 #   40.1 % against 16.7 %; the Llama steps on Hopper's exact MX path (dequantize + BF16 dot) took
 #   mxfp8 255.4 / mxfp6 288.2 / mxfp4 282.6 ms with them against 322.4 / 310.7 / 305.5 ms (seventh
 #   session, same calls).
-# Per-tensor, delayed and row-wise quantization stays on XLA, which fuses it into the producer: the
-# fp8_delayed step took 170.3 ms with our delayed cast feeding XLA's cuBLASLt FP8 dot against 164.6 ms
-# with XLA's cast (same call; its peak memory was 2.1 GB lower). NVFP4 stays on XLA (our kernel is
-# slower along axis 0: 8.8 % of copy against 15.3 %).
+# Per-tensor, delayed and row-wise quantization of activations and gradients stays on XLA, which fuses it
+# into the producer: the fp8_delayed step took 170.3 ms with our delayed cast on every operand feeding XLA's
+# cuBLASLt FP8 dot against 164.6 ms with XLA's cast (seventh session, same call). NVFP4 stays on XLA (our
+# kernel is slower along axis 0: 8.8 % of copy against 15.3 %).
 AUTO_QUANTIZE = (TileScaling, MXScaling)
 
-# ``MXPREC_AUTO_QUANTIZE`` (comma-separated names) replaces AUTO_QUANTIZE, a measurement knob for
-# benchmarks/h200_session.sh (e.g. ``tile,mx,delayed`` for the per-tensor cast feeding XLA's cuBLASLt
-# FP8 dot): it only chooses which quantizer runs (both give the CPU oracle's codes, except that XLA's GPU
-# quantizer keeps FP32 denormals the oracle flushes); unset, AUTO_QUANTIZE applies. The name
-# ``weights`` adds every kind for weight operands only (dot_general's rhs: Fprop's W and its reuse), e.g.
-# ``tile,mx,weights``. Why (eleventh session, not yet measured): in the fp8_delayed Llama step's optimized
-# GPU HLO, the K-major layout cuBLASLt's FP8 dot wants for W propagates through XLA's cast fusion to the
-# FP32 parameter stacks, which XLA transposes once per step and keeps live (2.55 GB at the peak,
-# docs/backends/cuda.md); a custom call's fixed row-major layout would stop that at the 1-byte codes.
+# Weight operands (dot_general's rhs: Fprop's W and its reuse in Dgrad) of these kinds also run on the
+# CUDA kernels under "auto". cuBLASLt's FP8 GEMM is TN-only, so Fprop wants W K-major; with XLA's cast,
+# layout assignment carries that layout back through the cast fusion to the FP32 parameter stacks, which
+# XLA then transposes once per step and keeps live (2.55 GB at the fp8_delayed step's peak, eleventh
+# session). A custom call has a fixed row-major layout, so the transpose moves onto the 1-byte codes.
+# Twelfth session, same call (llama3_8b_4layer, H200): fp8_delayed peak 24.31 -> 22.59 GB at 161.8 ->
+# 162.1 ms, fp8_current 24.06 -> 21.61 GB at 164.8 -> 165.2 ms (Flax FP8: 24.32 GB, 153.8 ms).
+AUTO_QUANTIZE_WEIGHTS = (TensorScaling, DelayedScaling)
+
+# ``MXPREC_AUTO_QUANTIZE`` (comma-separated names) replaces AUTO_QUANTIZE and AUTO_QUANTIZE_WEIGHTS, a
+# measurement knob for benchmarks/h200_session.sh (e.g. ``tile,delayed`` for the per-tensor cast on every
+# operand): it only chooses which quantizer runs (both give the CPU oracle's codes, except that XLA's GPU
+# quantizer keeps FP32 denormals the oracle flushes). The name ``weights`` adds every kind for weight
+# operands only, e.g. ``tile,mx,weights`` (the default's routing, and row / NVFP4 weights too); without it
+# (e.g. ``tile,mx``) weights follow the named kinds alone.
 _WEIGHTS = "weights"
 _QUANTIZE_KINDS = {
     "tile": TileScaling,
@@ -189,33 +196,25 @@ _QUANTIZE_KINDS = {
 }
 
 
-def _auto_quantize_names() -> list[str] | None:
+def auto_quantize_kinds(weight: bool = False) -> tuple[type, ...]:
+    """The scaling kinds backend="auto" quantizes with the CUDA kernels, for a weight operand if ``weight``:
+    AUTO_QUANTIZE (+ AUTO_QUANTIZE_WEIGHTS), or as ``MXPREC_AUTO_QUANTIZE`` names them."""
     env = os.environ.get("MXPREC_AUTO_QUANTIZE")
     if env is None:
-        return None
+        return AUTO_QUANTIZE + (AUTO_QUANTIZE_WEIGHTS if weight else ())
     names = [n.strip() for n in env.split(",") if n.strip()]
     unknown = sorted(set(names) - set(_QUANTIZE_KINDS) - {_WEIGHTS})
     if unknown:
         known = sorted([*_QUANTIZE_KINDS, _WEIGHTS])
         raise ValueError(f"MXPREC_AUTO_QUANTIZE names {unknown}; known: {known}")
-    return names
-
-
-def auto_quantize_kinds() -> tuple[type, ...]:
-    """The scaling kinds backend="auto" quantizes with the CUDA kernels (``MXPREC_AUTO_QUANTIZE`` or
-    AUTO_QUANTIZE)."""
-    names = _auto_quantize_names()
-    if names is None:
-        return AUTO_QUANTIZE
+    if weight and _WEIGHTS in names:
+        return tuple(_QUANTIZE_KINDS.values())
     return tuple(_QUANTIZE_KINDS[n] for n in names if n != _WEIGHTS)
 
 
 def auto_quantizes(spec, weight: bool = False) -> bool:
-    """Whether backend="auto" quantizes ``spec`` with the CUDA kernel: its kind is in auto_quantize_kinds(),
-    or ``weight`` (the operand is a weight) and ``MXPREC_AUTO_QUANTIZE`` names ``weights``."""
-    if weight and _WEIGHTS in (_auto_quantize_names() or ()):
-        return True
-    return isinstance(spec, auto_quantize_kinds())
+    """Whether backend="auto" quantizes ``spec`` with the CUDA kernel (``weight``: the operand is a weight)."""
+    return isinstance(spec, auto_quantize_kinds(weight))
 
 
 def auto_prefers(lhs, rhs) -> bool:
