@@ -435,12 +435,13 @@ def test_auto_quantize_kinds_env_override(monkeypatch):
 @needs_gpu
 def test_auto_dot_general_quantizes_tiles_and_mx_with_the_cuda_kernel():
     # fp8_block under backend="auto": every quantization (Fprop, Dgrad, Wgrad operands) is the
-    # mxprec_quantize custom call and every GEMM the mxprec_scaled_gemm one; fp8_current has neither;
-    # mxfp8 quantizes with the custom call and runs the exact XLA GEMM (Hopper has no MX GEMM); fp8_rowwise
-    # quantizes with XLA and runs its GEMMs on the row-wise kernel.
+    # mxprec_quantize custom call and every GEMM the mxprec_scaled_gemm one; fp8_current quantizes its
+    # weight with the custom call (AUTO_QUANTIZE_WEIGHTS) and runs XLA's GEMMs; mxfp8 quantizes with the
+    # custom call and runs the exact XLA GEMM (Hopper has no MX GEMM); fp8_rowwise quantizes with XLA and
+    # runs its GEMMs on the row-wise kernel.
     x = jax.random.normal(jax.random.PRNGKey(7), (2, 128, 256), jnp.float32)
     w = jax.random.normal(jax.random.PRNGKey(8), (256, 128), jnp.float32) * 0.05
-    for name, quantize_call, gemm_call in (("fp8_block", True, True), ("fp8_current", False, False),
+    for name, quantize_call, gemm_call in (("fp8_block", True, True), ("fp8_current", True, False),
                                            ("mxfp8", True, False), ("fp8_rowwise", False, True)):
         recipe = dataclasses.replace(mxprec.recipes.get(name), backend="auto")
 
@@ -452,6 +453,36 @@ def test_auto_dot_general_quantizes_tiles_and_mx_with_the_cuda_kernel():
         assert ("mxprec_scaled_gemm" in hlo) is gemm_call, name
         gx, gw = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
         assert bool(jnp.all(jnp.isfinite(gx))) and bool(jnp.all(jnp.isfinite(gw))), name
+
+
+@needs_gpu
+@pytest.mark.parametrize("kind", ["tensor", "delayed"])
+def test_auto_weight_quantization_is_the_xla_quantizer_bit_for_bit(kind):
+    # backend="auto" sends per-tensor / delayed-scaled weights to the CUDA kernel: same codes, scale and amax
+    # as the XLA quantizer on an FP32 weight (adversarial values: ties, saturation, subnormals, zeros).
+    import sys
+
+    dg = sys.modules["mxprec.dot_general"]
+    w = np.asarray(jax.random.normal(jax.random.PRNGKey(9), (256, 384), jnp.float32)) * 0.05
+    w[0, :8] = [0.0, -0.0, 1e-40, -3e-39, 448.0, -500.0, 2.0**-10, 2.0**-9 * 1.5]
+    w = jnp.asarray(w)
+    if kind == "tensor":
+        recipe = dataclasses.replace(mxprec.recipes.get("fp8_current"), backend="auto")
+        spec, state = TensorScaling(formats.E4M3), None
+    else:
+        recipe = dataclasses.replace(mxprec.recipes.get("fp8_delayed"), backend="auto")
+        spec = DelayedScaling(formats.E4M3)
+        state = mxprec.DotGeneralState.init(recipe).rhs
+    assert cuda.auto_quantizes(spec, weight=True)
+    got = jax.jit(lambda t: dg._q(t, spec, 0, recipe, state, backend="auto", weight=True))(w)
+    hlo = jax.jit(lambda t: dg._q(t, spec, 0, recipe, state, backend="auto", weight=True)).lower(w).as_text()
+    assert "mxprec_quantize" in hlo
+    want = jax.jit(lambda t: dg._q(t, spec, 0, recipe, state, backend="xla", weight=True))(w)
+    for field in ("data", "scale", "amax"):
+        a, b = getattr(got, field), getattr(want, field)
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint8) if a.dtype.itemsize == 1 else np.asarray(a),
+                                      np.asarray(b).view(np.uint8) if b.dtype.itemsize == 1 else np.asarray(b),
+                                      err_msg=field)
 
 
 @needs_gpu
