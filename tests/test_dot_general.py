@@ -482,3 +482,33 @@ def test_weight_operands_are_marked_for_the_quantizer(monkeypatch, recipe):
     assert {wt for size, wt in seen if size == w.size} == {True}
     assert {wt for size, wt in seen if size != w.size} == {False}
     assert {size for size, _ in seen} >= {x.size, 128 * 384}
+
+
+@pytest.mark.parametrize("recipe", ["fp8_current", "fp8_delayed", "fp8_block"])
+def test_wide_residuals_keep_the_per_tensor_copies_the_backward_would_recompute(monkeypatch, recipe):
+    """residuals="wide": a per-tensor X / W copy whose backward spec is the same is kept from Fprop, not
+    requantized (same codes, one pass fewer); block-scaled copies (other tiles per GEMM) are requantized."""
+    import sys
+
+    dg = sys.modules["mxprec.dot_general"]
+    seen = []
+    real_q = dg._q
+
+    def recording_q(t, spec, axis, recipe_, state=None, key=None, backend="xla", weight=False):
+        seen.append(math.prod(t.shape))
+        return real_q(t, spec, axis, recipe_, state, key, backend, weight)
+
+    monkeypatch.setattr(dg, "_q", recording_q)
+    r = mxprec.recipes.get(recipe)
+    assert r.residuals == "wide"
+    x = jax.random.normal(jax.random.PRNGKey(0), (128, 256), jnp.float32)  # sizes: x 32768, w 98304, dY 49152
+    w = jax.random.normal(jax.random.PRNGKey(1), (256, 384), jnp.float32)
+    state = mxprec.DotGeneralState.init(r)
+
+    def f(x, w):
+        return jnp.sum(mxprec.dot_general(x, w, (((1,), (0,)), ((), ())), recipe=r, state=state) ** 2)
+
+    jax.grad(f, argnums=(0, 1))(x, w)
+    per_tensor = recipe != "fp8_block"
+    assert seen.count(x.size) == (1 if per_tensor else 2), seen
+    assert seen.count(w.size) == (1 if per_tensor else 2), seen

@@ -183,16 +183,28 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
     return quantize(t, spec, axis=axis, key=key)
 
 
-def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None, backend="xla", weight=False):
-    """Per-tensor scaled copies are layout-free: reuse the other GEMM's copy instead of requantizing."""
-    if (
+def _reusable(q_prev, spec, key=None) -> bool:
+    """Whether quantizing the same source per ``spec`` (unkeyed) gives exactly ``q_prev``'s codes and scale:
+    per-tensor scaled copies are layout-free, so only the spec must match."""
+    return (
         isinstance(q_prev, QTensor)
         and spec == q_prev.spec
         and isinstance(spec, (TensorScaling, DelayedScaling))
         and key is None
-    ):
+    )
+
+
+def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None, backend="xla", weight=False):
+    """Per-tensor scaled copies are layout-free: reuse the other GEMM's copy instead of requantizing."""
+    if _reusable(q_prev, spec, key):
         return dataclasses.replace(q_prev, axis=axis)
     return _q(src, spec, axis, recipe, state, key, backend, weight)
+
+
+def _reuse_or_keep(src, q_prev, spec, axis):
+    """``residuals="wide"``: the wide source, unless the backward would requantize it to ``q_prev``'s
+    exact codes (:func:`_reusable`); then the 1-byte copy (smaller, and no second quantize pass)."""
+    return dataclasses.replace(q_prev, axis=axis) if _reusable(q_prev, spec) else src
 
 
 def _amax_of(q, src):
@@ -220,7 +232,7 @@ def _fwd(meta: _Meta, x, w, state):
         rx = _reuse_or_quantize(x, qx, r.wgrad_lhs, 1, r, st.lhs if st else None, backend=be)
         rw = _reuse_or_quantize(w, qw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be, weight=True)
     else:
-        rx, rw = x, w
+        rx, rw = _reuse_or_keep(x, qx, r.wgrad_lhs, 1), _reuse_or_keep(w, qw, r.dgrad_rhs, 2)
     amax = None
     if state is not None:
         amax = (_amax_of(qx, x), _amax_of(qw, w))
@@ -234,10 +246,10 @@ def _bwd(meta: _Meta, res, g):
     st_g = st.grad if st else None
     be = meta.backend
     qg_d = _q(g, r.dgrad_grad, 2, r, st_g, k_dgrad, backend=be)
-    qw_d = rw if r.residuals == "quantized" else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be,
-                                                   weight=True)
+    qw_d = rw if isinstance(rw, QTensor) else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be,
+                                                weight=True)
     dx = kernels.scaled_gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=meta.backend)
-    qx_w = rx if r.residuals == "quantized" else _q(rx, r.wgrad_lhs, 1, r, st.lhs if st else None, backend=be)
+    qx_w = rx if isinstance(rx, QTensor) else _q(rx, r.wgrad_lhs, 1, r, st.lhs if st else None, backend=be)
     qg_w = _reuse_or_quantize(g, qg_d, r.wgrad_grad, 1, r, st_g, k_wgrad, backend=be)
     dw = kernels.scaled_gemm(qx_w, qg_w, lhs_contract=1, rhs_contract=1, out_dtype=meta.w_dtype, backend=meta.backend)
     ct_state = None

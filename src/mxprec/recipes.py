@@ -79,6 +79,9 @@ class Recipe:
     output_dtype: jnp.dtype | None = jnp.bfloat16  # None: the lhs input dtype
     stochastic_grad_rounding: bool = False
     # Memory / execution.
+    # What Fprop keeps for Dgrad / Wgrad: "quantized" = the backward's quantized copies (made in Fprop);
+    # "wide" = X and W as given, requantized in the backward, except a per-tensor copy the backward would
+    # requantize to the same codes (same TensorScaling / DelayedScaling spec): Fprop's copy is kept.
     residuals: Literal["wide", "quantized"] = "wide"
     backend: Literal["auto", "xla", "ffi"] = "auto"
 
