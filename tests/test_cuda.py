@@ -410,6 +410,19 @@ def test_auto_quantizes_tile_and_mx_scaling_on_cuda(monkeypatch):
         assert not cuda.auto_quantizes(spec, weight=True), spec
 
 
+def test_backend_report_names_the_auto_quantize_routing(monkeypatch):
+    # What recipe.describe() / the Llama table's backend column say under "auto" on a GPU with the library
+    # (faked here: the routing, not the kernels): tile / MX kinds, plus per-tensor / delayed weights.
+    import mxprec.kernels as K
+
+    monkeypatch.setattr(K, "_auto_uses_cuda", lambda: True)
+    monkeypatch.delenv("MXPREC_AUTO_QUANTIZE", raising=False)
+    report = K.backend_report(mxprec.recipes.get("fp8_delayed"))
+    assert "TileScaling/MXScaling (+ TensorScaling/DelayedScaling for weights) quantization" in report, report
+    monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile,mx")
+    assert "for weights" not in K.backend_report(mxprec.recipes.get("fp8_delayed"))
+
+
 def test_auto_quantize_kinds_env_override(monkeypatch):
     monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile, delayed")
     assert cuda.auto_quantize_kinds() == (TileScaling, DelayedScaling)
