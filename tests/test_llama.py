@@ -312,6 +312,15 @@ def test_loss_picks_agree_bit_for_bit_and_select_has_no_scatter():
         g = jax.grad(lambda lg: L.cross_entropy_loss(lg, targets, pick=pick)[0])
         return jax.jit(g).lower(logits).as_text()
 
+    # a target outside [0, V): NaN, unless the mask drops its position ("gather" wraps negative targets)
+    assert np.isnan(float(L.cross_entropy_loss(logits, targets.at[0, 0].set(-1), pick="select")[0]))
+    bad = targets.at[0, 0].set(50)
+    for pick in L.LOSS_PICKS:
+        assert np.isnan(float(L.cross_entropy_loss(logits, bad, pick=pick)[0])), pick
+        m0 = jnp.ones_like(mask).at[0, 0].set(False)
+        loss_m, grad_m = jax.value_and_grad(lambda lg: L.cross_entropy_loss(lg, bad, m0, pick=pick)[0])(logits)
+        assert np.isfinite(float(loss_m)) and bool(jnp.all(jnp.isfinite(grad_m.astype(jnp.float32)))), pick
+
     assert "scatter" not in hlo("select")
     assert "scatter" in hlo("gather")
     with pytest.raises(ValueError, match="pick='onehot'"):

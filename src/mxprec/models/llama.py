@@ -419,8 +419,9 @@ def cross_entropy_loss(logits: jax.Array, targets: jax.Array, mask: jax.Array | 
     - ``"gather"``: ``take_along_axis``. Its backward is a scatter into an FP32 ``[..., V]`` zeros
       buffer; on the H200 Llama step that buffer and the scatter held 2 GB each at the peak.
 
-    Same loss and gradients bit for bit for targets in range (only one term of the sum is
-    nonzero); an out-of-range target picks 0 under "select" (NaN under "gather").
+    Same loss and gradients bit for bit for targets in [0, V) (only one term of the sum is nonzero).
+    A target outside [0, V) makes the loss NaN under "select", unless ``mask`` excludes its position
+    ("gather" gives NaN for targets >= V but wraps negative ones, as take_along_axis does).
     """
     if pick not in LOSS_PICKS:
         raise ValueError(f"cross_entropy_loss: pick={pick!r}; known: {LOSS_PICKS}")
@@ -431,6 +432,8 @@ def cross_entropy_loss(logits: jax.Array, targets: jax.Array, mask: jax.Array | 
     else:
         vocab = jax.lax.broadcasted_iota(jnp.int32, logp.shape, logp.ndim - 1)
         nll = -jnp.sum(jnp.where(vocab == tgt, logp, jnp.float32(0)), axis=-1)
+        in_range = (tgt[..., 0] >= 0) & (tgt[..., 0] < logp.shape[-1])
+        nll = jnp.where(in_range, nll, jnp.float32(jnp.nan))  # as "gather": never a silent 0
     if mask is None:
         n = jnp.float32(math.prod(targets.shape))
         return jnp.sum(nll) / n, n
