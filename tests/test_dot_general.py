@@ -455,10 +455,9 @@ def test_gpu_xla_per_tensor_gemms_are_fp8_dots_with_fp32_accumulation(name):
     assert hlo.count('"algorithm":"ALG_DOT_ANY_F8_ANY_F8_F32"') == 3, "FP8 GEMMs must accumulate in FP32"
 
 
-@pytest.mark.parametrize("recipe", ["fp8_current", "fp8_delayed", "fp8_block"])
-def test_weight_operands_are_marked_for_the_quantizer(monkeypatch, recipe):
-    """dot_general tells _q which operand is the weight (rhs: Fprop's W, Dgrad's W): MXPREC_AUTO_QUANTIZE's
-    ``weights`` routes exactly those to the CUDA quantize kernel under backend="auto"."""
+def _record_quantizer_calls(monkeypatch) -> list:
+    """Wraps dot_general's ``_q``: each call appends ``(operand size, weight flag)`` to the returned list
+    (operands in dot_general's canonical 3-D form)."""
     import sys
 
     dg = sys.modules["mxprec.dot_general"]  # the module (mxprec.dot_general is the function)
@@ -466,10 +465,18 @@ def test_weight_operands_are_marked_for_the_quantizer(monkeypatch, recipe):
     real_q = dg._q
 
     def recording_q(t, spec, axis, recipe_, state=None, key=None, backend="xla", weight=False):
-        seen.append((math.prod(t.shape), weight))  # operands in dot_general's canonical 3-D form
+        seen.append((math.prod(t.shape), weight))
         return real_q(t, spec, axis, recipe_, state, key, backend, weight)
 
     monkeypatch.setattr(dg, "_q", recording_q)
+    return seen
+
+
+@pytest.mark.parametrize("recipe", ["fp8_current", "fp8_delayed", "fp8_block"])
+def test_weight_operands_are_marked_for_the_quantizer(monkeypatch, recipe):
+    """dot_general tells _q which operand is the weight (rhs: Fprop's W, Dgrad's W): MXPREC_AUTO_QUANTIZE's
+    ``weights`` routes exactly those to the CUDA quantize kernel under backend="auto"."""
+    seen = _record_quantizer_calls(monkeypatch)
     r = mxprec.recipes.get(recipe)
     x = jnp.ones((128, 256), jnp.float32)  # sizes tell the operands apart: x 32768, w 98304, dY 49152
     w = jnp.ones((256, 384), jnp.float32)
@@ -488,17 +495,7 @@ def test_weight_operands_are_marked_for_the_quantizer(monkeypatch, recipe):
 def test_wide_residuals_keep_the_per_tensor_copies_the_backward_would_recompute(monkeypatch, recipe):
     """residuals="wide": a per-tensor X / W copy whose backward spec is the same is kept from Fprop, not
     requantized (same codes, one pass fewer); block-scaled copies (other tiles per GEMM) are requantized."""
-    import sys
-
-    dg = sys.modules["mxprec.dot_general"]
-    seen = []
-    real_q = dg._q
-
-    def recording_q(t, spec, axis, recipe_, state=None, key=None, backend="xla", weight=False):
-        seen.append(math.prod(t.shape))
-        return real_q(t, spec, axis, recipe_, state, key, backend, weight)
-
-    monkeypatch.setattr(dg, "_q", recording_q)
+    calls = _record_quantizer_calls(monkeypatch)
     r = mxprec.recipes.get(recipe)
     assert r.residuals == "wide"
     x = jax.random.normal(jax.random.PRNGKey(0), (128, 256), jnp.float32)  # sizes: x 32768, w 98304, dY 49152
@@ -509,6 +506,7 @@ def test_wide_residuals_keep_the_per_tensor_copies_the_backward_would_recompute(
         return jnp.sum(mxprec.dot_general(x, w, (((1,), (0,)), ((), ())), recipe=r, state=state) ** 2)
 
     jax.grad(f, argnums=(0, 1))(x, w)
+    seen = [size for size, _ in calls]
     per_tensor = recipe != "fp8_block"
     assert seen.count(x.size) == (1 if per_tensor else 2), seen
     assert seen.count(w.size) == (1 if per_tensor else 2), seen

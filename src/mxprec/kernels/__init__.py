@@ -84,9 +84,9 @@ def backend_report(recipe) -> str:
     if recipe.backend == "auto" and _auto_uses_cuda():
         from mxprec.kernels import cuda
 
-        kinds = "/".join(k.__name__ for k in cuda.auto_quantize_kinds())
-        weights = "/".join(k.__name__ for k in cuda.auto_quantize_kinds(weight=True)
-                           if k not in cuda.auto_quantize_kinds())
+        base = cuda.auto_quantize_kinds()
+        kinds = "/".join(k.__name__ for k in base)
+        weights = "/".join(k.__name__ for k in cuda.auto_quantize_kinds(weight=True) if k not in base)
         weights = f" (+ {weights} for weights)" if weights else ""
         return (f"backend: auto on gpu: CUDA kernels for the {'/'.join(cuda.AUTO_FAMILIES)} FP8 families and "
                 f"{kinds}{weights} quantization, exact XLA path (cuBLASLt FP8) for the rest")
