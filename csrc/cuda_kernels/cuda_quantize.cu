@@ -454,6 +454,13 @@ __device__ __forceinline__ uint2 codes8_uniform(const float (&x)[8], ElemScale e
   return quotient_codes8<kFp8>(x, es, r, f);
 }
 
+// The 8 six-bit codes of a chunk (byte i of c = code i) as 48 bits, code i at bits 6i .. 6i + 5.
+__device__ __forceinline__ uint64_t pack6(uint2 c) {
+  const uint32_t w0 = (c.x & 0x3Fu) | (((c.x >> 8) & 0x3Fu) << 6) | (((c.x >> 16) & 0x3Fu) << 12) | (((c.x >> 24) & 0x3Fu) << 18);
+  const uint32_t w1 = (c.y & 0x3Fu) | (((c.y >> 8) & 0x3Fu) << 6) | (((c.y >> 16) & 0x3Fu) << 12) | (((c.y >> 24) & 0x3Fu) << 18);
+  return static_cast<uint64_t>(w0) | (static_cast<uint64_t>(w1) << 24);
+}
+
 // Stores 8 codes packed along the chunk (axis 2): FP8 8 bytes, FP6 6, FP4 4 at chunk k.
 __device__ __forceinline__ void store_chunk(uint8_t* data, int64_t k, uint2 c, int bits) {
   if (bits == 8) {
@@ -462,12 +469,36 @@ __device__ __forceinline__ void store_chunk(uint8_t* data, int64_t k, uint2 c, i
     const uint32_t u = c.x | (c.x >> 4), v = c.y | (c.y >> 4);
     *reinterpret_cast<uint32_t*>(data + k * 4) = __byte_perm(u, v, 0x6420);
   } else {
-    const uint32_t w0 = (c.x & 0x3Fu) | (((c.x >> 8) & 0x3Fu) << 6) | (((c.x >> 16) & 0x3Fu) << 12) | (((c.x >> 24) & 0x3Fu) << 18);
-    const uint32_t w1 = (c.y & 0x3Fu) | (((c.y >> 8) & 0x3Fu) << 6) | (((c.y >> 16) & 0x3Fu) << 12) | (((c.y >> 24) & 0x3Fu) << 18);
+    const uint64_t b = pack6(c);
     uint16_t* p = reinterpret_cast<uint16_t*>(data + k * 6);
-    p[0] = static_cast<uint16_t>(w0 & 0xFFFFu);
-    p[1] = static_cast<uint16_t>(((w0 >> 16) & 0xFFu) | ((w1 & 0xFFu) << 8));
-    p[2] = static_cast<uint16_t>((w1 >> 8) & 0xFFFFu);
+    p[0] = static_cast<uint16_t>(b);
+    p[1] = static_cast<uint16_t>(b >> 16);
+    p[2] = static_cast<uint16_t>(b >> 32);
+  }
+}
+
+// Stores the codes of 4 consecutive chunks k0 .. k0 + 3 (k0 % 4 == 0, data 16-byte aligned) with the
+// widest stores: FP8 two 16-byte stores, FP4 one, FP6 three 8-byte ones.
+__device__ __forceinline__ void store_run4(uint8_t* data, int64_t k0, const uint2 (&c)[4], int bits) {
+  static_assert(kUnroll == 4, "store_run4 stores one thread's kUnroll chunks");
+  if (bits == 8) {
+    uint4* p = reinterpret_cast<uint4*>(data + k0 * 8);
+    p[0] = make_uint4(c[0].x, c[0].y, c[1].x, c[1].y);
+    p[1] = make_uint4(c[2].x, c[2].y, c[3].x, c[3].y);
+  } else if (bits == 4) {
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t u = c[j].x | (c[j].x >> 4), v = c[j].y | (c[j].y >> 4);
+      w[j] = __byte_perm(u, v, 0x6420);
+    }
+    *reinterpret_cast<uint4*>(data + k0 * 4) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {  // 6 bits: 4 chunks = 24 bytes, chunk j's 48 bits (pack6) at bits 48 j of the little-endian run
+    const uint64_t b[4] = {pack6(c[0]), pack6(c[1]), pack6(c[2]), pack6(c[3])};
+    uint64_t* p = reinterpret_cast<uint64_t*>(data + k0 * 6);
+    p[0] = b[0] | (b[1] << 48);
+    p[1] = (b[1] >> 16) | (b[2] << 32);
+    p[2] = (b[2] >> 32) | (b[3] << 16);
   }
 }
 
@@ -635,11 +666,24 @@ __global__ void __launch_bounds__(kThreads,
     if (valid) {
       const ElemScale es = group_elem_scale(a, k[0] / (tpg * kUnroll), key, ts, threadIdx.x % tpg == 0);
       const float r = recip_of_divisor(es);
+      // One thread per group (MX 1 x 32): its chunks are consecutive, so its codes leave in 16-byte stores
+      // (8-byte stores at a 32-byte stride left MXFP8 at 56 % of copy bandwidth on the H200; 82 % with these).
+      if (tpg == 1 && (reinterpret_cast<uintptr_t>(a.data) & 15u) == 0) {
+        uint2 cs[kUnroll];
 #pragma unroll
-      for (int j = 0; j < kUnroll; ++j) {
-        float v[8];
-        to_f32<I>(raw[j], v);
-        store_chunk(a.data, k[j], codes8_uniform<kFp8, true>(v, es, r, f), bits);
+        for (int j = 0; j < kUnroll; ++j) {
+          float v[8];
+          to_f32<I>(raw[j], v);
+          cs[j] = codes8_uniform<kFp8, true>(v, es, r, f);
+        }
+        store_run4(a.data, k[0], cs, bits);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kUnroll; ++j) {
+          float v[8];
+          to_f32<I>(raw[j], v);
+          store_chunk(a.data, k[j], codes8_uniform<kFp8, true>(v, es, r, f), bits);
+        }
       }
     }
   } else {
