@@ -510,3 +510,44 @@ def test_wide_residuals_keep_the_per_tensor_copies_the_backward_would_recompute(
     per_tensor = recipe != "fp8_block"
     assert seen.count(x.size) == (1 if per_tensor else 2), seen
     assert seen.count(w.size) == (1 if per_tensor else 2), seen
+
+
+def _fp8_converts_of_size(jaxpr, size: int) -> int:
+    """convert_element_type equations to an FP8 dtype with ``size`` output elements, in ``jaxpr`` and every
+    sub-jaxpr (remat, scan, custom_vjp bodies)."""
+    n = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "convert_element_type" and "float8" in str(eqn.params["new_dtype"]):
+            n += math.prod(eqn.outvars[0].aval.shape) == size
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, (list, tuple)) else (v,):
+                sub = getattr(sub, "jaxpr", sub)  # ClosedJaxpr -> Jaxpr
+                if hasattr(sub, "eqns"):
+                    n += _fp8_converts_of_size(sub, size)
+    return n
+
+
+@pytest.mark.parametrize("recipe", ["fp8_current", "fp8_delayed", "fp8_block"])
+def test_remat_policy_can_keep_the_quantized_weights(recipe):
+    """remat_policy(save_quantized_weights=True): full remat, but the backward reuses Fprop's quantized W
+    (named "mxprec_weight_q") instead of casting W to FP8 again; same gradients as full remat."""
+    r = mxprec.recipes.get(recipe)
+    x = jax.random.normal(jax.random.PRNGKey(0), (128, 256), jnp.float32)
+    w = jax.random.normal(jax.random.PRNGKey(1), (256, 384), jnp.float32)
+    state = mxprec.DotGeneralState.init(r)
+
+    def loss(x, w):
+        y = mxprec.dot_general(x, w, (((1,), (0,)), ((), ())), recipe=r, state=state)
+        return jnp.sum(jnp.tanh(y.astype(jnp.float32)))
+
+    grads, casts = {}, {}
+    for keep in (False, True):
+        policy = mxprec.training.remat_policy(save_quantized_weights=keep)
+        g = jax.grad(jax.checkpoint(loss, policy=policy), argnums=(0, 1))
+        casts[keep] = _fp8_converts_of_size(jax.make_jaxpr(g)(x, w).jaxpr, w.size)
+        grads[keep] = jax.jit(g)(x, w)
+    # full remat casts W in the forward and again in the recomputed forward (fp8_block: and for Dgrad's
+    # other tiles); keeping the named copy drops the recomputed forward's cast
+    assert casts[True] == casts[False] - 1, casts
+    for a, b in zip(grads[False], grads[True]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
