@@ -19,8 +19,7 @@ times in a differentiated function (a layer applied twice, ``lax.scan`` gradient
 wrap it once at the top of that function with :func:`max_combining`: its leaves then travel in
 Flax's ``fp32_max_grad`` dtype and the per-use updates combine by ``max``, not by sum.
 
-Remat: the output is tagged ``checkpoint_name(y, "mxprec_gemm")`` and the quantized weight (Fprop's
-rhs QTensor: codes, scales, amax) ``checkpoint_name(..., "mxprec_weight_q")``; see
+Remat: the output is tagged ``checkpoint_name(y, "mxprec_gemm")``; see
 :func:`mxprec.training.remat_policy`.
 """
 
@@ -43,10 +42,9 @@ from mxprec.recipes import Recipe
 from mxprec.recipes import get as get_recipe
 from mxprec.scaling import DelayedScaling, DelayedScalingState, TensorScaling, update_delayed_state
 
-__all__ = ["CHECKPOINT_NAME", "WEIGHT_CHECKPOINT_NAME", "DotGeneralState", "canonicalize", "dot_general", "max_combining"]
+__all__ = ["CHECKPOINT_NAME", "DotGeneralState", "canonicalize", "dot_general", "max_combining"]
 
 CHECKPOINT_NAME = "mxprec_gemm"
-WEIGHT_CHECKPOINT_NAME = "mxprec_weight_q"  # Fprop's quantized rhs (a policy can keep it across remat)
 
 
 @jax.tree_util.register_dataclass
@@ -223,24 +221,12 @@ def _grad_keys(recipe: Recipe, g):
     return jax.random.fold_in(base, 1), jax.random.fold_in(base, 2)
 
 
-def _name_weight_leaf(a):
-    """``checkpoint_name(a, WEIGHT_CHECKPOINT_NAME)``; 1-byte float leaves (FP8 codes, E8M0 scales) are named
-    through a uint8 view: a saved float residual passes through ``reduce_precision`` to its own format,
-    which treats E4M3FN's top binade (256..448) as Inf / NaN (jax 0.10.2)."""
-    if jnp.issubdtype(a.dtype, jnp.floating) and a.dtype.itemsize == 1:
-        u = checkpoint_name(lax.bitcast_convert_type(a, jnp.uint8), WEIGHT_CHECKPOINT_NAME)
-        return lax.bitcast_convert_type(u, a.dtype)
-    return checkpoint_name(a, WEIGHT_CHECKPOINT_NAME)
-
-
 def _fwd(meta: _Meta, x, w, state):
     r = meta.recipe
     st = _to_f32(state)
     be = meta.backend
     qx = _q(x, r.fprop_lhs, 2, r, st.lhs if st else None, backend=be)
     qw = _q(w, r.fprop_rhs, 1, r, st.rhs if st else None, backend=be, weight=True)
-    if isinstance(qw, QTensor):
-        qw = jax.tree.map(_name_weight_leaf, qw)
     y = kernels.scaled_gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=meta.out_dtype, backend=meta.backend)
     if r.residuals == "quantized":
         rx = _reuse_or_quantize(x, qx, r.wgrad_lhs, 1, r, st.lhs if st else None, backend=be)

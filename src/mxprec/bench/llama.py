@@ -382,7 +382,7 @@ def measure_gemm_seconds(cfg, batch: int, reps: int = 5, dtype: Any = None) -> d
         out[f"{part}_fprop_s"] = _time_fn(fprop, (ops,), reps)
         out[f"{part}_bwd_s"] = _time_fn(bwd, (ops,), reps)
         del ops
-    n_fprop = 2 if cfg.remat in ("full", "weights") else 1  # "weights" recomputes Fprop too
+    n_fprop = 2 if cfg.remat == "full" else 1
     out["n_fprop"] = n_fprop
     out["total_s"] = (cfg.n_layers * (out["layer_fprop_s"] * n_fprop + out["layer_bwd_s"])
                       + out["head_fprop_s"] + out["head_bwd_s"])
@@ -654,8 +654,7 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--mu-dtype", default="float32", help="AdamW first-moment dtype (float32 | bfloat16)")
     p.add_argument("--quantize", default="mlp,attn,logits", help="projection groups that run the recipe")
-    p.add_argument("--remat", default="full", choices=("full", "save_gemm", "weights", "none"),
-                   help="layer rematerialization (mxprec.models.llama): 'weights' = full, but keep mxprec's quantized weights")
+    p.add_argument("--remat", default="full", choices=("full", "save_gemm", "none"))
     p.add_argument("--no-scan", action="store_true", help="unroll the layers instead of nn.scan")
     p.add_argument("--attention", default="auto", choices=("auto", "cudnn", "jax", "xla"),
                    help="attention core (LlamaConfig.attention_impl; auto: cuDNN on GPU, XLA elsewhere)")

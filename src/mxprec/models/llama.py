@@ -38,11 +38,6 @@ its own amax history). ``remat``:
   saved and only the cheap element-wise work is recomputed (more memory, no second Fprop).
   Projections not run through mxprec (groups not in ``quantize``, or a foreign
   ``dot_general_cls``) carry no tag and are recomputed.
-* ``"weights"`` — full remat, except mxprec's quantized weights (``"mxprec_weight_q"``: each
-  weight's FP8 / MX codes and scales from the forward pass), which the recomputed Fprop and Dgrad
-  reuse: every weight is quantized once per step instead of twice, for the codes of all layers
-  (P bytes at 1 byte per weight element) held from the forward pass to each layer's backward.
-  Arms without mxprec weights (BF16, Flax's FP8) have nothing tagged: for them it is ``"full"``.
 * ``"none"`` — no rematerialization.
 """
 
@@ -58,8 +53,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mxprec.dot_general import CHECKPOINT_NAME as GEMM_CHECKPOINT_NAME
-from mxprec.dot_general import WEIGHT_CHECKPOINT_NAME
 from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
 from mxprec.recipes import Recipe
 from mxprec.recipes import get as get_recipe
@@ -82,9 +75,10 @@ __all__ = [
 ]
 
 GROUPS = ("mlp", "attn", "logits")
-REMAT_POLICIES = ("full", "save_gemm", "weights", "none")
+REMAT_POLICIES = ("full", "save_gemm", "none")
 ATTENTION_IMPLS = ("auto", "cudnn", "jax", "xla")
 LOSS_PICKS = ("select", "gather")  # how cross_entropy_loss takes the target log-probability
+GEMM_CHECKPOINT_NAME = "mxprec_gemm"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -101,7 +95,7 @@ class LlamaConfig:
     seq: int = 128
     dtype: Any = jnp.bfloat16  # activation / compute dtype
     param_dtype: Any = jnp.float32  # master weights
-    remat: str = "full"  # "full" | "save_gemm" | "weights" | "none"
+    remat: str = "full"  # "full" | "save_gemm" | "none"
     scan_layers: bool = True
     quantize: tuple[str, ...] = GROUPS  # projection groups that run the recipe
     rope_theta: float = 10000.0
@@ -359,8 +353,6 @@ def _remat_policy(name: str):
         return jax.checkpoint_policies.nothing_saveable
     if name == "save_gemm":
         return jax.checkpoint_policies.save_only_these_names(GEMM_CHECKPOINT_NAME)
-    if name == "weights":
-        return jax.checkpoint_policies.save_only_these_names(WEIGHT_CHECKPOINT_NAME)
     return None
 
 
