@@ -181,6 +181,7 @@ DTYPE_SPECS = [
     MXScaling(E4M3),
     MXScaling(E3M2, scale_rule="floor"),
     MXScaling(E2M1),
+    MXScaling(E3M2),
     NVFP4Scaling(),
 ]
 
@@ -208,6 +209,7 @@ SUBNORMAL_SPECS = [
     TileScaling(E4M3, (128, 128)),
     MXScaling(E4M3, scale_rule="floor"),
     MXScaling(E2M1),
+    MXScaling(E3M2),
     NVFP4Scaling(),
 ]
 
@@ -487,6 +489,9 @@ SHAPES = [
     ((48, 256), -1, RowScaling(E4M3), "float16"),  # hgroup (kWide): rows of 32 chunks span 8 lanes
     ((5, 13), 0, DelayedScaling(E4M3, history_len=2), "float16"),
     ((2, 32, 40), 1, NVFP4Scaling(), "bfloat16"),  # NVFP4 along axis 1 of a 3-D tensor
+    ((4, 32, 256), 1, MXScaling(E2M1), "float32"),  # col_kernel FP4: a 128-row tile spans 4 batches
+    ((2, 128, 3, 128), 1, MXScaling(E2M3, scale_rule="floor"), "float16"),  # col_kernel FP6, view (2, 128, 384)
+    ((256, 256), 0, MXScaling(E3M2, block=64), "bfloat16"),  # col_kernel FP6, groups of 2 row segments
 ]
 
 
@@ -520,6 +525,7 @@ LARGE = [
     TileScaling(E4M3, (128, 128)),
     MXScaling(E4M3),
     MXScaling(E2M1),
+    MXScaling(E3M2),
     NVFP4Scaling(),
 ]
 
@@ -572,6 +578,7 @@ GPU_XLA_SPECS = [
     TileScaling(E4M3, (128, 128)),
     MXScaling(E4M3),
     MXScaling(E2M1),
+    MXScaling(E3M2),
     NVFP4Scaling(),
 ]
 

@@ -209,7 +209,12 @@ def test_vmap_and_checkpoint():
     f = lambda x, w: mxprec.dot_general(x, w, dn, preferred_element_type=jnp.float32, recipe=r)
     batched = jax.vmap(f, in_axes=(0, None))(x, w)
     looped = jnp.stack([f(x[i], w) for i in range(3)])
-    np.testing.assert_array_equal(np.asarray(batched), np.asarray(looped))
+    if jax.default_backend() == "cpu":
+        np.testing.assert_array_equal(np.asarray(batched), np.asarray(looped))
+    else:  # the GPU runs one M=192 GEMM against three M=64 ones: same products, FP32 sums in another order
+        k = x.shape[-1]
+        bound = k * k * float(jnp.finfo(jnp.float32).eps) * float(jnp.max(jnp.abs(x))) * float(jnp.max(jnp.abs(w)))
+        np.testing.assert_allclose(np.asarray(batched), np.asarray(looped), rtol=0, atol=bound)
 
     loss = lambda x, w: jnp.sum(f(x[0], w) ** 2)
     plain = jax.grad(loss, argnums=1)(x, w)
