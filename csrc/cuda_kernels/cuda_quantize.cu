@@ -32,10 +32,13 @@
 //   hgroup_kernel   axis 2 groups of 1 x G contiguous elements, G / 8 a power of two <= 32 (mx, nvfp4,
 //                   tile 1 x tc, row with C <= 256): one pass, 4 chunks per thread; kWide (G >= 32):
 //                   a thread's chunks lie in one group (one scale per thread, shuffles over G / 32
-//                   lanes; FP8 division certified from one multiply), else one scale per chunk;
+//                   lanes; FP8 division certified from one multiply; a thread owning a whole group
+//                   stores its codes in 16-byte stores), else one scale per chunk;
 //   col_kernel      FP8 axis-1 groups of 32 / 64 / 128 rows x 1 column and 128 x 128 tiles on either
-//                   axis, rows and cols multiples of 128: a 128 x 128 tile staged in shared memory
-//                   (cp.async), a thread owns 2 columns x 32 rows, codes leave through shared memory;
+//                   axis, and MX FP6 / FP4 axis-1 groups of 32 / 64 / 128 rows, rows and cols multiples
+//                   of 128: a 128 x 128 tile staged in shared memory (cp.async), a thread owns 2
+//                   columns x 32 rows, codes (packed down the columns for FP6 / FP4) leave through
+//                   shared memory;
 //                   taller column groups (row scaling along axis 1) read their keys from a keys pass;
 //   row_kernel      FP8 axis-2 row groups of 257 .. 16384 elements: persistent CTAs of 128 / 256 / 512
 //                   threads that prefetch their next row into shared memory (cp.async) while they
@@ -43,7 +46,7 @@
 //   cta_kernel      other axis-2 groups too large for a warp (longer rows, tile tr x tc): one CTA per
 //                   group, up to 2048 chunks held in registers (one pass; larger groups re-read);
 //   vgroup_kernel   other axis-1 groups (the non-contiguous axis, e.g. Wgrad's column-wise copy, where
-//                   col_kernel does not apply; FP6 / FP4 always): a thread owns 8
+//                   col_kernel does not apply; NVFP4, FP6 / FP4 of other shapes): a thread owns 8
 //                   columns x 8 rows (eight 16-byte loads down a column strip, coalesced across the
 //                   warp), TY threads stack along the group's rows, the per-column (or per-tile)
 //                   amax meets in shared memory; one pass for groups of <= 128 rows; taller ones
