@@ -187,8 +187,11 @@ MXPREC_HD inline uint8_t encode_rne(float v, ElemFormat f) {
   uint32_t a = u & 0x7FFFFFFFu;
   a = a < maxb ? a : maxb;
   // Both candidates, then a select (no divergent branch on the device). Subnormal codes: a /
-  // min_subnormal = a * 2**(mbits - emin) (exact), rounded half to even.
-  const uint32_t sub = static_cast<uint32_t>(rne(bits_f32(a) * exp2i(fi.mbits - fi.emin)));
+  // min_subnormal = a * 2**(mbits - emin) (exact), rounded half to even by one FMA with 2**23: below
+  // 2**22 the sum's ulp is 1, so its bits above 2**23's are that integer (no round / convert
+  // instructions, which run at a quarter of the FMA rate on the GPU; a >= min_normal makes a value
+  // the select below drops).
+  const uint32_t sub = f32_bits(fmaf(bits_f32(a), exp2i(fi.mbits - fi.emin), 8388608.0f)) - 0x4B000000u;
   const int32_t sh = 23 - fi.mbits;
   const uint32_t r = a + ((1u << (sh - 1)) - 1u) + ((a >> sh) & 1u);
   const uint32_t normal = (r >> sh) - (static_cast<uint32_t>(127 - fi.bias) << fi.mbits);
