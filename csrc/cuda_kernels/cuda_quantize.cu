@@ -457,11 +457,20 @@ __device__ __forceinline__ uint2 codes8_uniform(const float (&x)[8], ElemScale e
   return quotient_codes8<kFp8>(x, es, r, f);
 }
 
+// Four six-bit codes (byte i of w = code i) as 24 bits, code i at bits 6i .. 6i + 5.
+__device__ __forceinline__ uint32_t pack6x4(uint32_t w) {
+  return (w & 0x3Fu) | (((w >> 8) & 0x3Fu) << 6) | (((w >> 16) & 0x3Fu) << 12) | (((w >> 24) & 0x3Fu) << 18);
+}
+
 // The 8 six-bit codes of a chunk (byte i of c = code i) as 48 bits, code i at bits 6i .. 6i + 5.
 __device__ __forceinline__ uint64_t pack6(uint2 c) {
-  const uint32_t w0 = (c.x & 0x3Fu) | (((c.x >> 8) & 0x3Fu) << 6) | (((c.x >> 16) & 0x3Fu) << 12) | (((c.x >> 24) & 0x3Fu) << 18);
-  const uint32_t w1 = (c.y & 0x3Fu) | (((c.y >> 8) & 0x3Fu) << 6) | (((c.y >> 16) & 0x3Fu) << 12) | (((c.y >> 24) & 0x3Fu) << 18);
-  return static_cast<uint64_t>(w0) | (static_cast<uint64_t>(w1) << 24);
+  return static_cast<uint64_t>(pack6x4(c.x)) | (static_cast<uint64_t>(pack6x4(c.y)) << 24);
+}
+
+// Eight four-bit codes (byte i of lo = code i, byte i of hi = code 4 + i) in 4 bytes, two per byte, the
+// lower-numbered code in the low nibble.
+__device__ __forceinline__ uint32_t pack4x8(uint32_t lo, uint32_t hi) {
+  return __byte_perm(lo | (lo >> 4), hi | (hi >> 4), 0x6420);
 }
 
 // Stores 8 codes packed along the chunk (axis 2): FP8 8 bytes, FP6 6, FP4 4 at chunk k.
@@ -469,8 +478,7 @@ __device__ __forceinline__ void store_chunk(uint8_t* data, int64_t k, uint2 c, i
   if (bits == 8) {
     *reinterpret_cast<uint2*>(data + k * 8) = c;
   } else if (bits == 4) {
-    const uint32_t u = c.x | (c.x >> 4), v = c.y | (c.y >> 4);
-    *reinterpret_cast<uint32_t*>(data + k * 4) = __byte_perm(u, v, 0x6420);
+    *reinterpret_cast<uint32_t*>(data + k * 4) = pack4x8(c.x, c.y);
   } else {
     const uint64_t b = pack6(c);
     uint16_t* p = reinterpret_cast<uint16_t*>(data + k * 6);
@@ -489,13 +497,8 @@ __device__ __forceinline__ void store_run4(uint8_t* data, int64_t k0, const uint
     p[0] = make_uint4(c[0].x, c[0].y, c[1].x, c[1].y);
     p[1] = make_uint4(c[2].x, c[2].y, c[3].x, c[3].y);
   } else if (bits == 4) {
-    uint32_t w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t u = c[j].x | (c[j].x >> 4), v = c[j].y | (c[j].y >> 4);
-      w[j] = __byte_perm(u, v, 0x6420);
-    }
-    *reinterpret_cast<uint4*>(data + k0 * 4) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(data + k0 * 4) =
+        make_uint4(pack4x8(c[0].x, c[0].y), pack4x8(c[1].x, c[1].y), pack4x8(c[2].x, c[2].y), pack4x8(c[3].x, c[3].y));
   } else {  // 6 bits: 4 chunks = 24 bytes, chunk j's 48 bits (pack6) at bits 48 j of the little-endian run
     const uint64_t b[4] = {pack6(c[0]), pack6(c[1]), pack6(c[2]), pack6(c[3])};
     uint64_t* p = reinterpret_cast<uint64_t*>(data + k0 * 6);
@@ -1208,17 +1211,13 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
     } else {
       const uint2 c = codes8_cols<false>(x, sat, rat, form, f);
       // Each column's 4 codes (rows r .. r + 3) in one word, row r in the low byte, then packed.
-      uint32_t w[2] = {__byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531)};
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        if constexpr (kBits == 4) {  // low nibble first: bytes (r, r + 1) and (r + 2, r + 3)
-          const uint32_t t = (w[q] | (w[q] >> 4)) & 0x00FF00FFu;
-          w[q] = t | (t >> 8);
-        } else {  // 24 bits, row r at bits 0 .. 5
-          w[q] = (w[q] & 0x3Fu) | ((w[q] >> 2) & 0xFC0u) | ((w[q] >> 4) & 0x3F000u) | ((w[q] >> 6) & 0xFC0000u);
-        }
+      const uint32_t w0 = __byte_perm(c.x, c.y, 0x6420), w1 = __byte_perm(c.x, c.y, 0x7531);
+      if constexpr (kBits == 4) {  // bytes 0, 1: column 0's rows (r, r + 1), (r + 2, r + 3); 2, 3: column 1's
+        const uint32_t p = pack4x8(w0, w1);
+        put_rows(r / 2, p, p >> 16, 2);
+      } else {
+        put_rows(r * 3 / 4, pack6x4(w0), pack6x4(w1), 3);
       }
-      put_rows(r * kBits / 8, w[0], w[1], kBits / 2);
     }
   }
   __syncthreads();
