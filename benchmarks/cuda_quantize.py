@@ -39,11 +39,12 @@ KERNELS = {
     "tile128x128_e4m3": ("TileScaling(E4M3, (128, 128))", 1, 1),
     "mxfp8_e4m3": ("MXScaling(E4M3)", 1, 1),
     "mxfp6_e3m2": ("MXScaling(E3M2)", 1, 1),
+    "mxfp6_e2m3": ("MXScaling(E2M3)", 1, 1),
     "mxfp4_e2m1": ("MXScaling(E2M1)", 1, 1),
     "nvfp4": ("NVFP4Scaling()", 2, 2),
 }
 QUICK = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3"]
-AXIS0 = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3", "mxfp6_e3m2", "mxfp4_e2m1", "nvfp4"]
+AXIS0 = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4_e2m1", "nvfp4"]
 
 
 def _spec(name):
@@ -54,6 +55,7 @@ def _spec(name):
         "E4M3": formats.E4M3,
         "E2M1": formats.E2M1,
         "E3M2": formats.E3M2,
+        "E2M3": formats.E2M3,
         "DelayedScaling": DelayedScaling,
         "MXScaling": MXScaling,
         "NVFP4Scaling": NVFP4Scaling,

@@ -199,8 +199,16 @@ for stage in "$@"; do
       done ;;
     llama:*)
       IFS=, read -r -a arms <<< "${stage#llama:}"
-      LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM} "${AQ_ENV[@]}")
+      LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM} ${LLAMA_XLA_FLAGS:+"XLA_FLAGS=$LLAMA_XLA_FLAGS"} "${AQ_ENV[@]}")
       for arm in "${arms[@]}"; do llama_step "llama_$arm${FORM:+_$FORM}$AQ_TAG${TAG:-}" "$arm"; done
+      LLAMA_ENV=() ;;
+    llama-ab:*)  # llama-ab:ARMS: each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so)
+      IFS=, read -r -a arms <<< "${stage#llama-ab:}"
+      for lib in "${AB_LIBS[@]}"; do
+        name="$(basename "$lib" .so)"
+        LLAMA_ENV=(MXPREC_CUDA_LIBRARY="$lib" ${LLAMA_XLA_FLAGS:+"XLA_FLAGS=$LLAMA_XLA_FLAGS"} "${AQ_ENV[@]}")
+        for arm in "${arms[@]}"; do llama_step "llama_${arm}_$name${TAG:-}" "$arm"; done
+      done
       LLAMA_ENV=() ;;
     forms:*)  # forms:FORM,FORM,... one process per form
       IFS=, read -r -a forms <<< "${stage#forms:}"

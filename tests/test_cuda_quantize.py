@@ -74,7 +74,7 @@ def test_element_fast_path_matches_exact_functions_on_cpu(tmp_path):
         for ln in r.stdout.splitlines()
         if not ln.startswith("MISMATCH")
     }
-    assert set(counts) == {"encode_rne", "scaled", "mx", "nvfp4"}, r.stdout
+    assert set(counts) == {"encode_rne", "scaled", "mx", "nvfp4", "bf16_pairs"}, r.stdout
     assert all(cases > 100_000 and bad == 0 for cases, bad in counts.values()), r.stdout
     assert r.returncode == 0, r.stdout
 
@@ -545,6 +545,55 @@ def test_large_bf16_both_axes(spec):
     x = _large_input()
     _check(spec, x, -1, reference=False, what="(1024, 4096) bf16")
     _check(spec, x, 0, reference=False, what="(1024, 4096) bf16 axis 0")
+
+
+# ----------------------------------------------------------------------------- every bf16 value, MX FP6 / FP4
+
+
+@functools.cache
+def _every_bf16_in_mx_blocks() -> np.ndarray:
+    """(R, 1024) bf16, R a multiple of 128: every finite bf16 value in 1 x 32 blocks whose amax (the
+    block's first element, the largest mantissa of exponent E + k) puts the value k octaves below it,
+    k = 0 .. 7: every FP6 / FP4 code, subnormal and tie of the block-scaled value, both signs."""
+    rng = np.random.default_rng(7)
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    vals = (bits << 16).view(np.float32)
+    vals = vals[np.isfinite(vals)]
+    expo = ((vals.view(np.uint32) >> 23) & 0xFF).astype(np.int64)
+    blocks = []
+    for e_field in range(0, 255):
+        group = vals[expo == e_field]
+        group = group[rng.permutation(group.size)]
+        for k in range(8):
+            top = max(e_field, 1) + k  # the anchor's exponent field
+            if top > 254:
+                continue
+            anchor = np.uint32((top << 23) | 0x7F0000)  # largest bf16 mantissa of that exponent
+            for i in range(0, group.size, 31):
+                part = group[i : i + 31]
+                block = np.zeros(32, np.float32)
+                block[0] = anchor.view(np.float32) * (1 if (i // 31) % 2 == 0 else -1)
+                block[1 : 1 + part.size] = part
+                blocks.append(block)
+    x = np.concatenate(blocks)
+    x = np.concatenate([x, np.zeros((-x.size) % (128 * 1024), np.float32)])
+    return x.reshape(-1, 1024).astype(ml_dtypes.bfloat16)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    "spec", [MXScaling(E2M1), MXScaling(E2M3), MXScaling(E3M2), MXScaling(E2M1, scale_rule="floor")], ids=_sid
+)
+def test_every_bf16_value_in_mx_fp6_fp4_blocks(spec):
+    """The bf16-pair encoder (hgroup_kernel along rows, col_kernel down the columns) on every finite
+    bf16 value at 8 block scales: bit-exact against the CPU oracle, and against the numpy reference
+    once the subnormal inputs are zero (the reference does not flush them; the contract does)."""
+    x = _every_bf16_in_mx_blocks()
+    normal = x.copy()
+    normal[np.abs(normal.astype(np.float32)) < np.float32(2.0**-126)] = 0
+    for v, name in ((x, "every bf16"), (normal, "every normal bf16")):
+        _check(spec, v, -1, reference=v is normal, what=name)
+        _check(spec, np.ascontiguousarray(v.T), 0, reference=v is normal, what=name + " (axis 0)")
 
 
 # ----------------------------------------------------------------------------- wiring

@@ -199,6 +199,86 @@ MXPREC_HD inline uint8_t encode_rne(float v, ElemFormat f) {
   return static_cast<uint8_t>(sign | code);
 }
 
+// ------------------------------------------------------------------------------------ bf16 pairs
+#if !defined(__HIPCC__)  // the CUDA kernels and the host test use these; the HIP kernels do not
+
+// Two 16-bit lanes per 32-bit word (lane 0 in bits 0..15). On sm_90 one instruction each; elsewhere
+// lane by lane (the host test runs these).
+MXPREC_HD inline uint32_t min_u16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t d;
+  asm("min.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  const uint32_t lo = (a & 0xFFFFu) < (b & 0xFFFFu) ? (a & 0xFFFFu) : (b & 0xFFFFu);
+  const uint32_t hi = (a >> 16) < (b >> 16) ? (a >> 16) : (b >> 16);
+  return lo | (hi << 16);
+#endif
+}
+
+// fma.rn.bf16x2: lane i = RN_bf16(a_i * b_i + c_i), one rounding. The host form is exact for the
+// operands used below (b a power of two, c = +-0 or 128; a sum the double cannot hold is not near a
+// bf16 tie).
+MXPREC_HD inline uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  uint32_t d = 0;
+  for (int lane = 0; lane < 2; ++lane) {
+    const int sh = 16 * lane;
+    const double r = static_cast<double>(bf16_to_f32(static_cast<uint16_t>(a >> sh))) *
+                         static_cast<double>(bf16_to_f32(static_cast<uint16_t>(b >> sh))) +
+                     static_cast<double>(bf16_to_f32(static_cast<uint16_t>(c >> sh)));
+    float v;
+    if (r == 0.0) {  // an exact zero sum: -0 only for (-0 product) + (-0), under RN
+      const bool product_neg = (((a ^ b) >> sh) & 0x8000u) != 0;
+      v = (product_neg && ((c >> sh) & 0x8000u) != 0) ? -0.0f : 0.0f;
+    } else {
+      int ex = 0;
+      const double m = std::frexp(r, &ex);  // r = m * 2**ex, 0.5 <= |m| < 1: 8 significant bits
+      int keep = 8;
+      if (ex - 1 < -126) keep -= -126 - (ex - 1);  // bf16 subnormal: fewer bits
+      v = static_cast<float>(std::ldexp(std::nearbyint(std::ldexp(m, keep)), ex - keep));
+    }
+    d |= (f32_bits(v) >> 16) << sh;
+  }
+  return d;
+#endif
+}
+
+// Magnitude-and-sign codes of F (FP6 / FP4) for two bf16 values x (one per lane of w) divided by the
+// MX block scale 2**e, given as p2 = 2**-e in both lanes (a normal bf16): lane i = encode_rne(x_i * 2**-e,
+// F), the code in the lane's low bits. For finite x (an MX block in kMul mode). x * 2**-e is exact in
+// bf16 (or below bf16's normal range, where every code is a signed zero), so encode_rne's steps run on
+// the 16-bit patterns, two lanes per 32-bit instruction: saturate, subnormal candidate by one FMA with
+// 128 (ulp 1 in [128, 256)), normal candidate by integer rounding of the 7-bit mantissa, lane select.
+// No lane borrows from or carries into the other: every per-lane sum stays in [0, 2**16).
+template <ElemFormat F>
+MXPREC_HD inline uint32_t narrow2_bf16(uint32_t w, uint32_t p2) {
+  constexpr FormatInfo fi = format_info(F);
+  static_assert(fi.bits < 8, "FP6 / FP4 only");
+  constexpr uint32_t kLanes = 0x00010001u;
+  constexpr int kSh = 7 - fi.mbits;                  // bf16 mantissa bits below the format's
+  constexpr int kMagBits = fi.bits - 1;
+  constexpr uint32_t kMag = (1u << kMagBits) - 1u;
+  constexpr uint32_t kMaxBits = (static_cast<uint32_t>(fi.emax + 127) << 7) | (((1u << fi.mbits) - 1u) << kSh);
+  constexpr uint32_t kMinNormalBits = static_cast<uint32_t>(fi.emin + 127) << 7;
+  constexpr uint32_t kSubScaleBits = static_cast<uint32_t>(fi.mbits - fi.emin + 127) << 7;  // 2**(mbits - emin)
+  constexpr uint32_t kMagic = 0x4300u;                                                       // 128.0
+  constexpr uint32_t kNormalBias = (0u - (static_cast<uint32_t>(127 - fi.bias) << fi.mbits)) & kMag;
+  const uint32_t q = fma_bf16x2(w, p2, 0x80008000u);  // x * 2**-e (+ -0: keeps the product's zero sign)
+  const uint32_t a = min_u16x2(q & 0x7FFF7FFFu, kMaxBits * kLanes);
+  const uint32_t sub = fma_bf16x2(a, kSubScaleBits * kLanes, kMagic * kLanes) - kMagic * kLanes;
+  const uint32_t r = a + ((1u << (kSh - 1)) - 1u) * kLanes + ((a >> kSh) & kLanes);
+  const uint32_t normal = (((r >> kSh) & (kMag * kLanes)) + kNormalBias * kLanes) & (kMag * kLanes);
+  const uint32_t is_normal = (((a + (0x8000u - kMinNormalBits) * kLanes) >> 15) & kLanes) * 0xFFFFu;
+  const uint32_t sign = (w >> (15 - kMagBits)) & ((1u << kMagBits) * kLanes);
+  return sign | (normal & is_normal) | (sub & ~is_normal);
+}
+#endif  // !__HIPCC__
+
 // How a group quantizes its elements (see the header comment).
 enum class ElemMode : uint32_t {
   kZero = 0,      // every code 0 (MX bad / zero block, NVFP4 eff == 0)

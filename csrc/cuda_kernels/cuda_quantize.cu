@@ -241,6 +241,47 @@ __device__ __forceinline__ uint32_t narrow4(float a, float b, float c, float d, 
 
 // The exact code of an element the fast path does not cover (NaN elements, exact modes): rare, so
 // one out-of-line copy keeps the kernels small.
+// MX FP6 / FP4 codes (byte i = code i) of kUnroll bf16 chunks of one block in kMul mode, by the bf16-pair
+// encoder (narrow2_bf16: two elements per 32-bit instruction, no FP32 conversion); p2 = the block's 2**-e in
+// both bf16 lanes. Equal to codes8_uniform's (cuda_quantize_host_test.cc checks every bf16 value and scale).
+template <ElemFormat F, int kN>
+__device__ __forceinline__ void narrow_chunks_bf16_of(const Raw<InType::kBF16> (&raw)[kN], uint32_t p2, uint2 (&c)[kN]) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const uint4 w = raw[j].v[0];
+    const uint32_t c0 = narrow2_bf16<F>(w.x, p2), c1 = narrow2_bf16<F>(w.y, p2);
+    const uint32_t c2 = narrow2_bf16<F>(w.z, p2), c3 = narrow2_bf16<F>(w.w, p2);
+    c[j] = make_uint2(__byte_perm(c0, c1, 0x6420), __byte_perm(c2, c3, 0x6420));
+  }
+}
+template <int kN>
+__device__ __forceinline__ void narrow_chunks_bf16(const Raw<InType::kBF16> (&raw)[kN], uint32_t p2, ElemFormat f,
+                                                   uint2 (&c)[kN]) {
+  switch (f) {
+    case ElemFormat::kE2M3: narrow_chunks_bf16_of<ElemFormat::kE2M3>(raw, p2, c); break;
+    case ElemFormat::kE3M2: narrow_chunks_bf16_of<ElemFormat::kE3M2>(raw, p2, c); break;
+    default: narrow_chunks_bf16_of<ElemFormat::kE2M1>(raw, p2, c); break;
+  }
+}
+
+// The same for col_kernel: 4 rows of a column pair (words w[j] = row j's two bf16 elements), each column
+// under its own block scale (lane i of p2 = column i's 2**-e). Returns each column's 4 codes, row j in
+// byte j: x = column 0, y = column 1.
+template <ElemFormat F>
+__device__ __forceinline__ uint2 narrow_rows4_bf16_of(const uint32_t (&w)[4], uint32_t p2) {
+  const uint32_t c0 = narrow2_bf16<F>(w[0], p2), c1 = narrow2_bf16<F>(w[1], p2);
+  const uint32_t c2 = narrow2_bf16<F>(w[2], p2), c3 = narrow2_bf16<F>(w[3], p2);
+  const uint32_t t01 = __byte_perm(c0, c1, 0x6240), t23 = __byte_perm(c2, c3, 0x6240);  // col 0 rows, col 1 rows
+  return make_uint2(__byte_perm(t01, t23, 0x5410), __byte_perm(t01, t23, 0x7632));
+}
+__device__ __forceinline__ uint2 narrow_rows4_bf16(const uint32_t (&w)[4], uint32_t p2, ElemFormat f) {
+  switch (f) {
+    case ElemFormat::kE2M3: return narrow_rows4_bf16_of<ElemFormat::kE2M3>(w, p2);
+    case ElemFormat::kE3M2: return narrow_rows4_bf16_of<ElemFormat::kE3M2>(w, p2);
+    default: return narrow_rows4_bf16_of<ElemFormat::kE2M1>(w, p2);
+  }
+}
+
 __device__ __noinline__ uint32_t slow_code(float x, ElemScale s, ElemFormat f) { return encode_elem(x, s, f); }
 
 // Packs the codes of 8 scaled values q (byte i = element i): FP8 by the hardware convert, FP6 / FP4 by
@@ -676,11 +717,18 @@ __global__ void __launch_bounds__(kThreads,
       // (8-byte stores at a 32-byte stride left MXFP8 at 56 % of copy bandwidth on the H200; 82 % with these).
       if (tpg == 1 && (reinterpret_cast<uintptr_t>(a.data) & 15u) == 0) {
         uint2 cs[kUnroll];
+        bool pairs = false;
+        if constexpr (I == InType::kBF16 && !kFp8) {  // MX FP6 / FP4 from bf16: two elements per instruction
+          pairs = es.mode == ElemMode::kMul && a.kind == static_cast<int32_t>(ScalingKind::kMX);
+          if (pairs) narrow_chunks_bf16(raw, (__float_as_uint(es.p) >> 16) * 0x00010001u, f, cs);
+        }
+        if (!pairs) {
 #pragma unroll
-        for (int j = 0; j < kUnroll; ++j) {
-          float v[8];
-          to_f32<I>(raw[j], v);
-          cs[j] = codes8_uniform<kFp8, true>(v, es, r, f);
+          for (int j = 0; j < kUnroll; ++j) {
+            float v[8];
+            to_f32<I>(raw[j], v);
+            cs[j] = codes8_uniform<kFp8, true>(v, es, r, f);
+          }
         }
         store_run4(a.data, k[0], cs, bits);
       } else {
@@ -1185,6 +1233,10 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
   // Both columns' quotients over this thread's 32 rows in the Markstein band: the straight division.
   const bool in_band = kBand && markstein_band(es[0], rcp[0], m0, k0) && markstein_band(es[1], rcp[1], m1, k1);
   const bool e5m2 = f == ElemFormat::kE5M2;
+  // MX FP6 / FP4 from bf16 with both columns in kMul mode: the bf16-pair encoder, a column per lane.
+  const bool pairs = I == InType::kBF16 && kBits != 8 && a.kind == static_cast<int32_t>(ScalingKind::kMX) &&
+                     es[0].mode == ElemMode::kMul && es[1].mode == ElemMode::kMul;
+  const uint32_t p2 = (__float_as_uint(es[0].p) >> 16) | (__float_as_uint(es[1].p) & 0xFFFF0000u);
   uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kColTile + 2 * pair;
   // Packed code rows row0 .. row0 + nrows - 1 of the two columns: byte k of w0 / w1 is row k's code byte.
   const auto put_rows = [&](int row0, uint32_t w0, uint32_t w1, int nrows) {
@@ -1209,9 +1261,20 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
       *reinterpret_cast<uint16_t*>(code_base + (r + 2) * kColTile) = static_cast<uint16_t>(c.y);
       *reinterpret_cast<uint16_t*>(code_base + (r + 3) * kColTile) = static_cast<uint16_t>(c.y >> 16);
     } else {
-      const uint2 c = codes8_cols<false>(x, sat, rat, form, f);
       // Each column's 4 codes (rows r .. r + 3) in one word, row r in the low byte, then packed.
-      const uint32_t w0 = __byte_perm(c.x, c.y, 0x6420), w1 = __byte_perm(c.x, c.y, 0x7531);
+      uint32_t w0, w1;
+      if (pairs) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const uint32_t*>(col_base + (r + j) * kRowBytes);
+        const uint2 c = narrow_rows4_bf16(w, p2, f);
+        w0 = c.x;
+        w1 = c.y;
+      } else {
+        const uint2 c = codes8_cols<false>(x, sat, rat, form, f);
+        w0 = __byte_perm(c.x, c.y, 0x6420);
+        w1 = __byte_perm(c.x, c.y, 0x7531);
+      }
       if constexpr (kBits == 4) {  // bytes 0, 1: column 0's rows (r, r + 1), (r + 2, r + 3); 2, 3: column 1's
         const uint32_t p = pack4x8(w0, w1);
         put_rows(r / 2, p, p >> 16, 2);
@@ -1633,4 +1696,8 @@ ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, 
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeCuda);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeCuda, mxprec::cuda_quantize::QuantizeCudaImpl,
-                              MXPREC_QUANTIZE_BIND(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>().Ctx<xla::ffi::ScratchAllocator>()));
+                              MXPREC_QUANTIZE_BIND(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>().Ctx<xla::ffi::ScratchAllocator>())
+#ifdef MXPREC_EXPERIMENT_CMDBUF
+                              , {xla::ffi::Traits::kCmdBufferCompatible}
+#endif
+);

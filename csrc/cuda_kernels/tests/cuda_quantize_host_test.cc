@@ -166,5 +166,35 @@ int main() {
     }
   }
   c4.report();
-  return (c1.bad || c2.bad || c3.bad || c4.bad) ? 1 : 0;
+
+  // 5. narrow2_bf16 (the bf16-pair MX FP6 / FP4 encoder): every finite bf16 x, every kMul block scale
+  // 2**e (e in [-109, 126]), against the FP32 path encode_rne(x * 2**-e) and the exact encode_mx. Lane 1
+  // holds another value, so a lane that leaked into its neighbour shows.
+  Counter c5{"bf16_pairs"};
+  for (ElemFormat f : {ElemFormat::kE2M3, ElemFormat::kE3M2, ElemFormat::kE2M1}) {
+    for (int e = -109; e <= 126; ++e) {
+      const float p = exp2i(-e);
+      const uint32_t p2 = (f32_bits(p) >> 16) * 0x00010001u;
+      for (uint32_t h = 0; h < 0x10000u; ++h) {
+        const uint32_t h1 = (h * 40503u + 0x3F80u) & 0xFFFFu;  // a different value in lane 1
+        const float x0 = bf16_to_f32(static_cast<uint16_t>(h)), x1 = bf16_to_f32(static_cast<uint16_t>(h1));
+        if (!std::isfinite(x0) || !std::isfinite(x1)) continue;
+        uint32_t got2 = 0;
+        switch (f) {
+          case ElemFormat::kE2M3: got2 = narrow2_bf16<ElemFormat::kE2M3>(h | (h1 << 16), p2); break;
+          case ElemFormat::kE3M2: got2 = narrow2_bf16<ElemFormat::kE3M2>(h | (h1 << 16), p2); break;
+          default: got2 = narrow2_bf16<ElemFormat::kE2M1>(h | (h1 << 16), p2); break;
+        }
+        const MxScale m{e, static_cast<uint8_t>(e + 127), false};
+        for (int lane = 0; lane < 2; ++lane) {
+          const float x = lane == 0 ? x0 : x1;
+          const int got = static_cast<int>((got2 >> (16 * lane)) & 0xFFFFu);
+          const int fast = encode_rne(x * p, f), exact = encode_mx(x, m, f);
+          c5.check(got == fast && got == exact, x, p, f, got, exact);
+        }
+      }
+    }
+  }
+  c5.report();
+  return (c1.bad || c2.bad || c3.bad || c4.bad || c5.bad) ? 1 : 0;
 }
