@@ -216,6 +216,18 @@ MXPREC_HD inline uint32_t min_u16x2(uint32_t a, uint32_t b) {
 #endif
 }
 
+MXPREC_HD inline uint32_t max_u16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t d;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  const uint32_t lo = (a & 0xFFFFu) > (b & 0xFFFFu) ? (a & 0xFFFFu) : (b & 0xFFFFu);
+  const uint32_t hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
+  return lo | (hi << 16);
+#endif
+}
+
 // fma.rn.bf16x2: lane i = RN_bf16(a_i * b_i + c_i), one rounding. The host form is exact for the
 // operands used below (b a power of two, c = +-0 or 128; a sum the double cannot hold is not near a
 // bf16 tie).

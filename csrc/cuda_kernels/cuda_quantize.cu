@@ -174,6 +174,20 @@ __device__ __forceinline__ void load_flat(const Args& a, int64_t k, float (&v)[8
   }
 }
 
+// The |x| key (abs_key of the FP32 value) of kN bf16 chunks, two elements per max.u16x2: the same key as
+// chunk_key over their FP32 conversions (bf16 bits << 16).
+template <int kN>
+__device__ __forceinline__ uint32_t bf16_chunks_key(const Raw<InType::kBF16> (&raw)[kN]) {
+  uint32_t k2 = 0;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const uint4 w = raw[j].v[0];
+    k2 = max_u16x2(k2, max_u16x2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu));
+    k2 = max_u16x2(k2, max_u16x2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
+  }
+  return max(k2 << 16, k2 & 0xFFFF0000u);
+}
+
 __device__ __forceinline__ uint32_t chunk_key(const float (&v)[8]) {
   uint32_t k = 0;
 #pragma unroll
@@ -701,11 +715,15 @@ __global__ void __launch_bounds__(kThreads,
     const bool valid = k[0] < nck;  // groups are whole: all of a thread's chunks or none
     uint32_t key = 0;
     if (valid) {  // x stays packed in raw (converted again for the codes: fewer live registers)
+      if constexpr (I == InType::kBF16) {
+        key = bf16_chunks_key(raw);
+      } else {
 #pragma unroll
-      for (int j = 0; j < kUnroll; ++j) {
-        float v[8];
-        to_f32<I>(raw[j], v);
-        key = max(key, chunk_key(v));
+        for (int j = 0; j < kUnroll; ++j) {
+          float v[8];
+          to_f32<I>(raw[j], v);
+          key = max(key, chunk_key(v));
+        }
       }
     }
     for (int o = 1; o < tpg; o <<= 1) key = max(key, __shfl_xor_sync(kFull, key, o));
@@ -1176,15 +1194,24 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
   const int pair = threadIdx.x % (kColTile / 2), seg = threadIdx.x / (kColTile / 2);
   const unsigned char* col_base = xin + seg * kColSeg * kRowBytes + 2 * pair * in_bytes<I>();
   uint32_t k0 = 0, k1 = 0, m0 = 0xFFFFFFFFu, m1 = 0xFFFFFFFFu;  // max / min |x| keys of the two columns
+  if constexpr (I == InType::kBF16 && !kBand) {  // a row's two bf16 elements: one max.u16x2 (column per lane)
+    uint32_t k2 = 0;
 #pragma unroll 8
-  for (int r = 0; r < kColSeg; ++r) {
-    float lo, hi;
-    load_pair<I>(col_base + r * kRowBytes, lo, hi);
-    k0 = max(k0, abs_key(lo));
-    k1 = max(k1, abs_key(hi));
-    if constexpr (kBand) {
-      m0 = min(m0, abs_key(lo));
-      m1 = min(m1, abs_key(hi));
+    for (int r = 0; r < kColSeg; ++r)
+      k2 = max_u16x2(k2, *reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes) & 0x7FFF7FFFu);
+    k0 = k2 << 16;
+    k1 = k2 & 0xFFFF0000u;
+  } else {
+#pragma unroll 8
+    for (int r = 0; r < kColSeg; ++r) {
+      float lo, hi;
+      load_pair<I>(col_base + r * kRowBytes, lo, hi);
+      k0 = max(k0, abs_key(lo));
+      k1 = max(k1, abs_key(hi));
+      if constexpr (kBand) {
+        m0 = min(m0, abs_key(lo));
+        m1 = min(m1, abs_key(hi));
+      }
     }
   }
   // Group keys: a group of gh rows spans gh / 32 segments of this column pair; a 128 x 128 tile group
