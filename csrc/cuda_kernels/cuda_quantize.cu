@@ -174,18 +174,21 @@ __device__ __forceinline__ void load_flat(const Args& a, int64_t k, float (&v)[8
   }
 }
 
-// The |x| key (abs_key of the FP32 value) of kN bf16 chunks, two elements per max.u16x2: the same key as
-// chunk_key over their FP32 conversions (bf16 bits << 16).
+// |x| keys of bf16 data two elements at a time: a "key2" holds the max 16-bit magnitude of each lane;
+// key2_finish gives the FP32 key (abs_key of the FP32 value, i.e. bf16 bits << 16) of both lanes, the
+// same as chunk_key over the FP32 conversions.
+__device__ __forceinline__ uint32_t bf16_key2(const Raw<InType::kBF16>& r) {
+  const uint4 w = r.v[0];
+  return max_u16x2(max_u16x2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), max_u16x2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
+}
+__device__ __forceinline__ uint32_t key2_finish(uint32_t k2) { return max(k2 << 16, k2 & 0xFFFF0000u); }
+
 template <int kN>
 __device__ __forceinline__ uint32_t bf16_chunks_key(const Raw<InType::kBF16> (&raw)[kN]) {
   uint32_t k2 = 0;
 #pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    const uint4 w = raw[j].v[0];
-    k2 = max_u16x2(k2, max_u16x2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu));
-    k2 = max_u16x2(k2, max_u16x2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
-  }
-  return max(k2 << 16, k2 & 0xFFFF0000u);
+  for (int j = 0; j < kN; ++j) k2 = max_u16x2(k2, bf16_key2(raw[j]));
+  return key2_finish(k2);
 }
 
 __device__ __forceinline__ uint32_t chunk_key(const float (&v)[8]) {
@@ -1122,11 +1125,16 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
     for (int i = 0; i < kRowChunks; ++i) {
       if (threadIdx.x + static_cast<int64_t>(i) * kBlock < nck) {
         raw[i] = *reinterpret_cast<const Raw<I>*>(slot(b, i));
-        float v[8];
-        to_f32<I>(raw[i], v);
-        key = max(key, chunk_key(v));
+        if constexpr (I == InType::kBF16) {
+          key = max_u16x2(key, bf16_key2(raw[i]));
+        } else {
+          float v[8];
+          to_f32<I>(raw[i], v);
+          key = max(key, chunk_key(v));
+        }
       }
     }
+    if constexpr (I == InType::kBF16) key = key2_finish(key);
     key = cta_max_key<kBlock>(key, red[parity]);
     float r;
     const ElemScale es = cta_group_scale(a, g, key, r);
@@ -1194,13 +1202,20 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
   const int pair = threadIdx.x % (kColTile / 2), seg = threadIdx.x / (kColTile / 2);
   const unsigned char* col_base = xin + seg * kColSeg * kRowBytes + 2 * pair * in_bytes<I>();
   uint32_t k0 = 0, k1 = 0, m0 = 0xFFFFFFFFu, m1 = 0xFFFFFFFFu;  // max / min |x| keys of the two columns
-  if constexpr (I == InType::kBF16 && !kBand) {  // a row's two bf16 elements: one max.u16x2 (column per lane)
-    uint32_t k2 = 0;
+  if constexpr (I == InType::kBF16) {  // a row's two bf16 elements: one max.u16x2 (column per lane)
+    uint32_t k2 = 0, n2 = 0xFFFFFFFFu;
 #pragma unroll 8
-    for (int r = 0; r < kColSeg; ++r)
-      k2 = max_u16x2(k2, *reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes) & 0x7FFF7FFFu);
+    for (int r = 0; r < kColSeg; ++r) {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes) & 0x7FFF7FFFu;
+      k2 = max_u16x2(k2, w);
+      if constexpr (kBand) n2 = min_u16x2(n2, w);
+    }
     k0 = k2 << 16;
     k1 = k2 & 0xFFFF0000u;
+    if constexpr (kBand) {
+      m0 = n2 << 16;
+      m1 = n2 & 0xFFFF0000u;
+    }
   } else {
 #pragma unroll 8
     for (int r = 0; r < kColSeg; ++r) {
