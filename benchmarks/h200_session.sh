@@ -21,6 +21,7 @@
 #   gemm-ab:SHAPES  benchmarks/gemm.py --backend ffi per library (GEMM_RECIPES, default fp8_block)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
 #                merge the per-arm JSONs afterwards with `python -m mxprec.bench llama --merge ...`
+#   llama-ab:ARMS each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so), same call
 #   forms:FORMS  benchmarks/xla_fp8_forms.py: which HLO form of the XLA per-tensor FP8 GEMM becomes one
 #                cuBLASLt call (and compile/step times of one dot_general step per form)
 #   profile:ARMS like llama:ARMS with --profile (jax.profiler, 2 traced steps) and 5 timed steps
@@ -43,7 +44,8 @@
 # stage only: MXPREC_XLA_FP8_FORM for the arm), AQ (llama: and hlo: stages: MXPREC_AUTO_QUANTIZE for the
 # arm, e.g. AQ=tile,mx,delayed or AQ=tile,mx,weights; names get _aq...), CONFIG (the Llama config of the
 # llama / profile / hlo stages; default llama3_8b_4layer), LLAMA_ARGS (extra `mxprec.bench llama` arguments
-# of those stages, e.g. LLAMA_ARGS="--loss-pick gather") and TAG (a suffix for the llama: / hlo: output names).
+# of those stages, e.g. LLAMA_ARGS="--loss-pick gather"), LLAMA_XLA_FLAGS (XLA_FLAGS of the llama: / llama-ab: arms)
+# and TAG (a suffix for the llama: / llama-ab: / hlo: output names).
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1

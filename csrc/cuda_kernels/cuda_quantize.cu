@@ -1738,8 +1738,4 @@ ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, 
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeCuda);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeCuda, mxprec::cuda_quantize::QuantizeCudaImpl,
-                              MXPREC_QUANTIZE_BIND(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>().Ctx<xla::ffi::ScratchAllocator>())
-#ifdef MXPREC_EXPERIMENT_CMDBUF
-                              , {xla::ffi::Traits::kCmdBufferCompatible}
-#endif
-);
+                              MXPREC_QUANTIZE_BIND(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>().Ctx<xla::ffi::ScratchAllocator>()));
