@@ -260,13 +260,29 @@ MXPREC_HD inline uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
 #endif
 }
 
+// Lane mask of a >= b for non-negative finite bf16 lanes: 0xFFFF where true (one HSET2 on sm_90; the
+// same as an unsigned compare of the 16-bit patterns, which the host form does by a biased add).
+MXPREC_HD inline uint32_t ge_mask_bf16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t d;
+  asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  const uint32_t lo = (a & 0xFFFFu) >= (b & 0xFFFFu) ? 0xFFFFu : 0u;
+  const uint32_t hi = (a >> 16) >= (b >> 16) ? 0xFFFFu : 0u;
+  return lo | (hi << 16);
+#endif
+}
+
 // Magnitude-and-sign codes of F (FP6 / FP4) for two bf16 values x (one per lane of w) divided by the
 // MX block scale 2**e, given as p2 = 2**-e in both lanes (a normal bf16): lane i = encode_rne(x_i * 2**-e,
 // F), the code in the lane's low bits. For finite x (an MX block in kMul mode). x * 2**-e is exact in
 // bf16 (or below bf16's normal range, where every code is a signed zero), so encode_rne's steps run on
-// the 16-bit patterns, two lanes per 32-bit instruction: saturate, subnormal candidate by one FMA with
-// 128 (ulp 1 in [128, 256)), normal candidate by integer rounding of the 7-bit mantissa, lane select.
-// No lane borrows from or carries into the other: every per-lane sum stays in [0, 2**16).
+// the 16-bit patterns, two lanes per 32-bit instruction: saturate; subnormal candidate by one FMA with
+// 128 (ulp 1 in [128, 256): the code is the sum's low bits); normal candidate by integer rounding of the
+// 7-bit mantissa, the exponent rebias folded into the rounding add (the code is the low bits of the
+// shifted sum); select by lane mask. No lane borrows from or carries into the other: every per-lane sum
+// stays in [0, 2**16), and what a shift moves across the lane boundary is masked off.
 template <ElemFormat F>
 MXPREC_HD inline uint32_t narrow2_bf16(uint32_t w, uint32_t p2) {
   constexpr FormatInfo fi = format_info(F);
@@ -278,16 +294,17 @@ MXPREC_HD inline uint32_t narrow2_bf16(uint32_t w, uint32_t p2) {
   constexpr uint32_t kMaxBits = (static_cast<uint32_t>(fi.emax + 127) << 7) | (((1u << fi.mbits) - 1u) << kSh);
   constexpr uint32_t kMinNormalBits = static_cast<uint32_t>(fi.emin + 127) << 7;
   constexpr uint32_t kSubScaleBits = static_cast<uint32_t>(fi.mbits - fi.emin + 127) << 7;  // 2**(mbits - emin)
-  constexpr uint32_t kMagic = 0x4300u;                                                       // 128.0
-  constexpr uint32_t kNormalBias = (0u - (static_cast<uint32_t>(127 - fi.bias) << fi.mbits)) & kMag;
+  constexpr uint32_t kMagic = 0x4300u;  // 128.0: its low byte is 0, so 128 + k has k in the low bits
+  // normal code = (rounded >> kSh) - ((127 - bias) << mbits), taken mod 2**kMagBits: add its negation there
+  constexpr uint32_t kRebias = (0u - (static_cast<uint32_t>(127 - fi.bias) << fi.mbits)) & kMag;
+  constexpr uint32_t kRoundAdd = ((1u << (kSh - 1)) - 1u) + (kRebias << kSh);
   const uint32_t q = fma_bf16x2(w, p2, 0x80008000u);  // x * 2**-e (+ -0: keeps the product's zero sign)
   const uint32_t a = min_u16x2(q & 0x7FFF7FFFu, kMaxBits * kLanes);
-  const uint32_t sub = fma_bf16x2(a, kSubScaleBits * kLanes, kMagic * kLanes) - kMagic * kLanes;
-  const uint32_t r = a + ((1u << (kSh - 1)) - 1u) * kLanes + ((a >> kSh) & kLanes);
-  const uint32_t normal = (((r >> kSh) & (kMag * kLanes)) + kNormalBias * kLanes) & (kMag * kLanes);
-  const uint32_t is_normal = (((a + (0x8000u - kMinNormalBits) * kLanes) >> 15) & kLanes) * 0xFFFFu;
+  const uint32_t sub = fma_bf16x2(a, kSubScaleBits * kLanes, kMagic * kLanes);
+  const uint32_t normal = (a + kRoundAdd * kLanes + ((a >> kSh) & kLanes)) >> kSh;
+  const uint32_t is_normal = ge_mask_bf16x2(a, kMinNormalBits * kLanes);
   const uint32_t sign = (w >> (15 - kMagBits)) & ((1u << kMagBits) * kLanes);
-  return sign | (normal & is_normal) | (sub & ~is_normal);
+  return (((normal & is_normal) | (sub & ~is_normal)) & (kMag * kLanes)) | sign;
 }
 #endif  // !__HIPCC__
 
