@@ -32,7 +32,7 @@
 #   cuda-gemm-tests tests/test_cuda.py alone
 #   ncu-src:SHAPE ncu --set full with per-SASS-instruction stall samples, ours and cuBLASLt, one e4m3 GEMM of SHAPE
 #   raster1:SHAPE the default per-tensor kernel at SHAPE per MXPREC_SM90_RASTER:SWIZZLE in RASTERS
-#   ncu-narrow   Nsight Compute sections of the FP4 / FP6 / NVFP4 quantize kernels (vgroup / hgroup) on 16384x4096
+#   ncu-narrow   Nsight Compute sections of the FP4 / FP6 / NVFP4 quantize kernels (hgroup / col / vgroup) on 16384x4096
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
 #                kernels (delayed cast, tile 1x128 along axis -1, MXFP8 along both axes) on one 8192x8192 bf16 input
 #   raster       per-tensor GEMM (default tiles): persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
@@ -258,18 +258,18 @@ PYEOF
         --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
         --section SchedulerStats --section InstructionStats --launch-count 4 "$PY" /tmp/mxprec_q1.py ;;
     ncu-narrow)  # Nsight Compute sections of the FP4 / FP6 / NVFP4 quantize kernels on one 16384x4096 bf16 input:
-      # MXFP4 and MXFP6 along axis 0 (vgroup_kernel) and axis -1 (hgroup_kernel), NVFP4 along both axes
+      # MXFP4 along axis 0 (col_kernel) and axis -1 (hgroup_kernel), MXFP6 E2M3 along -1, NVFP4 along both axes
       cat > /tmp/mxprec_q2.py <<'PYEOF'
 import jax, jax.numpy as jnp
 from mxprec import formats as F
 from mxprec.kernels import ffi
 from mxprec.scaling import MXScaling, NVFP4Scaling
 x = jax.random.normal(jax.random.PRNGKey(0), (16384, 4096), jnp.bfloat16)
-for spec, axis in ((MXScaling(F.E2M1), 0), (MXScaling(F.E2M1), -1), (MXScaling(F.E3M2), 0), (NVFP4Scaling(), -1),
+for spec, axis in ((MXScaling(F.E2M1), 0), (MXScaling(F.E2M1), -1), (MXScaling(F.E2M3), -1), (NVFP4Scaling(), -1),
                    (NVFP4Scaling(), 0)):
     jax.block_until_ready(jax.jit(lambda v: ffi.quantize(v, spec, axis))(x))
 PYEOF
-      step ncu_narrow env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"vgroup_kernel|hgroup_kernel" \
+      step ncu_narrow env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"vgroup_kernel|hgroup_kernel|col_kernel" \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
         --section LaunchStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
         --section SourceCounters --launch-count 5 "$PY" /tmp/mxprec_q2.py ;;
