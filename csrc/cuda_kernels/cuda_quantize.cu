@@ -12,6 +12,9 @@
 // FP8 so that the FP6 / FP4 rounding is not carried along; groups whose scale
 // leaves the fast path's range (NaN / Inf / tiny scales, MX e = 127) and NaN elements take the exact
 // path (encode_elem). Build with -DMXPREC_CUDA_QUANT_NO_CVT to replace the FP8 cvt by encode_rne.
+// bf16 inputs: |x| keys are taken two elements at a time (max.u16x2), and MX FP6 / FP4 blocks in kMul
+// mode are encoded two elements per instruction on the bf16 patterns (narrow2_bf16, exact because
+// x * 2**-e is exact in bf16; checked for every bf16 value and scale on the CPU).
 //
 // Memory view: x (B, R, C) is a row-major (rows = B * R, cols = C) matrix for either axis. A group
 // (one scale) is a gh x gw block of it: axis 2 row (1, C), tile (tr, tc), mx (1, block), nvfp4
