@@ -203,16 +203,19 @@ MXPREC_HD inline uint8_t encode_rne(float v, ElemFormat f) {
 #if !defined(__HIPCC__)  // the CUDA kernels and the host test use these; the HIP kernels do not
 
 // Two 16-bit lanes per 32-bit word (lane 0 in bits 0..15). On sm_90 one instruction each; elsewhere
-// lane by lane (the host test runs these).
+// lane by lane through lanes16 (the host test runs these forms).
+template <class Op>
+MXPREC_HD inline uint32_t lanes16(uint32_t a, uint32_t b, Op op) {
+  return (op(a & 0xFFFFu, b & 0xFFFFu) & 0xFFFFu) | (op(a >> 16, b >> 16) << 16);
+}
+
 MXPREC_HD inline uint32_t min_u16x2(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t d;
   asm("min.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 #else
-  const uint32_t lo = (a & 0xFFFFu) < (b & 0xFFFFu) ? (a & 0xFFFFu) : (b & 0xFFFFu);
-  const uint32_t hi = (a >> 16) < (b >> 16) ? (a >> 16) : (b >> 16);
-  return lo | (hi << 16);
+  return lanes16(a, b, [](uint32_t x, uint32_t y) { return x < y ? x : y; });
 #endif
 }
 
@@ -222,9 +225,7 @@ MXPREC_HD inline uint32_t max_u16x2(uint32_t a, uint32_t b) {
   asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 #else
-  const uint32_t lo = (a & 0xFFFFu) > (b & 0xFFFFu) ? (a & 0xFFFFu) : (b & 0xFFFFu);
-  const uint32_t hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
-  return lo | (hi << 16);
+  return lanes16(a, b, [](uint32_t x, uint32_t y) { return x > y ? x : y; });
 #endif
 }
 
@@ -260,17 +261,15 @@ MXPREC_HD inline uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
 #endif
 }
 
-// Lane mask of a >= b for non-negative finite bf16 lanes: 0xFFFF where true (one HSET2 on sm_90; the
-// same as an unsigned compare of the 16-bit patterns, which the host form does by a biased add).
+// Lane mask of a >= b for non-negative finite bf16 lanes: 0xFFFF where true (one HSET2 on sm_90; for
+// such lanes the same as an unsigned compare of the 16-bit patterns, the host form).
 MXPREC_HD inline uint32_t ge_mask_bf16x2(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t d;
   asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 #else
-  const uint32_t lo = (a & 0xFFFFu) >= (b & 0xFFFFu) ? 0xFFFFu : 0u;
-  const uint32_t hi = (a >> 16) >= (b >> 16) ? 0xFFFFu : 0u;
-  return lo | (hi << 16);
+  return lanes16(a, b, [](uint32_t x, uint32_t y) { return x >= y ? 0xFFFFu : 0u; });
 #endif
 }
 
