@@ -259,8 +259,6 @@ __device__ __forceinline__ uint32_t narrow4(float a, float b, float c, float d, 
   }
 }
 
-// The exact code of an element the fast path does not cover (NaN elements, exact modes): rare, so
-// one out-of-line copy keeps the kernels small.
 // MX FP6 / FP4 codes (byte i = code i) of kUnroll bf16 chunks of one block in kMul mode, by the bf16-pair
 // encoder (narrow2_bf16: two elements per 32-bit instruction, no FP32 conversion); p2 = the block's 2**-e in
 // both bf16 lanes. Equal to codes8_uniform's (cuda_quantize_host_test.cc checks every bf16 value and scale).
@@ -302,6 +300,8 @@ __device__ __forceinline__ uint2 narrow_rows4_bf16(const uint32_t (&w)[4], uint3
   }
 }
 
+// The exact code of an element the fast path does not cover (NaN elements, exact modes): rare, so
+// one out-of-line copy keeps the kernels small.
 __device__ __noinline__ uint32_t slow_code(float x, ElemScale s, ElemFormat f) { return encode_elem(x, s, f); }
 
 // Packs the codes of 8 scaled values q (byte i = element i): FP8 by the hardware convert, FP6 / FP4 by
