@@ -181,7 +181,8 @@ def run(args):
                 def peer(*t, spec=spec, axis=axis, state=state):
                     return [quantize(v, spec, axis=axis, state=state) for v in t]
 
-                for impl, fn in (("mxprec", ours), ("xla", peer)):
+                impls = (("mxprec", ours),) if args.no_peer else (("mxprec", ours), ("xla", peer))
+                for impl, fn in impls:
                     try:
                         t = _time(jax.jit(fn), xs, args.reps, args.timing) / args.sets
                     except Exception as e:  # noqa: BLE001 - report and keep going
@@ -265,6 +266,7 @@ def main(argv=None):
     p.add_argument("--kernels", default="", help=f"comma-separated subset of {','.join(KERNELS)}")
     p.add_argument("--quick", action="store_true", help=f"only {','.join(QUICK)}")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--no-peer", action="store_true", help="time mxprec's kernels only (same-call A/Bs of builds)")
     p.add_argument("--sets", type=int, default=4, help="distinct inputs per timed call")
     p.add_argument("--timing", choices=("kernel", "wall"), default="kernel",
                    help="kernel: GPU kernel time from a profiler trace; wall: synchronized wall time")

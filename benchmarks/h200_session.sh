@@ -17,7 +17,7 @@
 #   ncu-gemm     Nsight Compute sections of our per-tensor CUTLASS GEMM and of cuBLASLt's (via torch) at 8192^3
 #   quant        benchmarks/cuda_quantize.py (all kinds)
 #   quant-ab     cuda_quantize.py per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so;
-#                QUANT_KERNELS, QUANT_SHAPES), for same-call A/B of kernel variants
+#                QUANT_KERNELS, QUANT_SHAPES, QUANT_ARGS e.g. --no-peer), for same-call A/B of kernel variants
 #   gemm-ab:SHAPES  benchmarks/gemm.py --backend ffi per library (GEMM_RECIPES, default fp8_block)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
 #                merge the per-arm JSONs afterwards with `python -m mxprec.bench llama --merge ...`
@@ -33,6 +33,7 @@
 #   ncu-src:SHAPE ncu --set full with per-SASS-instruction stall samples, ours and cuBLASLt, one e4m3 GEMM of SHAPE
 #   raster1:SHAPE the default per-tensor kernel at SHAPE per MXPREC_SM90_RASTER:SWIZZLE in RASTERS
 #   ncu-narrow   Nsight Compute sections of the FP4 / FP6 / NVFP4 quantize kernels (hgroup / col / vgroup) on 16384x4096
+#   ncu-qsrc     ncu --set full + per-SASS-instruction counts of single quantize kernels (QSRC=spec:axis:kernel,...)
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
 #                kernels (delayed cast, tile 1x128 along axis -1, MXFP8 along both axes) on one 8192x8192 bf16 input
 #   raster       per-tensor GEMM (default tiles): persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
@@ -191,7 +192,7 @@ for stage in "$@"; do
       for lib in "${AB_LIBS[@]}"; do
         name="$(basename "$lib" .so)"
         step "quant_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/cuda_quantize.py \
-          ${QUANT_KERNELS:+--kernels "$QUANT_KERNELS"} --shapes "${QUANT_SHAPES:-16384x4096}" --out "$R/quant_$name"
+          ${QUANT_KERNELS:+--kernels "$QUANT_KERNELS"} --shapes "${QUANT_SHAPES:-16384x4096}" ${QUANT_ARGS:-} --out "$R/quant_$name"
       done ;;
     gemm-ab:*)  # gemm-ab:SHAPE,...: gemm.py with backend ffi once per library (GEMM_RECIPES, default fp8_block)
       for lib in "${AB_LIBS[@]}"; do
@@ -273,6 +274,29 @@ PYEOF
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
         --section LaunchStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
         --section SourceCounters --launch-count 5 "$PY" /tmp/mxprec_q2.py ;;
+    ncu-qsrc)  # ncu --set full with per-SASS-instruction counts of single quantize kernels on a 16384x4096 bf16
+      # input (QSRC: spec:axis:kernel, comma-separated; default the NVFP4 / MXFP4 kernels); source pages as CSV
+      cat > /tmp/mxprec_q3.py <<'PYEOF'
+import sys, jax, jax.numpy as jnp
+from mxprec import formats as F
+from mxprec.kernels import ffi
+from mxprec.scaling import MXScaling, NVFP4Scaling, RowScaling, TileScaling
+specs = {"nvfp4": NVFP4Scaling(), "mxfp4": MXScaling(F.E2M1), "mxfp6": MXScaling(F.E2M3),
+         "mxfp8": MXScaling(F.E4M3), "tile1x128": TileScaling(F.E4M3, (1, 128)), "row": RowScaling(F.E4M3)}
+x = jax.random.normal(jax.random.PRNGKey(0), (16384, 4096), jnp.bfloat16)
+name, axis = sys.argv[1], int(sys.argv[2])
+jax.block_until_ready(jax.jit(lambda v: ffi.quantize(v, specs[name], axis))(x))
+PYEOF
+      IFS=, read -r -a qs <<< "${QSRC:-nvfp4:-1:hgroup_kernel,nvfp4:0:vgroup_kernel,mxfp4:0:col_kernel,mxfp4:-1:hgroup_kernel}"
+      for q in "${qs[@]}"; do
+        IFS=: read -r qn qa qk <<< "$q"
+        tag="qsrc_${qn}_ax${qa#-}_$qk"
+        step "$tag" env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"$qk" --launch-count 1 --set full \
+          -f -o "$R/$tag" "$PY" /tmp/mxprec_q3.py "$qn" "$qa"
+        step "${tag}_details" ncu -i "$R/$tag.ncu-rep" --page details
+        step "${tag}_sass" sh -c "ncu -i '$R/$tag.ncu-rep' --page source --csv --print-source sass | gzip > '$R/${tag}_sass.csv.gz'"
+        rm -f "$R/$tag.ncu-rep"
+      done ;;
     raster)  # the default per-tensor kernel (carried build-cuda) x persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
       step raster_torch "$PY" benchmarks/cuda_fp8_gemm.py --only torch_scaled_mm --shapes 8192x8192x8192,16384x4096x14336 \
         --out "$R/raster_torch.json"

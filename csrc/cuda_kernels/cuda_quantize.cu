@@ -67,6 +67,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "ffi_helpers.h"
 #include "formats.h"
@@ -291,13 +292,6 @@ __device__ __forceinline__ uint2 narrow_rows4_bf16_of(const uint32_t (&w)[4], ui
   const uint32_t c2 = narrow2_bf16<F>(w[2], p2), c3 = narrow2_bf16<F>(w[3], p2);
   const uint32_t t01 = __byte_perm(c0, c1, 0x6240), t23 = __byte_perm(c2, c3, 0x6240);  // col 0 rows, col 1 rows
   return make_uint2(__byte_perm(t01, t23, 0x5410), __byte_perm(t01, t23, 0x7632));
-}
-__device__ __forceinline__ uint2 narrow_rows4_bf16(const uint32_t (&w)[4], uint32_t p2, ElemFormat f) {
-  switch (f) {
-    case ElemFormat::kE2M3: return narrow_rows4_bf16_of<ElemFormat::kE2M3>(w, p2);
-    case ElemFormat::kE3M2: return narrow_rows4_bf16_of<ElemFormat::kE3M2>(w, p2);
-    default: return narrow_rows4_bf16_of<ElemFormat::kE2M1>(w, p2);
-  }
 }
 
 // The exact code of an element the fast path does not cover (NaN elements, exact modes): rare, so
@@ -714,13 +708,16 @@ __global__ void __launch_bounds__(kThreads,
   const float ts = nvfp4 ? nvfp4_ts(a) : 1.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   const int64_t nck = a.n / 8;
-  const int tpg = a.tpg;
+  const int tpg = a.tpg;  // a power of two (see the launch): shifts and masks, not integer divisions (two
+                          // had been 8 % of the MXFP4 instance's instructions)
+  const int tpg_log2 = __ffs(tpg) - 1;
+  static_assert(kUnroll == 4, "hgroup_kernel: kUnroll == 1 << 2");
   const int64_t cta0 = static_cast<int64_t>(blockIdx.x) * kUnroll * kThreads;
   Raw<I> raw[kUnroll];
   int64_t k[kUnroll];
 #pragma unroll
   for (int j = 0; j < kUnroll; ++j) {
-    k[j] = kWide ? cta0 + (threadIdx.x / tpg) * (tpg * kUnroll) + threadIdx.x % tpg + tpg * j
+    k[j] = kWide ? cta0 + ((threadIdx.x >> tpg_log2) << (tpg_log2 + 2)) + (threadIdx.x & (tpg - 1)) + tpg * j
                  : cta0 + j * kThreads + threadIdx.x;
     if (k[j] < nck) raw[j] = load_raw<I>(a.x, k[j] * 8);
   }
@@ -743,7 +740,7 @@ __global__ void __launch_bounds__(kThreads,
     for (int o = 1; o < tpg; o <<= 1) key = max(key, __shfl_xor_sync(kFull, key, o));
     acc = key;
     if (valid) {
-      const ElemScale es = group_elem_scale(a, k[0] / (tpg * kUnroll), key, ts, threadIdx.x % tpg == 0);
+      const ElemScale es = group_elem_scale(a, k[0] >> (tpg_log2 + 2), key, ts, (threadIdx.x & (tpg - 1)) == 0);
       const float r = recip_of_divisor(es);
       // One thread per group (MX 1 x 32): its chunks are consecutive, so its codes leave in 16-byte stores
       // (8-byte stores at a 32-byte stride left MXFP8 at 56 % of copy bandwidth on the H200; 82 % with these).
@@ -787,7 +784,7 @@ __global__ void __launch_bounds__(kThreads,
       for (int o = 1; o < tpg; o <<= 1) key = max(key, __shfl_xor_sync(kFull, key, o));
       acc = max(acc, key);
       if (!valid) continue;
-      const int64_t g = k[j] / tpg;
+      const int64_t g = k[j] >> tpg_log2;
       const ElemScale es = group_elem_scale(a, g, key, ts, (k[j] & (tpg - 1)) == 0);
       store_chunk(a.data, k[j], codes8_uniform<kFp8, true>(v, es, recip_of_divisor(es), f), bits);
     }
@@ -1201,11 +1198,17 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
   const int64_t ncb = cols / kColTile;
   const int64_t r0 = (blockIdx.x / ncb) * kColTile, c0 = (blockIdx.x % ncb) * kColTile;
 
-  const char* xg = static_cast<const char*>(a.x);
-#pragma unroll 4
-  for (int i = threadIdx.x; i < kColTile * kRowBytes / 16; i += kThreads) {
-    const int row = i / (kRowBytes / 16), piece = i % (kRowBytes / 16);
-    cp_async16(xin + row * kRowBytes + piece * 16, xg + ((r0 + row) * cols + c0) * in_bytes<I>() + piece * 16);
+  {  // the tile: a thread copies 16-byte piece `piece` of rows row0, row0 + kRowStep, ... (one address
+     // computation, then constant strides; the per-piece 64-bit index arithmetic had been 13 % of the
+     // MXFP4 instance's instructions)
+    constexpr int kPieces = kRowBytes / 16, kRowStep = kThreads / kPieces;
+    static_assert(kThreads % kPieces == 0 && kColTile % kRowStep == 0, "col_kernel: tile load geometry");
+    const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+    const char* src = static_cast<const char*>(a.x) + ((r0 + row0) * cols + c0) * in_bytes<I>() + piece * 16;
+    const int64_t src_step = kRowStep * cols * static_cast<int64_t>(in_bytes<I>());
+    unsigned char* dst = xin + row0 * kRowBytes + piece * 16;
+#pragma unroll
+    for (int k = 0; k < kColTile / kRowStep; ++k) cp_async16(dst + k * kRowStep * kRowBytes, src + k * src_step);
   }
   cp_async_wait_all();
   __syncthreads();
@@ -1299,40 +1302,76 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
           static_cast<uint16_t>(__byte_perm(w0, w1, k | ((4 + k) << 4)));
     }
   };
+  if constexpr (kBits == 8) {
+    // The encoder is chosen once, outside the row loop (in it, the per-iteration choice cost the 1 x 128
+    // tiles down the columns 73 -> 77 % of copy on the H200).
+    const auto fp8_rows = [&](auto band) {
 #pragma unroll 2
-  for (int r = 0; r < kColSeg; r += 4) {
-    float x[8];  // rows r .. r + 3, columns (2 pair, 2 pair + 1) interleaved
+      for (int r = 0; r < kColSeg; r += 4) {
+        float x[8];  // rows r .. r + 3, columns (2 pair, 2 pair + 1) interleaved
 #pragma unroll
-    for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
-    if constexpr (kBits == 8) {
-      const uint2 c = in_band ? in_band_fp8_codes8(x, [&es](int i) { return es[i & 1].p; }, rat, e5m2)
-                              : codes8_cols<true>(x, sat, rat, form, f);
-      // Row j's two codes are bytes 2 j, 2 j + 1 of c (no put_rows byte permutes: MXFP8 down the columns
-      // measured 74.3 % of copy this way, 73.0 % through put_rows)
-      *reinterpret_cast<uint16_t*>(code_base + (r + 0) * kColTile) = static_cast<uint16_t>(c.x);
-      *reinterpret_cast<uint16_t*>(code_base + (r + 1) * kColTile) = static_cast<uint16_t>(c.x >> 16);
-      *reinterpret_cast<uint16_t*>(code_base + (r + 2) * kColTile) = static_cast<uint16_t>(c.y);
-      *reinterpret_cast<uint16_t*>(code_base + (r + 3) * kColTile) = static_cast<uint16_t>(c.y >> 16);
-    } else {
-      // Each column's 4 codes (rows r .. r + 3) in one word, row r in the low byte, then packed.
-      uint32_t w0, w1;
-      if (pairs) {
-        uint32_t w[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const uint32_t*>(col_base + (r + j) * kRowBytes);
-        const uint2 c = narrow_rows4_bf16(w, p2, f);
-        w0 = c.x;
-        w1 = c.y;
-      } else {
-        const uint2 c = codes8_cols<false>(x, sat, rat, form, f);
-        w0 = __byte_perm(c.x, c.y, 0x6420);
-        w1 = __byte_perm(c.x, c.y, 0x7531);
+        for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
+        uint2 c;
+        if constexpr (decltype(band)::value) {
+          c = in_band_fp8_codes8(x, [&es](int i) { return es[i & 1].p; }, rat, e5m2);
+        } else {
+          c = codes8_cols<true>(x, sat, rat, form, f);
+        }
+        // Row j's two codes are bytes 2 j, 2 j + 1 of c (no put_rows byte permutes: MXFP8 down the columns
+        // measured 74.3 % of copy this way, 73.0 % through put_rows)
+        *reinterpret_cast<uint16_t*>(code_base + (r + 0) * kColTile) = static_cast<uint16_t>(c.x);
+        *reinterpret_cast<uint16_t*>(code_base + (r + 1) * kColTile) = static_cast<uint16_t>(c.x >> 16);
+        *reinterpret_cast<uint16_t*>(code_base + (r + 2) * kColTile) = static_cast<uint16_t>(c.y);
+        *reinterpret_cast<uint16_t*>(code_base + (r + 3) * kColTile) = static_cast<uint16_t>(c.y >> 16);
       }
+    };
+    if (in_band) {
+      fp8_rows(std::true_type{});
+    } else {
+      fp8_rows(std::false_type{});
+    }
+  } else {
+    // Rows r .. r + 3: each column's 4 codes in one word (w0 column 0, w1 column 1, row r in the low byte),
+    // packed down the column.
+    const auto put_codes = [&](int r, uint32_t w0, uint32_t w1) {
       if constexpr (kBits == 4) {  // bytes 0, 1: column 0's rows (r, r + 1), (r + 2, r + 3); 2, 3: column 1's
         const uint32_t p = pack4x8(w0, w1);
         put_rows(r / 2, p, p >> 16, 2);
       } else {
         put_rows(r * 3 / 4, pack6x4(w0), pack6x4(w1), 3);
+      }
+    };
+    // The encoder and the format are chosen once, outside the row loop (with the tile load above: MXFP4
+    // down the columns 58 -> 67.5 % of copy on the H200).
+    const auto pair_rows = [&](auto fmt) {
+#pragma unroll 2
+      for (int r = 0; r < kColSeg; r += 4) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const uint32_t*>(col_base + (r + j) * kRowBytes);
+        const uint2 c = narrow_rows4_bf16_of<decltype(fmt)::value>(w, p2);
+        put_codes(r, c.x, c.y);
+      }
+    };
+    if constexpr (I == InType::kBF16) {
+      if (pairs) {
+        if constexpr (kBits == 4) {
+          pair_rows(std::integral_constant<ElemFormat, ElemFormat::kE2M1>{});
+        } else if (f == ElemFormat::kE2M3) {
+          pair_rows(std::integral_constant<ElemFormat, ElemFormat::kE2M3>{});
+        } else {
+          pair_rows(std::integral_constant<ElemFormat, ElemFormat::kE3M2>{});
+        }
+      }
+    }
+    if (!pairs) {
+#pragma unroll 2
+      for (int r = 0; r < kColSeg; r += 4) {
+        float x[8];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
+        const uint2 c = codes8_cols<false>(x, sat, rat, form, f);
+        put_codes(r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
       }
     }
   }
