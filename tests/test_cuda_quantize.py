@@ -492,6 +492,9 @@ SHAPES = [
     ((4, 32, 256), 1, MXScaling(E2M1), "float32"),  # col_kernel FP4: a 128-row tile spans 4 batches
     ((2, 128, 3, 128), 1, MXScaling(E2M3, scale_rule="floor"), "float16"),  # col_kernel FP6, view (2, 128, 384)
     ((256, 256), 0, MXScaling(E3M2, block=64), "bfloat16"),  # col_kernel FP6, groups of 2 row segments
+    ((4, 32, 256), 1, NVFP4Scaling(), "float32"),  # col_kernel NVFP4: a 128-row tile spans 4 batches
+    ((384, 256), 0, NVFP4Scaling(), "float16"),  # col_kernel NVFP4 from f16
+    ((256, 384), 0, NVFP4Scaling(), "bfloat16"),  # col_kernel NVFP4 from bf16
 ]
 
 

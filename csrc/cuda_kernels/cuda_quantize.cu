@@ -38,10 +38,10 @@
 //                   lanes; FP8 division certified from one multiply; a thread owning a whole group
 //                   stores its codes in 16-byte stores), else one scale per chunk;
 //   col_kernel      FP8 axis-1 groups of 32 / 64 / 128 rows x 1 column and 128 x 128 tiles on either
-//                   axis, and MX FP6 / FP4 axis-1 groups of 32 / 64 / 128 rows, rows and cols multiples
-//                   of 128: a 128 x 128 tile staged in shared memory (cp.async), a thread owns 2
-//                   columns x 32 rows, codes (packed down the columns for FP6 / FP4) leave through
-//                   shared memory;
+//                   axis, MX FP6 / FP4 axis-1 groups of 32 / 64 / 128 rows and NVFP4 axis-1 groups of
+//                   16 rows, rows and cols multiples of 128: a 128 x 128 tile staged in shared memory
+//                   (cp.async), a thread owns 2 columns x 32 rows, codes (packed down the columns for
+//                   FP6 / FP4) leave through shared memory;
 //                   taller column groups (row scaling along axis 1) read their keys from a keys pass;
 //   row_kernel      FP8 axis-2 row groups of 257 .. 16384 elements: persistent CTAs of 128 / 256 / 512
 //                   threads that prefetch their next row into shared memory (cp.async) while they
@@ -1179,14 +1179,60 @@ __device__ __forceinline__ void load_pair(const unsigned char* p, float& lo, flo
   }
 }
 
+// NVFP4 down the columns (groups of 16 rows x 1 column) for col_kernel: the thread's 32 rows of its two
+// columns are two groups per column, each with its E4M3 block scale under the tensor scale ts (written
+// here: scale rows grow0 and grow0 + 1); codes packed two rows a byte, as MX FP4's. Returns the max |x|
+// key of the thread's elements.
+template <InType I>
+__device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigned char* col_base, uint8_t* code_base,
+                                                    int64_t grow0, int64_t col, float ts) {
+  constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
+  uint32_t all = 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // rows 16 h .. 16 h + 15: one group per column
+    uint32_t k0 = 0, k1 = 0;
+#pragma unroll 8
+    for (int r = 16 * h; r < 16 * h + 16; ++r) {
+      float lo, hi;
+      load_pair<I>(col_base + r * kRowBytes, lo, hi);
+      k0 = max(k0, abs_key(lo));
+      k1 = max(k1, abs_key(hi));
+    }
+    all = max(all, max(k0, k1));
+    const ElemScale es[2] = {group_elem_scale(a, (grow0 + h) * a.ngc + col, k0, ts, true),
+                             group_elem_scale(a, (grow0 + h) * a.ngc + col + 1, k1, ts, true)};
+    const float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
+    const auto sat = [&es](int i) { return es[i & 1]; };
+    const auto rat = [&rcp](int i) { return rcp[i & 1]; };
+    const int form = cols_form<2>(sat, rat);
+#pragma unroll 2
+    for (int r = 16 * h; r < 16 * h + 16; r += 4) {
+      float x[8];  // rows r .. r + 3, the two columns interleaved
+#pragma unroll
+      for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
+      const uint2 c = codes8_cols<false>(x, sat, rat, form, ElemFormat::kE2M1);
+      // bytes 0, 1: column 0's rows (r, r + 1), (r + 2, r + 3); 2, 3: column 1's
+      const uint32_t p = pack4x8(__byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        *reinterpret_cast<uint16_t*>(code_base + (r / 2 + k) * kColTile) =
+            static_cast<uint16_t>(__byte_perm(p, p >> 16, k | ((4 + k) << 4)));
+      }
+    }
+  }
+  return all;
+}
+
 // kBand: the kind can divide (row / tile scales), so the min keys for markstein_band are gathered; MX
 // scales are powers of two (kMul) and skip them (their registers cost MXFP8 74 -> 71 % of copy).
 // kBits: the code width. 8: FP8 (any kind of the dispatch below); 6 / 4: MX FP6 / FP4, codes packed down
 // the columns (4 rows in 3 bytes / 2 rows in a byte, mxprec's packing along the quantized axis), so the
-// tile's codes are kColTile * kBits / 8 rows of kColTile bytes.
-template <InType I, bool kBand, int kBits = 8>
+// tile's codes are kColTile * kBits / 8 rows of kColTile bytes. kNvfp4 (kBits 4): NVFP4's groups of 16 rows
+// (nvfp4_col_codes).
+template <InType I, bool kBand, int kBits = 8, bool kNvfp4 = false>
 __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
   static_assert(kBits == 8 || (!kBand && (kBits == 6 || kBits == 4)), "col_kernel: FP8, or MX FP6 / FP4");
+  static_assert(!kNvfp4 || kBits == 4, "col_kernel: NVFP4 codes are 4 bits");
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
   constexpr int kCodeRows = kColTile * kBits / 8;                              // rows of packed codes
@@ -1215,165 +1261,174 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
 
   const int pair = threadIdx.x % (kColTile / 2), seg = threadIdx.x / (kColTile / 2);
   const unsigned char* col_base = xin + seg * kColSeg * kRowBytes + 2 * pair * in_bytes<I>();
-  uint32_t k0 = 0, k1 = 0, m0 = 0xFFFFFFFFu, m1 = 0xFFFFFFFFu;  // max / min |x| keys of the two columns
-  if constexpr (I == InType::kBF16) {  // a row's two bf16 elements: one max.u16x2 (column per lane)
-    uint32_t k2 = 0, n2 = 0xFFFFFFFFu;
-#pragma unroll 8
-    for (int r = 0; r < kColSeg; ++r) {
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes) & 0x7FFF7FFFu;
-      k2 = max_u16x2(k2, w);
-      if constexpr (kBand) n2 = min_u16x2(n2, w);
-    }
-    k0 = k2 << 16;
-    k1 = k2 & 0xFFFF0000u;
-    if constexpr (kBand) {
-      m0 = n2 << 16;
-      m1 = n2 & 0xFFFF0000u;
-    }
+  uint32_t thread_key;  // max |x| key of the thread's elements
+  float ts = 1.0f;      // NVFP4's tensor scale
+  if constexpr (kNvfp4) {
+    ts = nvfp4_ts(a);
+    thread_key = nvfp4_col_codes<I>(a, col_base, codes + seg * (kColSeg / 2) * kColTile + 2 * pair,
+                                    (r0 + seg * kColSeg) / 16, c0 + 2 * pair, ts);
   } else {
+    uint32_t k0 = 0, k1 = 0, m0 = 0xFFFFFFFFu, m1 = 0xFFFFFFFFu;  // max / min |x| keys of the two columns
+    if constexpr (I == InType::kBF16) {  // a row's two bf16 elements: one max.u16x2 (column per lane)
+      uint32_t k2 = 0, n2 = 0xFFFFFFFFu;
 #pragma unroll 8
-    for (int r = 0; r < kColSeg; ++r) {
-      float lo, hi;
-      load_pair<I>(col_base + r * kRowBytes, lo, hi);
-      k0 = max(k0, abs_key(lo));
-      k1 = max(k1, abs_key(hi));
+      for (int r = 0; r < kColSeg; ++r) {
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes) & 0x7FFF7FFFu;
+        k2 = max_u16x2(k2, w);
+        if constexpr (kBand) n2 = min_u16x2(n2, w);
+      }
+      k0 = k2 << 16;
+      k1 = k2 & 0xFFFF0000u;
       if constexpr (kBand) {
-        m0 = min(m0, abs_key(lo));
-        m1 = min(m1, abs_key(hi));
+        m0 = n2 << 16;
+        m1 = n2 & 0xFFFF0000u;
       }
-    }
-  }
-  // Group keys: a group of gh rows spans gh / 32 segments of this column pair; a 128 x 128 tile group
-  // is the whole CTA tile; groups taller than the tile (row scaling along axis 1) take their keys from
-  // the earlier keys pass (a.keys).
-  const bool whole_tile = a.gw == kColTile;
-  const bool keys_in = a.keys != nullptr;
-  const int segs_per_group = whole_tile ? kSegsPerTile : (keys_in ? 1 : static_cast<int>(a.gh) / kColSeg);
-  const int64_t grow = (r0 + seg * kColSeg) / a.gh;
-  const int64_t col = c0 + 2 * pair;
-  uint32_t g0 = k0, g1 = k1;
-  if (keys_in) {
-    g0 = a.keys[grow * a.ngc + col];
-    g1 = a.keys[grow * a.ngc + col + 1];
-  } else if (whole_tile) {
-    const uint32_t w = __reduce_max_sync(kFull, max(k0, k1));
-    if ((threadIdx.x & 31) == 0) seg_keys[threadIdx.x / 32] = w;
-    __syncthreads();
-    g0 = 0;
-#pragma unroll
-    for (int q = 0; q < kThreads / 32; ++q) g0 = max(g0, seg_keys[q]);
-    g1 = g0;
-  } else if (segs_per_group > 1) {
-    seg_keys[seg * kColTile + 2 * pair] = k0;
-    seg_keys[seg * kColTile + 2 * pair + 1] = k1;
-    __syncthreads();
-    const int first = seg - seg % segs_per_group;
-    for (int q = first; q < first + segs_per_group; ++q) {
-      g0 = max(g0, seg_keys[q * kColTile + 2 * pair]);
-      g1 = max(g1, seg_keys[q * kColTile + 2 * pair + 1]);
-    }
-  }
-  ElemScale es[2];
-  if (whole_tile) {
-    es[0] = group_elem_scale(a, grow * a.ngc + c0 / kColTile, g0, 1.0f, threadIdx.x == 0);
-    es[1] = es[0];
-  } else {
-    const bool owner = keys_in ? (r0 + seg * kColSeg) % a.gh == 0 : seg % segs_per_group == 0;
-    es[0] = group_elem_scale(a, grow * a.ngc + col, g0, 1.0f, owner);
-    es[1] = group_elem_scale(a, grow * a.ngc + col + 1, g1, 1.0f, owner);
-  }
-  float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
-  const auto sat = [&es](int i) { return es[i & 1]; };
-  const auto rat = [&rcp](int i) { return rcp[i & 1]; };
-  const int form = cols_form<2>(sat, rat);
-  // Both columns' quotients over this thread's 32 rows in the Markstein band: the straight division.
-  const bool in_band = kBand && markstein_band(es[0], rcp[0], m0, k0) && markstein_band(es[1], rcp[1], m1, k1);
-  const bool e5m2 = f == ElemFormat::kE5M2;
-  // MX FP6 / FP4 from bf16 with both columns in kMul mode: the bf16-pair encoder, a column per lane.
-  const bool pairs = I == InType::kBF16 && kBits != 8 && a.kind == static_cast<int32_t>(ScalingKind::kMX) &&
-                     es[0].mode == ElemMode::kMul && es[1].mode == ElemMode::kMul;
-  const uint32_t p2 = (__float_as_uint(es[0].p) >> 16) | (__float_as_uint(es[1].p) & 0xFFFF0000u);
-  uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kColTile + 2 * pair;
-  // Packed code rows row0 .. row0 + nrows - 1 of the two columns: byte k of w0 / w1 is row k's code byte.
-  const auto put_rows = [&](int row0, uint32_t w0, uint32_t w1, int nrows) {
-#pragma unroll
-    for (int k = 0; k < nrows; ++k) {
-      *reinterpret_cast<uint16_t*>(code_base + (row0 + k) * kColTile) =
-          static_cast<uint16_t>(__byte_perm(w0, w1, k | ((4 + k) << 4)));
-    }
-  };
-  if constexpr (kBits == 8) {
-    // The encoder is chosen once, outside the row loop (in it, the per-iteration choice cost the 1 x 128
-    // tiles down the columns 73 -> 77 % of copy on the H200).
-    const auto fp8_rows = [&](auto band) {
-#pragma unroll 2
-      for (int r = 0; r < kColSeg; r += 4) {
-        float x[8];  // rows r .. r + 3, columns (2 pair, 2 pair + 1) interleaved
-#pragma unroll
-        for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
-        uint2 c;
-        if constexpr (decltype(band)::value) {
-          c = in_band_fp8_codes8(x, [&es](int i) { return es[i & 1].p; }, rat, e5m2);
-        } else {
-          c = codes8_cols<true>(x, sat, rat, form, f);
-        }
-        // Row j's two codes are bytes 2 j, 2 j + 1 of c (no put_rows byte permutes: MXFP8 down the columns
-        // measured 74.3 % of copy this way, 73.0 % through put_rows)
-        *reinterpret_cast<uint16_t*>(code_base + (r + 0) * kColTile) = static_cast<uint16_t>(c.x);
-        *reinterpret_cast<uint16_t*>(code_base + (r + 1) * kColTile) = static_cast<uint16_t>(c.x >> 16);
-        *reinterpret_cast<uint16_t*>(code_base + (r + 2) * kColTile) = static_cast<uint16_t>(c.y);
-        *reinterpret_cast<uint16_t*>(code_base + (r + 3) * kColTile) = static_cast<uint16_t>(c.y >> 16);
-      }
-    };
-    if (in_band) {
-      fp8_rows(std::true_type{});
     } else {
-      fp8_rows(std::false_type{});
-    }
-  } else {
-    // Rows r .. r + 3: each column's 4 codes in one word (w0 column 0, w1 column 1, row r in the low byte),
-    // packed down the column.
-    const auto put_codes = [&](int r, uint32_t w0, uint32_t w1) {
-      if constexpr (kBits == 4) {  // bytes 0, 1: column 0's rows (r, r + 1), (r + 2, r + 3); 2, 3: column 1's
-        const uint32_t p = pack4x8(w0, w1);
-        put_rows(r / 2, p, p >> 16, 2);
-      } else {
-        put_rows(r * 3 / 4, pack6x4(w0), pack6x4(w1), 3);
-      }
-    };
-    // The encoder and the format are chosen once, outside the row loop (with the tile load above: MXFP4
-    // down the columns 58 -> 67.5 % of copy on the H200).
-    const auto pair_rows = [&](auto fmt) {
-#pragma unroll 2
-      for (int r = 0; r < kColSeg; r += 4) {
-        uint32_t w[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const uint32_t*>(col_base + (r + j) * kRowBytes);
-        const uint2 c = narrow_rows4_bf16_of<decltype(fmt)::value>(w, p2);
-        put_codes(r, c.x, c.y);
-      }
-    };
-    if constexpr (I == InType::kBF16) {
-      if (pairs) {
-        if constexpr (kBits == 4) {
-          pair_rows(std::integral_constant<ElemFormat, ElemFormat::kE2M1>{});
-        } else if (f == ElemFormat::kE2M3) {
-          pair_rows(std::integral_constant<ElemFormat, ElemFormat::kE2M3>{});
-        } else {
-          pair_rows(std::integral_constant<ElemFormat, ElemFormat::kE3M2>{});
+#pragma unroll 8
+      for (int r = 0; r < kColSeg; ++r) {
+        float lo, hi;
+        load_pair<I>(col_base + r * kRowBytes, lo, hi);
+        k0 = max(k0, abs_key(lo));
+        k1 = max(k1, abs_key(hi));
+        if constexpr (kBand) {
+          m0 = min(m0, abs_key(lo));
+          m1 = min(m1, abs_key(hi));
         }
       }
     }
-    if (!pairs) {
-#pragma unroll 2
-      for (int r = 0; r < kColSeg; r += 4) {
-        float x[8];
+    // Group keys: a group of gh rows spans gh / 32 segments of this column pair; a 128 x 128 tile group
+    // is the whole CTA tile; groups taller than the tile (row scaling along axis 1) take their keys from
+    // the earlier keys pass (a.keys).
+    const bool whole_tile = a.gw == kColTile;
+    const bool keys_in = a.keys != nullptr;
+    const int segs_per_group = whole_tile ? kSegsPerTile : (keys_in ? 1 : static_cast<int>(a.gh) / kColSeg);
+    const int64_t grow = (r0 + seg * kColSeg) / a.gh;
+    const int64_t col = c0 + 2 * pair;
+    uint32_t g0 = k0, g1 = k1;
+    if (keys_in) {
+      g0 = a.keys[grow * a.ngc + col];
+      g1 = a.keys[grow * a.ngc + col + 1];
+    } else if (whole_tile) {
+      const uint32_t w = __reduce_max_sync(kFull, max(k0, k1));
+      if ((threadIdx.x & 31) == 0) seg_keys[threadIdx.x / 32] = w;
+      __syncthreads();
+      g0 = 0;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
-        const uint2 c = codes8_cols<false>(x, sat, rat, form, f);
-        put_codes(r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
+      for (int q = 0; q < kThreads / 32; ++q) g0 = max(g0, seg_keys[q]);
+      g1 = g0;
+    } else if (segs_per_group > 1) {
+      seg_keys[seg * kColTile + 2 * pair] = k0;
+      seg_keys[seg * kColTile + 2 * pair + 1] = k1;
+      __syncthreads();
+      const int first = seg - seg % segs_per_group;
+      for (int q = first; q < first + segs_per_group; ++q) {
+        g0 = max(g0, seg_keys[q * kColTile + 2 * pair]);
+        g1 = max(g1, seg_keys[q * kColTile + 2 * pair + 1]);
       }
     }
+    ElemScale es[2];
+    if (whole_tile) {
+      es[0] = group_elem_scale(a, grow * a.ngc + c0 / kColTile, g0, 1.0f, threadIdx.x == 0);
+      es[1] = es[0];
+    } else {
+      const bool owner = keys_in ? (r0 + seg * kColSeg) % a.gh == 0 : seg % segs_per_group == 0;
+      es[0] = group_elem_scale(a, grow * a.ngc + col, g0, 1.0f, owner);
+      es[1] = group_elem_scale(a, grow * a.ngc + col + 1, g1, 1.0f, owner);
+    }
+    float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
+    const auto sat = [&es](int i) { return es[i & 1]; };
+    const auto rat = [&rcp](int i) { return rcp[i & 1]; };
+    const int form = cols_form<2>(sat, rat);
+    // Both columns' quotients over this thread's 32 rows in the Markstein band: the straight division.
+    const bool in_band = kBand && markstein_band(es[0], rcp[0], m0, k0) && markstein_band(es[1], rcp[1], m1, k1);
+    const bool e5m2 = f == ElemFormat::kE5M2;
+    // MX FP6 / FP4 from bf16 with both columns in kMul mode: the bf16-pair encoder, a column per lane.
+    const bool pairs = I == InType::kBF16 && kBits != 8 && a.kind == static_cast<int32_t>(ScalingKind::kMX) &&
+                       es[0].mode == ElemMode::kMul && es[1].mode == ElemMode::kMul;
+    const uint32_t p2 = (__float_as_uint(es[0].p) >> 16) | (__float_as_uint(es[1].p) & 0xFFFF0000u);
+    uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kColTile + 2 * pair;
+    // Packed code rows row0 .. row0 + nrows - 1 of the two columns: byte k of w0 / w1 is row k's code byte.
+    const auto put_rows = [&](int row0, uint32_t w0, uint32_t w1, int nrows) {
+#pragma unroll
+      for (int k = 0; k < nrows; ++k) {
+        *reinterpret_cast<uint16_t*>(code_base + (row0 + k) * kColTile) =
+            static_cast<uint16_t>(__byte_perm(w0, w1, k | ((4 + k) << 4)));
+      }
+    };
+    if constexpr (kBits == 8) {
+      // The encoder is chosen once, outside the row loop (in it, the per-iteration choice cost the 1 x 128
+      // tiles down the columns 73 -> 77 % of copy on the H200).
+      const auto fp8_rows = [&](auto band) {
+#pragma unroll 2
+        for (int r = 0; r < kColSeg; r += 4) {
+          float x[8];  // rows r .. r + 3, columns (2 pair, 2 pair + 1) interleaved
+#pragma unroll
+          for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
+          uint2 c;
+          if constexpr (decltype(band)::value) {
+            c = in_band_fp8_codes8(x, [&es](int i) { return es[i & 1].p; }, rat, e5m2);
+          } else {
+            c = codes8_cols<true>(x, sat, rat, form, f);
+          }
+          // Row j's two codes are bytes 2 j, 2 j + 1 of c (no put_rows byte permutes: MXFP8 down the columns
+          // measured 74.3 % of copy this way, 73.0 % through put_rows)
+          *reinterpret_cast<uint16_t*>(code_base + (r + 0) * kColTile) = static_cast<uint16_t>(c.x);
+          *reinterpret_cast<uint16_t*>(code_base + (r + 1) * kColTile) = static_cast<uint16_t>(c.x >> 16);
+          *reinterpret_cast<uint16_t*>(code_base + (r + 2) * kColTile) = static_cast<uint16_t>(c.y);
+          *reinterpret_cast<uint16_t*>(code_base + (r + 3) * kColTile) = static_cast<uint16_t>(c.y >> 16);
+        }
+      };
+      if (in_band) {
+        fp8_rows(std::true_type{});
+      } else {
+        fp8_rows(std::false_type{});
+      }
+    } else {
+      // Rows r .. r + 3: each column's 4 codes in one word (w0 column 0, w1 column 1, row r in the low byte),
+      // packed down the column.
+      const auto put_codes = [&](int r, uint32_t w0, uint32_t w1) {
+        if constexpr (kBits == 4) {  // bytes 0, 1: column 0's rows (r, r + 1), (r + 2, r + 3); 2, 3: column 1's
+          const uint32_t p = pack4x8(w0, w1);
+          put_rows(r / 2, p, p >> 16, 2);
+        } else {
+          put_rows(r * 3 / 4, pack6x4(w0), pack6x4(w1), 3);
+        }
+      };
+      // The encoder and the format are chosen once, outside the row loop (with the tile load above: MXFP4
+      // down the columns 58 -> 67.5 % of copy on the H200).
+      const auto pair_rows = [&](auto fmt) {
+#pragma unroll 2
+        for (int r = 0; r < kColSeg; r += 4) {
+          uint32_t w[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const uint32_t*>(col_base + (r + j) * kRowBytes);
+          const uint2 c = narrow_rows4_bf16_of<decltype(fmt)::value>(w, p2);
+          put_codes(r, c.x, c.y);
+        }
+      };
+      if constexpr (I == InType::kBF16) {
+        if (pairs) {
+          if constexpr (kBits == 4) {
+            pair_rows(std::integral_constant<ElemFormat, ElemFormat::kE2M1>{});
+          } else if (f == ElemFormat::kE2M3) {
+            pair_rows(std::integral_constant<ElemFormat, ElemFormat::kE2M3>{});
+          } else {
+            pair_rows(std::integral_constant<ElemFormat, ElemFormat::kE3M2>{});
+          }
+        }
+      }
+      if (!pairs) {
+#pragma unroll 2
+        for (int r = 0; r < kColSeg; r += 4) {
+          float x[8];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
+          const uint2 c = codes8_cols<false>(x, sat, rat, form, f);
+          put_codes(r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
+        }
+      }
+    }
+    thread_key = max(k0, k1);
   }
   __syncthreads();
 #pragma unroll
@@ -1382,8 +1437,8 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
     *reinterpret_cast<uint4*>(a.data + (r0 * kBits / 8 + row) * cols + c0 + piece * 16) =
         *reinterpret_cast<const uint4*>(codes + row * kColTile + piece * 16);
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = 1.0f;
-  if (a.acc_amax) block_amax(a.amax, max(k0, k1));
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+  if (a.acc_amax) block_amax(a.amax, thread_key);
 }
 
 // One thread per group, scalar loads, the exact per-element functions (any shape / alignment).
@@ -1611,7 +1666,9 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   const bool tile_groups = gh == kColTile && gw == kColTile;  // 128 x 128 tiles, either axis
   // MX FP6 / FP4 down the columns: col_kernel packs their codes too (one group per thread and column).
   const bool narrow_mx_cols = kind == ScalingKind::kMX && (bits == 6 || bits == 4) && col_groups && !tall_groups;
-  const bool col_ok = x16 && ((is_fp8(a.fmt) && (col_groups || tile_groups)) || narrow_mx_cols) &&
+  // NVFP4 down the columns (groups of 16 rows): two groups per thread and column.
+  const bool nvfp4_cols = kind == ScalingKind::kNVFP4 && a.axis == 1 && gh == 16 && gw == 1;
+  const bool col_ok = x16 && ((is_fp8(a.fmt) && (col_groups || tile_groups)) || narrow_mx_cols || nvfp4_cols) &&
                       a.rows % kColTile == 0 && a.cols % kColTile == 0 &&
                       grid_ok((a.rows / kColTile) * (a.cols / kColTile));
   if (col_ok && tall_groups) {
@@ -1625,9 +1682,12 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     if (e == cudaSuccess) e = allow_dynamic_smem<col_kernel<I, true>>(dev, static_cast<int>(smem));
     if (e == cudaSuccess) e = allow_dynamic_smem<col_kernel<I, false, 6>>(dev, static_cast<int>(smem));
     if (e == cudaSuccess) e = allow_dynamic_smem<col_kernel<I, false, 4>>(dev, static_cast<int>(smem));
+    if (e == cudaSuccess) e = allow_dynamic_smem<col_kernel<I, false, 4, true>>(dev, static_cast<int>(smem));
     if (e != cudaSuccess) return cuda_error("col_kernel shared memory", e);
     const unsigned grid = static_cast<unsigned>((a.rows / kColTile) * (a.cols / kColTile));
-    if (bits == 6) {
+    if (nvfp4_cols) {
+      col_kernel<I, false, 4, true><<<grid, kThreads, smem, stream>>>(a);
+    } else if (bits == 6) {
       col_kernel<I, false, 6><<<grid, kThreads, smem, stream>>>(a);
     } else if (bits == 4) {
       col_kernel<I, false, 4><<<grid, kThreads, smem, stream>>>(a);
