@@ -164,6 +164,37 @@ POW2_SPECS = [
 ]
 
 
+def _nvfp4_block_scale_edges(seed: int = 5) -> np.ndarray:
+    """(128, 256) f32, NVFP4 blocks of 16 along rows: the first block's amax 2688 makes the tensor scale 1, so
+    each other block's t = amax / 6 lands on, or 1-3 FP32 ulps beside, an E4M3 grid value or rounding
+    midpoint (the block scale's RNE onto the E4M3 grid, ties to even, up to 448)."""
+    g = C.R.grid(C.R.E4M3)
+    pts = np.concatenate([g[1:], (g[1:] + g[:-1]) / 2])
+    amax = (pts * 6.0).astype(np.float32)
+    bits = amax.view(np.uint32)[:, None].astype(np.int64) + np.arange(-3, 4)[None, :]
+    amax = bits.astype(np.uint32).view(np.float32).ravel()
+    amax = amax[amax <= np.float32(2688.0)]  # t <= 448: s_t stays 1
+    rng = np.random.default_rng(seed)
+    amax = rng.permutation(np.resize(amax, 128 * 16 - 1))
+    blocks = (rng.integers(-64, 65, (amax.size, 16)) / 64.0).astype(np.float32) * amax[:, None]
+    blocks[:, 0] = amax * np.where(rng.integers(0, 2, amax.size) == 1, 1.0, -1.0).astype(np.float32)
+    first = np.zeros((1, 16), np.float32)
+    first[0, 0] = 2688.0
+    return np.concatenate([first, blocks]).reshape(128, 256).astype(np.float32)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_nvfp4_block_scale_rounding_edges(dtype):
+    """The E4M3 block scale of NVFP4 (rounded by the hardware convert in the kernels) on and beside every
+    E4M3 midpoint, along both axes, against the CPU oracle and the numpy reference."""
+    x = _nvfp4_block_scale_edges()
+    if dtype == "bfloat16":
+        x = x.astype(ml_dtypes.bfloat16)
+    _check(NVFP4Scaling(), x, -1, what=f"block scale edges {dtype}")
+    _check(NVFP4Scaling(), np.ascontiguousarray(x.T), 0, what=f"block scale edges {dtype} (axis 0)")
+
+
 @needs_gpu
 @pytest.mark.parametrize("spec", POW2_SPECS, ids=_sid)
 def test_power_of_two_amax_boundaries(spec):

@@ -32,8 +32,8 @@
 //   tensor_kernel   tensor / delayed: one cast pass (current: after amax_kernel; delayed and
 //                   amax_mode 1: fused with the amax, one pass over x); an FP8 chunk whose first
 //                   quotients all lie in the Markstein band skips the per-element checks;
-//   hgroup_kernel   axis 2 groups of 1 x G contiguous elements, G / 8 a power of two <= 32 (mx, nvfp4,
-//                   tile 1 x tc, row with C <= 256): one pass, 4 chunks per thread; kWide (G >= 32):
+//   hgroup_kernel   axis 2 groups of 1 x G contiguous elements, G / 8 a power of two <= 32 (mx, tile
+//                   1 x tc, row with C <= 256): one pass, 4 chunks per thread; kWide (G >= 32):
 //                   a thread's chunks lie in one group (one scale per thread, shuffles over G / 32
 //                   lanes; FP8 division certified from one multiply; a thread owning a whole group
 //                   stores its codes in 16-byte stores), else one scale per chunk;
@@ -43,6 +43,8 @@
 //                   (cp.async), a thread owns 2 columns x 32 rows, codes (packed down the columns for
 //                   FP6 / FP4) leave through shared memory;
 //                   taller column groups (row scaling along axis 1) read their keys from a keys pass;
+//   nvfp4_row_kernel NVFP4 axis-2 groups (16 elements): a thread owns 4 consecutive chunks, two whole
+//                   groups (one scale computation per group), codes in one 16-byte store;
 //   row_kernel      FP8 axis-2 row groups of 257 .. 16384 elements: persistent CTAs of 128 / 256 / 512
 //                   threads that prefetch their next row into shared memory (cp.async) while they
 //                   compute the current one (one pass);
@@ -594,6 +596,20 @@ __device__ __forceinline__ ElemScale group_elem_scale(const Args& a, int64_t g, 
   }
 }
 
+// nvfp4_block_scale with s_b rounded onto the E4M3 grid by the hardware convert (cvt.rn.satfinite: RNE, and
+// t > 448 -> 448, which is xla_min(t, 448) then round_to_grid) and read back exactly through f16: the same s_b,
+// code and eff for every finite t (t >= +0: amax is finished, ts > 0; a denormal t was flushed to +0 by
+// div_f32). A NaN / Inf t (NaN / Inf amax) takes the exact function.
+__device__ __forceinline__ Nvfp4Scale nvfp4_block_scale_cvt(float amax, float ts) {
+  const float t = div_f32(div_f32(amax, 6.0f), ts);
+  if (!isfinite(t)) return nvfp4_block_scale(amax, ts);
+  unsigned short code2, h2;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(code2) : "f"(t), "f"(0.0f));  // code in the low byte
+  asm("{ .reg .b32 p; cvt.rn.f16x2.e4m3x2 p, %1; mov.b32 {%0, _}, p; }" : "=h"(h2) : "h"(code2));
+  const float sb = __half2float(__ushort_as_half(h2));
+  return Nvfp4Scale{sb, mul_f32(sb, ts), static_cast<uint8_t>(code2 & 0xFFu)};
+}
+
 // ------------------------------------------------------------------------------------ kernels
 
 template <InType I>
@@ -675,6 +691,51 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
       *reinterpret_cast<uint2*>(a.data + e0) = c;
     } else {
       for (int i = 0; i < 8 && e0 + i < a.n; ++i) a.data[e0 + i] = static_cast<uint8_t>((i < 4 ? c.x : c.y) >> (8 * (i & 3)));
+    }
+  }
+  if (a.acc_amax) block_amax(a.amax, acc);
+}
+
+// NVFP4 along rows (axis 2, groups of 16 elements = 2 chunks): a thread owns kUnroll = 4 consecutive chunks,
+// two whole groups, so each group's scale is computed once (hgroup_kernel's layout splits a group over two
+// lanes that each compute its scale, for every chunk), and its 32 codes leave in one 16-byte store.
+template <InType I>
+__global__ void __launch_bounds__(kThreads) nvfp4_row_kernel(Args a) {
+  static_assert(kUnroll == 4, "nvfp4_row_kernel: a thread owns two groups of two chunks");
+  const float ts = nvfp4_ts(a);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+  const int64_t nck = a.n / 8;  // even: groups are whole
+  const int64_t k0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kUnroll;
+  uint32_t acc = 0;
+  if (k0 < nck) {
+    const bool two = k0 + 2 < nck;  // the thread's second group exists
+    Raw<I> raw[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      if (j < 2 || two) raw[j] = load_raw<I>(a.x, (k0 + j) * 8);
+    }
+    uint2 cs[kUnroll] = {};
+    uint8_t* scale = static_cast<uint8_t*>(a.scale);
+#pragma unroll
+    for (int g = 0; g < 2; ++g) {
+      if (g == 1 && !two) break;
+      float v0[8], v1[8];
+      to_f32<I>(raw[2 * g], v0);
+      to_f32<I>(raw[2 * g + 1], v1);
+      const uint32_t key = max(chunk_key(v0), chunk_key(v1));
+      acc = max(acc, key);
+      const Nvfp4Scale b = nvfp4_block_scale_cvt(__uint_as_float(finish_key(key)), ts);
+      scale[k0 / 2 + g] = b.byte;
+      const ElemScale es = nvfp4_elem_scale(b);
+      const float r = recip_of_divisor(es);
+      cs[2 * g] = codes8_uniform<false>(v0, es, r, ElemFormat::kE2M1);
+      cs[2 * g + 1] = codes8_uniform<false>(v1, es, r, ElemFormat::kE2M1);
+    }
+    if (two) {
+      store_run4(a.data, k0, cs, 4);
+    } else {
+      store_chunk(a.data, k0, cs[0], 4);
+      store_chunk(a.data, k0 + 1, cs[1], 4);
     }
   }
   if (a.acc_amax) block_amax(a.amax, acc);
@@ -1199,8 +1260,12 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
       k1 = max(k1, abs_key(hi));
     }
     all = max(all, max(k0, k1));
-    const ElemScale es[2] = {group_elem_scale(a, (grow0 + h) * a.ngc + col, k0, ts, true),
-                             group_elem_scale(a, (grow0 + h) * a.ngc + col + 1, k1, ts, true)};
+    const Nvfp4Scale b0 = nvfp4_block_scale_cvt(__uint_as_float(finish_key(k0)), ts);
+    const Nvfp4Scale b1 = nvfp4_block_scale_cvt(__uint_as_float(finish_key(k1)), ts);
+    uint8_t* scale = static_cast<uint8_t*>(a.scale) + (grow0 + h) * a.ngc + col;
+    scale[0] = b0.byte;
+    scale[1] = b1.byte;
+    const ElemScale es[2] = {nvfp4_elem_scale(b0), nvfp4_elem_scale(b1)};
     const float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
     const auto sat = [&es](int i) { return es[i & 1]; };
     const auto rat = [&rcp](int i) { return rcp[i & 1]; };
@@ -1697,6 +1762,13 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
       col_kernel<I, true><<<grid, kThreads, smem, stream>>>(a);
     }
     return ffi::Error::Success();
+  }
+  if (kind == ScalingKind::kNVFP4 && a.axis == 2 && x16 && gh == 1 && gw == 16) {
+    const int64_t grid = blocks_for(a.n / 8, per_cta);
+    if (grid_ok(grid)) {
+      nvfp4_row_kernel<I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+      return ffi::Error::Success();
+    }
   }
   if (a.axis == 2 && x16) {
     // hgroup: 1 x G groups with G / 8 a power of two <= 32.
