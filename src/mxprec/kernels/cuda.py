@@ -167,8 +167,8 @@ AUTO_FAMILIES = ("block", "row")
 # Per-tensor, delayed and row-wise quantization of activations and gradients stays on XLA, which fuses it
 # into the producer: the fp8_delayed step took 170.3 ms with our delayed cast on every operand feeding XLA's
 # cuBLASLt FP8 dot against 164.6 ms with XLA's cast (seventh session, same call). NVFP4 stays on XLA: since
-# the fifteenth session our kernels are faster than XLA's quantizer along both axes (18.4 / 23.3 % of copy
-# against 16.0 / 15.3 %; axis 0 had been 8.8 %), but no step with NVFP4 operands has been measured on them.
+# the fifteenth session our kernels are faster than XLA's quantizer along both axes (26.5 / 24.6 % of copy
+# against 16.0 / 15.3 %; they had been 17.6 / 8.8 %), but no step with NVFP4 operands has been measured on them.
 AUTO_QUANTIZE = (TileScaling, MXScaling)
 
 # Weight operands (dot_general's rhs: Fprop's W and its reuse in Dgrad) of these kinds also run on the
