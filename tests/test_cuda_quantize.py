@@ -526,6 +526,8 @@ SHAPES = [
     ((4, 32, 256), 1, NVFP4Scaling(), "float32"),  # col_kernel NVFP4: a 128-row tile spans 4 batches
     ((384, 256), 0, NVFP4Scaling(), "float16"),  # col_kernel NVFP4 from f16
     ((256, 384), 0, NVFP4Scaling(), "bfloat16"),  # col_kernel NVFP4 from bf16
+    ((3, 48), -1, NVFP4Scaling(), "bfloat16"),  # nvfp4_row_kernel: the last thread owns one group (18 chunks)
+    ((5, 16), -1, NVFP4Scaling(), "float32"),  # nvfp4_row_kernel: one group in the last thread, f32 loads
 ]
 
 
