@@ -1240,6 +1240,28 @@ __device__ __forceinline__ void load_pair(const unsigned char* p, float& lo, flo
   }
 }
 
+// col_kernel: rows r .. r + 3 (r % 4 == 0) of a thread's column pair as FP4 / FP6 codes packed down the
+// columns (2 rows a byte / 4 rows in 3 bytes, mxprec's packing along the quantized axis) into the shared
+// code tile at code_base (kColTile bytes per packed row). w0 / w1: column 0's / 1's 4 codes, row r in the
+// low byte.
+template <int kBits>
+__device__ __forceinline__ void put_packed_rows(uint8_t* code_base, int r, uint32_t w0, uint32_t w1) {
+  static_assert(kBits == 4 || kBits == 6, "put_packed_rows: FP4 / FP6 codes");
+  uint32_t lo, hi;  // byte k: packed row k of column 0 (lo) / column 1 (hi)
+  if constexpr (kBits == 4) {  // bytes 0, 1: column 0's rows (r, r + 1), (r + 2, r + 3); 2, 3: column 1's
+    lo = pack4x8(w0, w1);
+    hi = lo >> 16;
+  } else {
+    lo = pack6x4(w0);
+    hi = pack6x4(w1);
+  }
+#pragma unroll
+  for (int k = 0; k < kBits / 2; ++k) {
+    *reinterpret_cast<uint16_t*>(code_base + (r * kBits / 8 + k) * kColTile) =
+        static_cast<uint16_t>(__byte_perm(lo, hi, k | ((4 + k) << 4)));
+  }
+}
+
 // NVFP4 down the columns (groups of 16 rows x 1 column) for col_kernel: the thread's 32 rows of its two
 // columns are two groups per column, each with its E4M3 block scale under the tensor scale ts (written
 // here: scale rows grow0 and grow0 + 1); codes packed two rows a byte, as MX FP4's. Returns the max |x|
@@ -1276,13 +1298,7 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
 #pragma unroll
       for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
       const uint2 c = codes8_cols<false>(x, sat, rat, form, ElemFormat::kE2M1);
-      // bytes 0, 1: column 0's rows (r, r + 1), (r + 2, r + 3); 2, 3: column 1's
-      const uint32_t p = pack4x8(__byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        *reinterpret_cast<uint16_t*>(code_base + (r / 2 + k) * kColTile) =
-            static_cast<uint16_t>(__byte_perm(p, p >> 16, k | ((4 + k) << 4)));
-      }
+      put_packed_rows<4>(code_base, r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
     }
   }
   return all;
@@ -1412,14 +1428,6 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
                        es[0].mode == ElemMode::kMul && es[1].mode == ElemMode::kMul;
     const uint32_t p2 = (__float_as_uint(es[0].p) >> 16) | (__float_as_uint(es[1].p) & 0xFFFF0000u);
     uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kColTile + 2 * pair;
-    // Packed code rows row0 .. row0 + nrows - 1 of the two columns: byte k of w0 / w1 is row k's code byte.
-    const auto put_rows = [&](int row0, uint32_t w0, uint32_t w1, int nrows) {
-#pragma unroll
-      for (int k = 0; k < nrows; ++k) {
-        *reinterpret_cast<uint16_t*>(code_base + (row0 + k) * kColTile) =
-            static_cast<uint16_t>(__byte_perm(w0, w1, k | ((4 + k) << 4)));
-      }
-    };
     if constexpr (kBits == 8) {
       // The encoder is chosen once, outside the row loop (in it, the per-iteration choice cost the 1 x 128
       // tiles down the columns 73 -> 77 % of copy on the H200).
@@ -1435,8 +1443,8 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
           } else {
             c = codes8_cols<true>(x, sat, rat, form, f);
           }
-          // Row j's two codes are bytes 2 j, 2 j + 1 of c (no put_rows byte permutes: MXFP8 down the columns
-          // measured 74.3 % of copy this way, 73.0 % through put_rows)
+          // Row j's two codes are bytes 2 j, 2 j + 1 of c (no byte permutes as in put_packed_rows: MXFP8 down
+          // the columns measured 74.3 % of copy this way, 73.0 % through them)
           *reinterpret_cast<uint16_t*>(code_base + (r + 0) * kColTile) = static_cast<uint16_t>(c.x);
           *reinterpret_cast<uint16_t*>(code_base + (r + 1) * kColTile) = static_cast<uint16_t>(c.x >> 16);
           *reinterpret_cast<uint16_t*>(code_base + (r + 2) * kColTile) = static_cast<uint16_t>(c.y);
@@ -1449,16 +1457,6 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
         fp8_rows(std::false_type{});
       }
     } else {
-      // Rows r .. r + 3: each column's 4 codes in one word (w0 column 0, w1 column 1, row r in the low byte),
-      // packed down the column.
-      const auto put_codes = [&](int r, uint32_t w0, uint32_t w1) {
-        if constexpr (kBits == 4) {  // bytes 0, 1: column 0's rows (r, r + 1), (r + 2, r + 3); 2, 3: column 1's
-          const uint32_t p = pack4x8(w0, w1);
-          put_rows(r / 2, p, p >> 16, 2);
-        } else {
-          put_rows(r * 3 / 4, pack6x4(w0), pack6x4(w1), 3);
-        }
-      };
       // The encoder and the format are chosen once, outside the row loop (with the tile load above: MXFP4
       // down the columns 58 -> 67.5 % of copy on the H200).
       const auto pair_rows = [&](auto fmt) {
@@ -1468,7 +1466,7 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
 #pragma unroll
           for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const uint32_t*>(col_base + (r + j) * kRowBytes);
           const uint2 c = narrow_rows4_bf16_of<decltype(fmt)::value>(w, p2);
-          put_codes(r, c.x, c.y);
+          put_packed_rows<kBits>(code_base, r, c.x, c.y);
         }
       };
       if constexpr (I == InType::kBF16) {
@@ -1489,7 +1487,7 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
 #pragma unroll
           for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
           const uint2 c = codes8_cols<false>(x, sat, rat, form, f);
-          put_codes(r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
+          put_packed_rows<kBits>(code_base, r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
         }
       }
     }
