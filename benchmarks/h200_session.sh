@@ -32,7 +32,7 @@
 #   cuda-gemm-tests tests/test_cuda.py alone
 #   ncu-src:SHAPE ncu --set full with per-SASS-instruction stall samples, ours and cuBLASLt, one e4m3 GEMM of SHAPE
 #   raster1:SHAPE the default per-tensor kernel at SHAPE per MXPREC_SM90_RASTER:SWIZZLE in RASTERS
-#   ncu-narrow   Nsight Compute sections of the FP4 / FP6 / NVFP4 quantize kernels (hgroup / col / vgroup) on 16384x4096
+#   ncu-narrow   Nsight Compute sections of the FP4 / FP6 / NVFP4 quantize kernels (hgroup / col / nvfp4_row) on 16384x4096
 #   ncu-qsrc     ncu --set full + per-SASS-instruction counts of single quantize kernels (QSRC=spec:axis:kernel,...)
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
 #                kernels (delayed cast, tile 1x128 along axis -1, MXFP8 along both axes) on one 8192x8192 bf16 input
@@ -270,7 +270,7 @@ for spec, axis in ((MXScaling(F.E2M1), 0), (MXScaling(F.E2M1), -1), (MXScaling(F
                    (NVFP4Scaling(), 0)):
     jax.block_until_ready(jax.jit(lambda v: ffi.quantize(v, spec, axis))(x))
 PYEOF
-      step ncu_narrow env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"vgroup_kernel|hgroup_kernel|col_kernel" \
+      step ncu_narrow env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"vgroup_kernel|hgroup_kernel|col_kernel|nvfp4_row_kernel" \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
         --section LaunchStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
         --section SourceCounters --launch-count 5 "$PY" /tmp/mxprec_q2.py ;;
@@ -287,7 +287,7 @@ x = jax.random.normal(jax.random.PRNGKey(0), (16384, 4096), jnp.bfloat16)
 name, axis = sys.argv[1], int(sys.argv[2])
 jax.block_until_ready(jax.jit(lambda v: ffi.quantize(v, specs[name], axis))(x))
 PYEOF
-      IFS=, read -r -a qs <<< "${QSRC:-nvfp4:-1:hgroup_kernel,nvfp4:0:vgroup_kernel,mxfp4:0:col_kernel,mxfp4:-1:hgroup_kernel}"
+      IFS=, read -r -a qs <<< "${QSRC:-nvfp4:-1:nvfp4_row_kernel,nvfp4:0:col_kernel,mxfp4:0:col_kernel,mxfp4:-1:hgroup_kernel}"
       for q in "${qs[@]}"; do
         IFS=: read -r qn qa qk <<< "$q"
         tag="qsrc_${qn}_ax${qa#-}_$qk"
