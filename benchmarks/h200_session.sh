@@ -33,6 +33,7 @@
 #   ncu-src:SHAPE ncu --set full with per-SASS-instruction stall samples, ours and cuBLASLt, one e4m3 GEMM of SHAPE
 #   raster1:SHAPE the default per-tensor kernel at SHAPE per MXPREC_SM90_RASTER:SWIZZLE in RASTERS
 #   ncu-narrow   Nsight Compute sections of the FP4 / FP6 / NVFP4 quantize kernels (hgroup / col / nvfp4_row) on 16384x4096
+#   cuda-quant-tests tests/test_cuda_quantize.py only
 #   ncu-qsrc     ncu --set full + per-SASS-instruction counts of single quantize kernels (QSRC=spec:axis:kernel,...)
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
 #                kernels (delayed cast, tile 1x128 along axis -1, MXFP8 along both axes) on one 8192x8192 bf16 input
@@ -99,6 +100,8 @@ for stage in "$@"; do
       step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py
       step test_gpu_numerics "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_quantize_api.py \
         tests/test_dot_general.py -k "tie or gpu_xla" ;;
+    cuda-quant-tests)  # tests/test_cuda_quantize.py only (the quantize kernels)
+      step test_cuda_quantize "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda_quantize.py ;;
     cuda-gemm-tests)  # tests/test_cuda.py only (the GEMM kernels, FFI contract, auto routing)
       step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py ;;
     cuda-new)

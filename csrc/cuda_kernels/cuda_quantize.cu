@@ -572,16 +572,21 @@ __device__ __forceinline__ float nvfp4_ts(const Args& a) {
   return nvfp4_tensor_scale(a.amode == 1 ? *a.amax_in : __uint_as_float(*a.amax));
 }
 
+// MX scale of group g from its local raw key: writes the E8M0 byte when `write`.
+__device__ __forceinline__ ElemScale mx_group_elem_scale(const Args& a, int64_t g, uint32_t key, bool write) {
+  const MxScale m = mx_block_scale(__uint_as_float(finish_key(key)), static_cast<ElemFormat>(a.fmt),
+                                   static_cast<ScaleRule>(a.rule));
+  if (write) static_cast<uint8_t*>(a.scale)[g] = m.byte;
+  return mx_elem_scale(m);
+}
+
 // Scale of group g from its local raw key: writes the scale element when `write`.
 __device__ __forceinline__ ElemScale group_elem_scale(const Args& a, int64_t g, uint32_t key, float ts, bool write) {
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
   const float local = __uint_as_float(finish_key(key));
   switch (static_cast<ScalingKind>(a.kind)) {
-    case ScalingKind::kMX: {
-      const MxScale m = mx_block_scale(local, f, static_cast<ScaleRule>(a.rule));
-      if (write) static_cast<uint8_t*>(a.scale)[g] = m.byte;
-      return mx_elem_scale(m);
-    }
+    case ScalingKind::kMX:
+      return mx_group_elem_scale(a, g, key, write);
     case ScalingKind::kNVFP4: {
       const Nvfp4Scale b = nvfp4_block_scale(local, ts);
       if (write) static_cast<uint8_t*>(a.scale)[g] = b.byte;
@@ -1221,6 +1226,58 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
   cp_async_wait_all();
 }
 
+// Axis-2 groups of one row segment of up to 32 * kLaneChunks chunks (gh == 1, gw % 8 == 0: row scaling of
+// rows up to 1024 / 2048 / 4096 / 8192 elements with kLaneChunks 4 / 8 / 16 / 32), FP8 only. One warp per
+// group: lane l holds chunks l, l + 32, ... in registers from one round of 16-byte loads, the group amax is
+// one warp reduction and the codes go out as 8-byte stores, so there is neither a shared-memory round trip
+// nor a barrier (row_kernel, a CTA per group, waits at one per group).
+template <InType I, int kLaneChunks>
+__global__ void __launch_bounds__(kThreads) warp_row_kernel(Args a) {
+  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  const int lane = threadIdx.x & 31;
+  const int64_t g = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  if (g >= a.ngroups) return;  // whole warps
+  const int64_t nck = a.gw / 8;
+  const int64_t e0 = (g / a.ngc) * a.cols + (g % a.ngc) * a.gw;
+  Raw<I> raw[kLaneChunks];
+  uint32_t key = 0;
+#pragma unroll
+  for (int i = 0; i < kLaneChunks; ++i) {
+    if (lane + 32 * i < nck) raw[i] = load_raw<I>(a.x, e0 + 8 * (lane + 32 * i));
+  }
+#pragma unroll
+  for (int i = 0; i < kLaneChunks; ++i) {
+    if (lane + 32 * i < nck) {
+      if constexpr (I == InType::kBF16) {
+        key = max_u16x2(key, bf16_key2(raw[i]));
+      } else {
+        float v[8];
+        to_f32<I>(raw[i], v);
+        key = max(key, chunk_key(v));
+      }
+    }
+  }
+  if constexpr (I == InType::kBF16) key = key2_finish(key);
+  key = __reduce_max_sync(kFull, key);
+  const bool lead = lane == 0;
+  const ElemScale es = group_elem_scale(a, g, key, 1.0f, lead);
+  const float r = recip_of_divisor(es);
+  if (lead) {
+    if (a.acc_amax) amax_update(a.amax, finish_key(key));
+    if (g == 0) *a.tensor_scale = 1.0f;
+  }
+  uint8_t* out = a.data + e0;
+#pragma unroll
+  for (int i = 0; i < kLaneChunks; ++i) {
+    const int64_t j = lane + 32 * i;
+    if (j < nck) {
+      float v[8];
+      to_f32<I>(raw[i], v);
+      *reinterpret_cast<uint2*>(out + 8 * j) = codes8_uniform<true, true>(v, es, r, f);
+    }
+  }
+}
+
 // Two consecutive elements of a shared row as floats.
 template <InType I>
 __device__ __forceinline__ void load_pair(const unsigned char* p, float& lo, float& hi) {
@@ -1322,8 +1379,9 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
   uint32_t* seg_keys = reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);  // [segment][column]
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
   const int64_t cols = a.cols;
-  const int64_t ncb = cols / kColTile;
-  const int64_t r0 = (blockIdx.x / ncb) * kColTile, c0 = (blockIdx.x % ncb) * kColTile;
+  // A 2-D grid (x: column tiles, y: row tiles): no division of the block index (22 of the MXFP4 instance's
+  // 1122 instructions per warp had been one).
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColTile, c0 = static_cast<int64_t>(blockIdx.x) * kColTile;
 
   {  // the tile: a thread copies 16-byte piece `piece` of rows row0, row0 + kRowStep, ... (one address
      // computation, then constant strides; the per-piece 64-bit index arithmetic had been 13 % of the
@@ -1382,8 +1440,10 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
     // the earlier keys pass (a.keys).
     const bool whole_tile = a.gw == kColTile;
     const bool keys_in = a.keys != nullptr;
+    // gh is 32, 64 or 128 unless the keys come in (groups taller than the tile), so the group row and the
+    // segment's place in its group are shifts and masks there (segs_per_group is 1, 2 or 4).
     const int segs_per_group = whole_tile ? kSegsPerTile : (keys_in ? 1 : static_cast<int>(a.gh) / kColSeg);
-    const int64_t grow = (r0 + seg * kColSeg) / a.gh;
+    const int64_t grow = keys_in ? (r0 + seg * kColSeg) / a.gh : (r0 + seg * kColSeg) >> (__ffs(static_cast<int>(a.gh)) - 1);
     const int64_t col = c0 + 2 * pair;
     uint32_t g0 = k0, g1 = k1;
     if (keys_in) {
@@ -1401,7 +1461,7 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
       seg_keys[seg * kColTile + 2 * pair] = k0;
       seg_keys[seg * kColTile + 2 * pair + 1] = k1;
       __syncthreads();
-      const int first = seg - seg % segs_per_group;
+      const int first = seg & -segs_per_group;
       for (int q = first; q < first + segs_per_group; ++q) {
         g0 = max(g0, seg_keys[q * kColTile + 2 * pair]);
         g1 = max(g1, seg_keys[q * kColTile + 2 * pair + 1]);
@@ -1412,9 +1472,13 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
       es[0] = group_elem_scale(a, grow * a.ngc + c0 / kColTile, g0, 1.0f, threadIdx.x == 0);
       es[1] = es[0];
     } else {
-      const bool owner = keys_in ? (r0 + seg * kColSeg) % a.gh == 0 : seg % segs_per_group == 0;
-      es[0] = group_elem_scale(a, grow * a.ngc + col, g0, 1.0f, owner);
-      es[1] = group_elem_scale(a, grow * a.ngc + col + 1, g1, 1.0f, owner);
+      const bool owner = keys_in ? (r0 + seg * kColSeg) % a.gh == 0 : (seg & (segs_per_group - 1)) == 0;
+      // FP6 / FP4 codes here are MX's (the dispatch sends no other kind): its scale without the kind switch.
+      const auto scale_of = [&](int64_t g, uint32_t key) {
+        return kBits == 8 ? group_elem_scale(a, g, key, 1.0f, owner) : mx_group_elem_scale(a, g, key, owner);
+      };
+      es[0] = scale_of(grow * a.ngc + col, g0);
+      es[1] = scale_of(grow * a.ngc + col + 1, g1);
     }
     float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
     const auto sat = [&es](int i) { return es[i & 1]; };
@@ -1424,8 +1488,7 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
     const bool in_band = kBand && markstein_band(es[0], rcp[0], m0, k0) && markstein_band(es[1], rcp[1], m1, k1);
     const bool e5m2 = f == ElemFormat::kE5M2;
     // MX FP6 / FP4 from bf16 with both columns in kMul mode: the bf16-pair encoder, a column per lane.
-    const bool pairs = I == InType::kBF16 && kBits != 8 && a.kind == static_cast<int32_t>(ScalingKind::kMX) &&
-                       es[0].mode == ElemMode::kMul && es[1].mode == ElemMode::kMul;
+    const bool pairs = I == InType::kBF16 && kBits != 8 && es[0].mode == ElemMode::kMul && es[1].mode == ElemMode::kMul;
     const uint32_t p2 = (__float_as_uint(es[0].p) >> 16) | (__float_as_uint(es[1].p) & 0xFFFF0000u);
     uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kColTile + 2 * pair;
     if constexpr (kBits == 8) {
@@ -1500,7 +1563,7 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
     *reinterpret_cast<uint4*>(a.data + (r0 * kBits / 8 + row) * cols + c0 + piece * 16) =
         *reinterpret_cast<const uint4*>(codes + row * kColTile + piece * 16);
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   if (a.acc_amax) block_amax(a.amax, thread_key);
 }
 
@@ -1600,6 +1663,7 @@ bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p
 int64_t blocks_for(int64_t work, int64_t per_block) { return (work + per_block - 1) / per_block; }
 
 constexpr int64_t kMaxGrid = 2147483647;
+constexpr int64_t kMaxGridY = 65535;
 
 bool is_fp8(int32_t fmt) {
   return fmt == static_cast<int32_t>(ElemFormat::kE4M3) || fmt == static_cast<int32_t>(ElemFormat::kE5M2);
@@ -1733,7 +1797,7 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   const bool nvfp4_cols = kind == ScalingKind::kNVFP4 && a.axis == 1 && gh == 16 && gw == 1;
   const bool col_ok = x16 && ((is_fp8(a.fmt) && (col_groups || tile_groups)) || narrow_mx_cols || nvfp4_cols) &&
                       a.rows % kColTile == 0 && a.cols % kColTile == 0 &&
-                      grid_ok((a.rows / kColTile) * (a.cols / kColTile));
+                      a.rows / kColTile <= kMaxGridY && grid_ok(a.cols / kColTile);
   if (col_ok && tall_groups) {
     if (auto e = tall_group_keys<I>(stream, scratch, &a); e.failure()) return e;
   }
@@ -1747,7 +1811,7 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     if (e == cudaSuccess) e = allow_dynamic_smem<col_kernel<I, false, 4>>(dev, static_cast<int>(smem));
     if (e == cudaSuccess) e = allow_dynamic_smem<col_kernel<I, false, 4, true>>(dev, static_cast<int>(smem));
     if (e != cudaSuccess) return cuda_error("col_kernel shared memory", e);
-    const unsigned grid = static_cast<unsigned>((a.rows / kColTile) * (a.cols / kColTile));
+    const dim3 grid(static_cast<unsigned>(a.cols / kColTile), static_cast<unsigned>(a.rows / kColTile));
     if (nvfp4_cols) {
       col_kernel<I, false, 4, true><<<grid, kThreads, smem, stream>>>(a);
     } else if (bits == 6) {
@@ -1795,6 +1859,23 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
         grid_ok(a.ngroups)) {
       const unsigned grid = static_cast<unsigned>(a.ngroups);
       const int64_t nck = gh * (gw / 8);
+#ifndef MXPREC_NO_WARP_ROWS
+      // Rows of up to 8192 16-bit / 4096 FP32 elements: a warp per row, in registers.
+      constexpr int kMaxLaneChunks = I == InType::kF32 ? 16 : 32;
+      if (gh == 1 && nck > 32 && nck <= 32 * kMaxLaneChunks && x16 && grid_ok(blocks_for(a.ngroups * 32, kThreads))) {
+        const unsigned wgrid = static_cast<unsigned>(blocks_for(a.ngroups * 32, kThreads));
+        if (nck <= 32 * 4) {
+          warp_row_kernel<I, 4><<<wgrid, kThreads, 0, stream>>>(a);
+        } else if (nck <= 32 * 8) {
+          warp_row_kernel<I, 8><<<wgrid, kThreads, 0, stream>>>(a);
+        } else if (nck <= 32 * 16) {
+          warp_row_kernel<I, 16><<<wgrid, kThreads, 0, stream>>>(a);
+        } else if constexpr (kMaxLaneChunks == 32) {
+          warp_row_kernel<I, 32><<<wgrid, kThreads, 0, stream>>>(a);
+        }
+        return ffi::Error::Success();
+      }
+#endif
       if (gh == 1 && nck <= 512 * kRowChunks) {  // rows of up to 16384 elements
         if (nck <= 128 * kRowChunks) return launch_row_kernel<I, 128>(stream, a);
         if (nck <= 256 * kRowChunks) return launch_row_kernel<I, 256>(stream, a);
