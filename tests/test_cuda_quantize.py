@@ -474,7 +474,7 @@ def test_reciprocal_division_in_tile_groups():
 @needs_gpu
 def test_reciprocal_division_in_row_groups():
     """Row scaling divides by its own scale s = amax / fmt_max the same way: one scale per row of 512
-    (warp_row_kernel, certified single-multiply division) and, along axis 0, per column of 512 rows (the keys
+    (row_kernel, certified single-multiply division) and, along axis 0, per column of 512 rows (the keys
     pass, then the column kernel with those keys); each row's other elements sit on and beside FP8
     midpoints of x / s, for scales over most of the FP32 range."""
     rng = np.random.default_rng(6)
@@ -510,13 +510,13 @@ SHAPES = [
     ((3, 32768), -1, RowScaling(E4M3), "bfloat16"),  # 4096 chunks per row: CTA kernel re-reads
     ((2048, 48), 0, RowScaling(E4M3), "float32"),  # tall groups along axis 0: keys pass + codes pass
     ((2, 256, 128), 1, RowScaling(E5M2), "bfloat16"),  # tall groups, 2 group rows: keys pass + column kernel
-    ((4096, 1024), -1, RowScaling(E4M3), "bfloat16"),  # warp_row_kernel, 4 chunks per lane
-    ((3000, 520), -1, RowScaling(E5M2), "float32"),  # warp_row_kernel: 65 chunks per row (one lane's 3rd)
-    ((100, 1600), -1, RowScaling(E4M3), "bfloat16"),  # warp_row_kernel, 8 chunks per lane, 200 of 256
-    ((40, 2056), -1, RowScaling(E5M2), "bfloat16"),  # warp_row_kernel, 16 chunks per lane, 257 of 512
-    ((33, 4096), -1, RowScaling(E4M3), "float32"),  # warp_row_kernel, 16 chunks per lane, FP32 loads
-    ((17, 8192), -1, RowScaling(E4M3), "float16"),  # warp_row_kernel, 32 chunks per lane
-    ((5, 3, 2048), 2, TileScaling(E5M2, (1, 1024)), "bfloat16"),  # warp_row_kernel: two groups per row
+    ((4096, 1024), -1, RowScaling(E4M3), "bfloat16"),  # row_kernel: more rows than resident CTAs (the loop)
+    ((3000, 520), -1, RowScaling(E5M2), "float32"),  # row_kernel: uneven loop, 65 chunks per row
+    ((100, 1600), -1, RowScaling(E4M3), "bfloat16"),  # row_kernel, 128 threads, 200 of 512 chunk slots
+    ((40, 2056), -1, RowScaling(E5M2), "bfloat16"),  # row_kernel, 256 threads, 257 of 1024 chunk slots
+    ((33, 4096), -1, RowScaling(E4M3), "float32"),  # row_kernel, 128 threads, FP32 loads
+    ((17, 8192), -1, RowScaling(E4M3), "float16"),  # row_kernel, 256 threads
+    ((5, 3, 2048), 2, TileScaling(E5M2, (1, 1024)), "bfloat16"),  # row_kernel: two groups per row
     ((2, 16384), -1, RowScaling(E4M3), "float32"),  # row_kernel with 512 threads
     ((300, 12288), -1, RowScaling(E4M3), "float16"),  # row_kernel with 512 threads, partial slots, the loop
     ((3, 7), -1, TensorScaling(E5M2), "float32"),  # n % 8 != 0: scalar tail

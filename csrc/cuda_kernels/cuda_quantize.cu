@@ -1226,58 +1226,6 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
   cp_async_wait_all();
 }
 
-// Axis-2 groups of one row segment of up to 32 * kLaneChunks chunks (gh == 1, gw % 8 == 0: row scaling of
-// rows up to 1024 / 2048 / 4096 / 8192 elements with kLaneChunks 4 / 8 / 16 / 32), FP8 only. One warp per
-// group: lane l holds chunks l, l + 32, ... in registers from one round of 16-byte loads, the group amax is
-// one warp reduction and the codes go out as 8-byte stores, so there is neither a shared-memory round trip
-// nor a barrier (row_kernel, a CTA per group, waits at one per group).
-template <InType I, int kLaneChunks>
-__global__ void __launch_bounds__(kThreads) warp_row_kernel(Args a) {
-  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
-  const int lane = threadIdx.x & 31;
-  const int64_t g = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 5;
-  if (g >= a.ngroups) return;  // whole warps
-  const int64_t nck = a.gw / 8;
-  const int64_t e0 = (g / a.ngc) * a.cols + (g % a.ngc) * a.gw;
-  Raw<I> raw[kLaneChunks];
-  uint32_t key = 0;
-#pragma unroll
-  for (int i = 0; i < kLaneChunks; ++i) {
-    if (lane + 32 * i < nck) raw[i] = load_raw<I>(a.x, e0 + 8 * (lane + 32 * i));
-  }
-#pragma unroll
-  for (int i = 0; i < kLaneChunks; ++i) {
-    if (lane + 32 * i < nck) {
-      if constexpr (I == InType::kBF16) {
-        key = max_u16x2(key, bf16_key2(raw[i]));
-      } else {
-        float v[8];
-        to_f32<I>(raw[i], v);
-        key = max(key, chunk_key(v));
-      }
-    }
-  }
-  if constexpr (I == InType::kBF16) key = key2_finish(key);
-  key = __reduce_max_sync(kFull, key);
-  const bool lead = lane == 0;
-  const ElemScale es = group_elem_scale(a, g, key, 1.0f, lead);
-  const float r = recip_of_divisor(es);
-  if (lead) {
-    if (a.acc_amax) amax_update(a.amax, finish_key(key));
-    if (g == 0) *a.tensor_scale = 1.0f;
-  }
-  uint8_t* out = a.data + e0;
-#pragma unroll
-  for (int i = 0; i < kLaneChunks; ++i) {
-    const int64_t j = lane + 32 * i;
-    if (j < nck) {
-      float v[8];
-      to_f32<I>(raw[i], v);
-      *reinterpret_cast<uint2*>(out + 8 * j) = codes8_uniform<true, true>(v, es, r, f);
-    }
-  }
-}
-
 // Two consecutive elements of a shared row as floats.
 template <InType I>
 __device__ __forceinline__ void load_pair(const unsigned char* p, float& lo, float& hi) {
@@ -1859,23 +1807,6 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
         grid_ok(a.ngroups)) {
       const unsigned grid = static_cast<unsigned>(a.ngroups);
       const int64_t nck = gh * (gw / 8);
-#ifndef MXPREC_NO_WARP_ROWS
-      // Rows of up to 8192 16-bit / 4096 FP32 elements: a warp per row, in registers.
-      constexpr int kMaxLaneChunks = I == InType::kF32 ? 16 : 32;
-      if (gh == 1 && nck > 32 && nck <= 32 * kMaxLaneChunks && x16 && grid_ok(blocks_for(a.ngroups * 32, kThreads))) {
-        const unsigned wgrid = static_cast<unsigned>(blocks_for(a.ngroups * 32, kThreads));
-        if (nck <= 32 * 4) {
-          warp_row_kernel<I, 4><<<wgrid, kThreads, 0, stream>>>(a);
-        } else if (nck <= 32 * 8) {
-          warp_row_kernel<I, 8><<<wgrid, kThreads, 0, stream>>>(a);
-        } else if (nck <= 32 * 16) {
-          warp_row_kernel<I, 16><<<wgrid, kThreads, 0, stream>>>(a);
-        } else if constexpr (kMaxLaneChunks == 32) {
-          warp_row_kernel<I, 32><<<wgrid, kThreads, 0, stream>>>(a);
-        }
-        return ffi::Error::Success();
-      }
-#endif
       if (gh == 1 && nck <= 512 * kRowChunks) {  // rows of up to 16384 elements
         if (nck <= 128 * kRowChunks) return launch_row_kernel<I, 128>(stream, a);
         if (nck <= 256 * kRowChunks) return launch_row_kernel<I, 256>(stream, a);
