@@ -617,14 +617,18 @@ __device__ __forceinline__ Nvfp4Scale nvfp4_block_scale_cvt(float amax, float ts
 
 // ------------------------------------------------------------------------------------ kernels
 
+// The tensor amax pass in front of a cast pass (current scaling, NVFP4). It walks x from the end: CTAs are
+// dispatched in block order, so the last bytes it reads are x's first ones, which the cast pass (walking
+// from the start) then finds in L2 instead of DRAM.
 template <InType I>
 __global__ void __launch_bounds__(kThreads) amax_kernel(Args a) {
   const int64_t nck = (a.n + 7) / 8;
+  const int64_t block = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;
   uint32_t acc = 0;
   float v[kUnroll][8];
 #pragma unroll
   for (int j = 0; j < kUnroll; ++j) {
-    const int64_t k = (static_cast<int64_t>(blockIdx.x) * kUnroll + j) * kThreads + threadIdx.x;
+    const int64_t k = (block * kUnroll + j) * kThreads + threadIdx.x;
     if (k < nck) {
       load_flat<I>(a, k, v[j]);
     } else {
@@ -1010,7 +1014,10 @@ __global__ void __launch_bounds__(kThreads) vgroup_kernel(Args a) {
   const int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
   const int64_t cols = a.cols, gw = a.gw;
   const int64_t ncb = (cols + tx_n * 8 - 1) / (tx_n * 8);
-  const int64_t cb = blockIdx.x % ncb, rblk = blockIdx.x / ncb;
+  // The keys pass in front of col_kernel (groups taller than a tile) walks x from the end, so that
+  // col_kernel, walking from the start, finds the bytes read last in L2 (as amax_kernel).
+  const int64_t block = a.vmode == kVKeysOut ? static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x : blockIdx.x;
+  const int64_t cb = block % ncb, rblk = block / ncb;
   const int64_t step_rows = 8 * ty_n;
   const int64_t cta_row0 = rblk * step_rows * a.vsteps;
   const int64_t gr = cta_row0 / a.gh;
@@ -1170,18 +1177,24 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
   constexpr int kChunkBytes = 8 * static_cast<int>(in_bytes<I>());
   constexpr int kBuf = row_buffer_bytes<I, kBlock>();
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
-  const int64_t nck = a.gw / 8;
-  const auto first_elem = [&a](int64_t g) { return (g / a.ngc) * a.cols + (g % a.ngc) * a.gw; };
+  // The thread's chunks of a group are threadIdx.x + i * kBlock, i < kRowChunks, those below nck: the
+  // first `mine` of them. Addresses are one base per group plus constant offsets, and a group's first
+  // element needs no 64-bit division for row scaling (one group per row): per group and warp, the
+  // divisions and 64-bit index products had been ~35 % of this kernel's instructions (ncu, H200).
+  const int nck = static_cast<int>(a.gw / 8);
+  const int mine = nck > static_cast<int>(threadIdx.x) ? (nck - 1 - static_cast<int>(threadIdx.x)) / kBlock + 1 : 0;
+  const auto first_elem = [&a](int64_t g) {
+    return a.ngc == 1 ? g * a.cols : (g / a.ngc) * a.cols + (g % a.ngc) * a.gw;
+  };
   const auto slot = [](int b, int i) { return smem + b * kBuf + (i * kBlock + threadIdx.x) * kChunkBytes; };
   const auto prefetch = [&](int64_t g, int b) {
     if (g < a.ngroups) {
-      const char* src = static_cast<const char*>(a.x) + first_elem(g) * in_bytes<I>();
+      const char* src = static_cast<const char*>(a.x) + (first_elem(g) + 8 * threadIdx.x) * in_bytes<I>();
 #pragma unroll
       for (int i = 0; i < kRowChunks; ++i) {
-        const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kBlock;
-        if (j < nck) {
+        if (i < mine) {
 #pragma unroll
-          for (int h = 0; h < kChunkBytes; h += 16) cp_async16(slot(b, i) + h, src + j * kChunkBytes + h);
+          for (int h = 0; h < kChunkBytes; h += 16) cp_async16(slot(b, i) + h, src + i * kBlock * kChunkBytes + h);
         }
       }
     }
@@ -1197,7 +1210,7 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
     uint32_t key = 0;
 #pragma unroll
     for (int i = 0; i < kRowChunks; ++i) {
-      if (threadIdx.x + static_cast<int64_t>(i) * kBlock < nck) {
+      if (i < mine) {
         raw[i] = *reinterpret_cast<const Raw<I>*>(slot(b, i));
         if constexpr (I == InType::kBF16) {
           key = max_u16x2(key, bf16_key2(raw[i]));
@@ -1212,14 +1225,13 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
     key = cta_max_key<kBlock>(key, red[parity]);
     float r;
     const ElemScale es = cta_group_scale(a, g, key, r);
-    uint8_t* out = a.data + first_elem(g);
+    uint8_t* out = a.data + first_elem(g) + 8 * threadIdx.x;
 #pragma unroll
     for (int i = 0; i < kRowChunks; ++i) {
-      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * kBlock;
-      if (j < nck) {
+      if (i < mine) {
         float v[8];
         to_f32<I>(raw[i], v);
-        *reinterpret_cast<uint2*>(out + 8 * j) = codes8_uniform<true, true>(v, es, r, f);
+        *reinterpret_cast<uint2*>(out + 8 * i * kBlock) = codes8_uniform<true, true>(v, es, r, f);
       }
     }
   }
