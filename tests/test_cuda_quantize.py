@@ -512,10 +512,12 @@ SHAPES = [
     ((2, 256, 128), 1, RowScaling(E5M2), "bfloat16"),  # tall groups, 2 group rows: keys pass + column kernel
     ((4096, 1024), -1, RowScaling(E4M3), "bfloat16"),  # row_kernel: more rows than resident CTAs (the loop)
     ((3000, 520), -1, RowScaling(E5M2), "float32"),  # row_kernel: uneven loop, 65 chunks per row
-    ((100, 1600), -1, RowScaling(E4M3), "bfloat16"),  # row_kernel, 128 threads, 200 of 512 chunk slots
-    ((40, 2056), -1, RowScaling(E5M2), "bfloat16"),  # row_kernel, 256 threads, 257 of 1024 chunk slots
-    ((33, 4096), -1, RowScaling(E4M3), "float32"),  # row_kernel, 128 threads, FP32 loads
-    ((17, 8192), -1, RowScaling(E4M3), "float16"),  # row_kernel, 256 threads
+    ((100, 1600), -1, RowScaling(E4M3), "bfloat16"),  # row_kernel, 128 threads x 4, 200 of 512 chunk slots
+    ((40, 2056), -1, RowScaling(E5M2), "bfloat16"),  # row_kernel, 128 threads x 4, 257 of 512 chunk slots
+    ((33, 4096), -1, RowScaling(E4M3), "float32"),  # row_kernel, 128 threads x 4, FP32 loads
+    ((17, 8192), -1, RowScaling(E4M3), "float16"),  # row_kernel, 128 threads x 8 (read from shared memory twice)
+    ((9, 4800), -1, RowScaling(E4M3), "bfloat16"),  # row_kernel, 128 threads x 8, 600 of 1024 chunk slots
+    ((6, 6000), -1, RowScaling(E5M2), "float32"),  # row_kernel, 128 threads x 8, FP32 loads, 750 chunks
     ((5, 3, 2048), 2, TileScaling(E5M2, (1, 1024)), "bfloat16"),  # row_kernel: two groups per row
     ((2, 16384), -1, RowScaling(E4M3), "float32"),  # row_kernel with 512 threads
     ((300, 12288), -1, RowScaling(E4M3), "float16"),  # row_kernel with 512 threads, partial slots, the loop

@@ -1151,33 +1151,37 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Axis-2 groups of one row segment (gh == 1, gw % 8 == 0, gw / 8 <= kBlock * kRowChunks: row scaling of
-// rows up to 4096 elements with 128 threads, 8192 with 256, 16384 with 512), FP8 only. A persistent CTA
+// Axis-2 groups of one row segment (gh == 1, gw % 8 == 0, gw / 8 <= kBlock * kChunks: row scaling of
+// rows up to 4096 elements with 128 threads x 4 chunks, 8192 with 128 x 8, 16384 with 512 x 4), FP8 only. A persistent CTA
 // walks groups blockIdx.x, + gridDim.x, ...; while it computes one, the next kRowStages - 1 are already
 // on their way into shared memory (cp.async), so the loads of a group overlap the amax barrier and the
 // codes of the one before (cta_kernel, one CTA per group, waits for its loads with nothing else to do:
 // 49 % of copy, against 57 %). A thread copies and reads back only its own chunks, so the buffers need
 // no barrier; one __syncthreads per group meets the warps' keys (red is double-buffered, so the next
 // group's keys cannot overwrite a slot another warp still reads).
-constexpr int kRowChunks = 4;
+// kChunks: chunk slots per thread. Up to 4 a thread holds its chunks in registers between the amax and the
+// codes; more are read from shared memory again (their registers would spill at the 64-register bound).
+// On the H200 (bf16, % of copy): rows of 4096 128 x 4 65.0, 64 x 8 61.1, 32 x 16 45.8; rows of 8192
+// 256 x 4 65.8, 128 x 8 67.7.
 #ifndef MXPREC_ROW_STAGES
 #define MXPREC_ROW_STAGES 2
 #endif
 constexpr int kRowStages = MXPREC_ROW_STAGES;  // shared-memory buffers: groups in flight + 1
 
-template <InType I, int kBlock>
+template <InType I, int kBlock, int kChunks>
 constexpr int row_buffer_bytes() {
-  return kBlock * kRowChunks * 8 * static_cast<int>(in_bytes<I>());
+  return kBlock * kChunks * 8 * static_cast<int>(in_bytes<I>());
 }
 
-template <InType I, int kBlock>
+template <InType I, int kBlock, int kChunks>
 __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) row_kernel(Args a) {
+  constexpr bool kHold = kChunks <= 4;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ uint32_t red[2][kBlock / 32];
   constexpr int kChunkBytes = 8 * static_cast<int>(in_bytes<I>());
-  constexpr int kBuf = row_buffer_bytes<I, kBlock>();
+  constexpr int kBuf = row_buffer_bytes<I, kBlock, kChunks>();
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
-  // The thread's chunks of a group are threadIdx.x + i * kBlock, i < kRowChunks, those below nck: the
+  // The thread's chunks of a group are threadIdx.x + i * kBlock, i < kChunks, those below nck: the
   // first `mine` of them. Addresses are one base per group plus constant offsets, and a group's first
   // element needs no 64-bit division for row scaling (one group per row): per group and warp, the
   // divisions and 64-bit index products had been ~35 % of this kernel's instructions (ncu, H200).
@@ -1191,7 +1195,7 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
     if (g < a.ngroups) {
       const char* src = static_cast<const char*>(a.x) + (first_elem(g) + 8 * threadIdx.x) * in_bytes<I>();
 #pragma unroll
-      for (int i = 0; i < kRowChunks; ++i) {
+      for (int i = 0; i < kChunks; ++i) {
         if (i < mine) {
 #pragma unroll
           for (int h = 0; h < kChunkBytes; h += 16) cp_async16(slot(b, i) + h, src + i * kBlock * kChunkBytes + h);
@@ -1206,17 +1210,18 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
   for (int64_t g = blockIdx.x; g < a.ngroups; g += gridDim.x, b = (b + 1) % kRowStages, parity ^= 1) {
     prefetch(g + static_cast<int64_t>(kRowStages - 1) * gridDim.x, (b + kRowStages - 1) % kRowStages);
     cp_async_wait_group<kRowStages - 1>();  // this group's chunks have landed
-    Raw<I> raw[kRowChunks];
+    Raw<I> raw[kHold ? kChunks : 1];
     uint32_t key = 0;
 #pragma unroll
-    for (int i = 0; i < kRowChunks; ++i) {
+    for (int i = 0; i < kChunks; ++i) {
       if (i < mine) {
-        raw[i] = *reinterpret_cast<const Raw<I>*>(slot(b, i));
+        Raw<I>& held = raw[kHold ? i : 0];
+        held = *reinterpret_cast<const Raw<I>*>(slot(b, i));
         if constexpr (I == InType::kBF16) {
-          key = max_u16x2(key, bf16_key2(raw[i]));
+          key = max_u16x2(key, bf16_key2(held));
         } else {
           float v[8];
-          to_f32<I>(raw[i], v);
+          to_f32<I>(held, v);
           key = max(key, chunk_key(v));
         }
       }
@@ -1227,10 +1232,10 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
     const ElemScale es = cta_group_scale(a, g, key, r);
     uint8_t* out = a.data + first_elem(g) + 8 * threadIdx.x;
 #pragma unroll
-    for (int i = 0; i < kRowChunks; ++i) {
+    for (int i = 0; i < kChunks; ++i) {
       if (i < mine) {
         float v[8];
-        to_f32<I>(raw[i], v);
+        to_f32<I>(kHold ? raw[kHold ? i : 0] : *reinterpret_cast<const Raw<I>*>(slot(b, i)), v);
         *reinterpret_cast<uint2*>(out + 8 * i * kBlock) = codes8_uniform<true, true>(v, es, r, f);
       }
     }
@@ -1706,16 +1711,16 @@ cudaError_t resident_ctas(int dev, int block, int smem, int* ctas) {
 }
 
 // row_kernel on a persistent grid: as many CTAs as fit on the GPU at once (at most one per group).
-template <InType I, int kBlock>
+template <InType I, int kBlock, int kChunks>
 ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
-  constexpr int smem = kRowStages * row_buffer_bytes<I, kBlock>();
+  constexpr int smem = kRowStages * row_buffer_bytes<I, kBlock, kChunks>();
   int dev = 0, ctas = 1;
   cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = allow_dynamic_smem<row_kernel<I, kBlock>>(dev, smem);
-  if (e == cudaSuccess) e = resident_ctas<row_kernel<I, kBlock>>(dev, kBlock, smem, &ctas);
+  if (e == cudaSuccess) e = allow_dynamic_smem<row_kernel<I, kBlock, kChunks>>(dev, smem);
+  if (e == cudaSuccess) e = resident_ctas<row_kernel<I, kBlock, kChunks>>(dev, kBlock, smem, &ctas);
   if (e != cudaSuccess) return cuda_error("row_kernel launch setup", e);
   const int64_t grid = std::min<int64_t>(a.ngroups, static_cast<int64_t>(ctas));
-  row_kernel<I, kBlock><<<static_cast<unsigned>(grid), kBlock, smem, stream>>>(a);
+  row_kernel<I, kBlock, kChunks><<<static_cast<unsigned>(grid), kBlock, smem, stream>>>(a);
   return ffi::Error::Success();
 }
 
@@ -1819,10 +1824,10 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
         grid_ok(a.ngroups)) {
       const unsigned grid = static_cast<unsigned>(a.ngroups);
       const int64_t nck = gh * (gw / 8);
-      if (gh == 1 && nck <= 512 * kRowChunks) {  // rows of up to 16384 elements
-        if (nck <= 128 * kRowChunks) return launch_row_kernel<I, 128>(stream, a);
-        if (nck <= 256 * kRowChunks) return launch_row_kernel<I, 256>(stream, a);
-        return launch_row_kernel<I, 512>(stream, a);
+      if (gh == 1 && nck <= 512 * 4) {  // rows of up to 16384 elements
+        if (nck <= 128 * 4) return launch_row_kernel<I, 128, 4>(stream, a);
+        if (nck <= 128 * 8) return launch_row_kernel<I, 128, 8>(stream, a);
+        return launch_row_kernel<I, 512, 4>(stream, a);
       }
       if (nck <= 128 * kCtaCacheSmall) {  // e.g. 8 x 128 tiles: eight 128-thread CTAs per SM
         cta_kernel<I, 128, kCtaCacheSmall><<<grid, 128, 0, stream>>>(a);
