@@ -389,25 +389,26 @@ def test_auto_prefers_only_the_families_that_measured_faster():
     assert cuda.AUTO_FAMILIES == ("block", "row")
 
 
-def test_auto_quantizes_tile_and_mx_scaling_on_cuda(monkeypatch):
-    # backend="auto" runs the CUDA quantize kernel for TileScaling and MXScaling (faster than XLA's on the
-    # H200, both axes); per-tensor, delayed, row and NVFP4 quantization stay with XLA's fused quantizer.
+def test_auto_quantizes_tile_mx_and_nvfp4_scaling_on_cuda(monkeypatch):
+    # backend="auto" runs the CUDA quantize kernel for TileScaling, MXScaling and NVFP4Scaling (faster than
+    # XLA's on the H200, both axes, and the tile / MX / NVFP4 Llama steps with them); per-tensor, delayed and
+    # row quantization stay with XLA's fused quantizer.
     monkeypatch.delenv("MXPREC_AUTO_QUANTIZE", raising=False)
-    assert cuda.AUTO_QUANTIZE == (TileScaling, MXScaling)
+    assert cuda.AUTO_QUANTIZE == (TileScaling, MXScaling, NVFP4Scaling)
     assert cuda.auto_quantizes(TileScaling(formats.E4M3, (1, 128)))
     assert cuda.auto_quantizes(TileScaling(formats.E4M3, (128, 128)))
     for fmt in (formats.E4M3, formats.E3M2, formats.E2M1):
         assert cuda.auto_quantizes(MXScaling(fmt))
-    for spec in (TensorScaling(formats.E4M3), DelayedScaling(formats.E4M3), RowScaling(formats.E4M3),
-                 NVFP4Scaling()):
+    assert cuda.auto_quantizes(NVFP4Scaling())
+    for spec in (TensorScaling(formats.E4M3), DelayedScaling(formats.E4M3), RowScaling(formats.E4M3)):
         assert not cuda.auto_quantizes(spec), spec
     # weight operands: per-tensor and delayed too (the FP32 weight stacks' per-step transposes, 1.7 GB of
-    # the fp8_delayed Llama step's peak); row-wise and NVFP4 weights stay on XLA
+    # the fp8_delayed Llama step's peak); row-wise weights stay on XLA
     assert cuda.AUTO_QUANTIZE_WEIGHTS == (TensorScaling, DelayedScaling)
-    for spec in (TensorScaling(formats.E4M3), DelayedScaling(formats.E4M3), TileScaling(formats.E4M3, (128, 128))):
+    for spec in (TensorScaling(formats.E4M3), DelayedScaling(formats.E4M3), TileScaling(formats.E4M3, (128, 128)),
+                 NVFP4Scaling()):
         assert cuda.auto_quantizes(spec, weight=True), spec
-    for spec in (RowScaling(formats.E4M3), NVFP4Scaling()):
-        assert not cuda.auto_quantizes(spec, weight=True), spec
+    assert not cuda.auto_quantizes(RowScaling(formats.E4M3), weight=True)
 
 
 def test_backend_report_names_the_auto_quantize_routing(monkeypatch):
@@ -418,7 +419,7 @@ def test_backend_report_names_the_auto_quantize_routing(monkeypatch):
     monkeypatch.setattr(K, "_auto_uses_cuda", lambda: True)
     monkeypatch.delenv("MXPREC_AUTO_QUANTIZE", raising=False)
     report = K.backend_report(mxprec.recipes.get("fp8_delayed"))
-    assert "TileScaling/MXScaling (+ TensorScaling/DelayedScaling for weights) quantization" in report, report
+    assert "TileScaling/MXScaling/NVFP4Scaling (+ TensorScaling/DelayedScaling for weights) quantization" in report, report
     monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile,mx")
     assert "for weights" not in K.backend_report(mxprec.recipes.get("fp8_delayed"))
 

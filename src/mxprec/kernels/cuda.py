@@ -166,10 +166,12 @@ AUTO_FAMILIES = ("block", "row")
 #   session, same calls).
 # Per-tensor, delayed and row-wise quantization of activations and gradients stays on XLA, which fuses it
 # into the producer: the fp8_delayed step took 170.3 ms with our delayed cast on every operand feeding XLA's
-# cuBLASLt FP8 dot against 164.6 ms with XLA's cast (seventh session, same call). NVFP4 stays on XLA: since
-# the fifteenth session our kernels are faster than XLA's quantizer along both axes (26.5 / 24.6 % of copy
-# against 16.0 / 15.3 %; they had been 17.6 / 8.8 %), but no step with NVFP4 operands has been measured on them.
-AUTO_QUANTIZE = (TileScaling, MXScaling)
+# cuBLASLt FP8 dot against 164.6 ms with XLA's cast (seventh session, same call).
+# * NVFP4Scaling (since the sixteenth session): 26.6 / 24.8 % of copy along rows / columns against XLA's
+#   16.0 / 15.3 %; the nvfp4 Llama step (llama3_8b_4layer, H200, Hopper's exact dequantize + BF16 dot)
+#   took 327.5 / 325.2 ms with them against 343.1 / 350.0 ms with XLA's (two interleaved pairs in one call),
+#   peak 22.14 GB against 23.20 / 22.22 GB. Stochastic rounding (the recipe's dY) stays on the JAX path.
+AUTO_QUANTIZE = (TileScaling, MXScaling, NVFP4Scaling)
 
 # Weight operands (dot_general's rhs: Fprop's W and its reuse in Dgrad) of these kinds also run on the
 # CUDA kernels under "auto". cuBLASLt's FP8 GEMM is TN-only, so Fprop wants W K-major; with XLA's cast,
