@@ -7,7 +7,7 @@ Backend choice is an argument, never an environment variable:
   platform.
 * ``"auto"`` — on an NVIDIA GPU with libmxprec_cuda.so loaded, the CUDA kernels for what measured
   faster than XLA there (``mxprec.kernels.cuda.AUTO_FAMILIES``: block-scaled and row-wise FP8 GEMMs;
-  ``AUTO_QUANTIZE``: the quantization of TileScaling and MXScaling operands; ``AUTO_QUANTIZE_WEIGHTS``:
+  ``AUTO_QUANTIZE``: the quantization of TileScaling, MXScaling and NVFP4Scaling operands; ``AUTO_QUANTIZE_WEIGHTS``:
   that of per-tensor and delayed-scaled weight operands) and the exact XLA path
   for the rest; everywhere else (CPU, where XLA's dot is faster than the C++ reference lowering;
   ROCm, whose kernels never ran) the exact XLA path. Never a silent downgrade of precision: both
