@@ -501,6 +501,8 @@ SHAPES = [
     ((5, 36), -1, RowScaling(E5M2), "float32"),  # not a multiple of 8: generic
     ((6, 5, 32), 0, RowScaling(E5M2), "float32"),  # 6 rows along axis 0: generic
     ((3, 24), -1, MXScaling(E4M3, block=8), "bfloat16"),  # one chunk per block
+    ((6, 64), -1, MXScaling(E2M1, block=16), "bfloat16"),  # hgroup FP4, two chunks per block (not kWide)
+    ((5, 128), -1, MXScaling(E3M2, block=8), "float32"),  # hgroup FP6, one chunk per block (not kWide)
     ((4, 96), -1, MXScaling(E2M3, block=48), "float32"),  # 6 chunks per block: generic
     ((64, 48), 0, MXScaling(E2M1, block=16), "float16"),  # FP4 packed along rows
     ((8, 2, 128, 128), 2, TileScaling(E4M3, (128, 128)), "bfloat16"),  # tiles along axis 1 of the view

@@ -45,9 +45,9 @@
 //                   taller column groups (row scaling along axis 1) read their keys from a keys pass;
 //   nvfp4_row_kernel NVFP4 axis-2 groups (16 elements): a thread owns 4 consecutive chunks, two whole
 //                   groups (one scale computation per group), codes in one 16-byte store;
-//   row_kernel      FP8 axis-2 row groups of 257 .. 16384 elements: persistent CTAs of 128 / 256 / 512
-//                   threads that prefetch their next row into shared memory (cp.async) while they
-//                   compute the current one (one pass);
+//   row_kernel      FP8 axis-2 row groups of 257 .. 16384 elements: persistent CTAs of 128 threads x 4 /
+//                   8 chunks or 512 x 4 that prefetch their next row into shared memory (cp.async) while
+//                   they compute the current one (one pass);
 //   cta_kernel      other axis-2 groups too large for a warp (longer rows, tile tr x tc): one CTA per
 //                   group, up to 2048 chunks held in registers (one pass; larger groups re-read);
 //   vgroup_kernel   other axis-1 groups (the non-contiguous axis, e.g. Wgrad's column-wise copy, where
@@ -774,9 +774,12 @@ __global__ void __launch_bounds__(kThreads,
     hgroup_kernel(Args a) {
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
   const int bits = kFp8 ? 8 : format_bits(f);
-  const bool nvfp4 = a.kind == static_cast<int32_t>(ScalingKind::kNVFP4);
-  const float ts = nvfp4 ? nvfp4_ts(a) : 1.0f;
-  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = 1.0f;
+  // Group g's scale from its key (written by `write`). FP6 / FP4 codes here are MX's (NVFP4 runs in
+  // nvfp4_row_kernel, and row / tile scaling needs FP8): the MX scale without group_elem_scale's kind switch.
+  const auto scale_of = [&a](int64_t g, uint32_t key, bool write) {
+    return kFp8 ? group_elem_scale(a, g, key, 1.0f, write) : mx_group_elem_scale(a, g, key, write);
+  };
   const int64_t nck = a.n / 8;
   const int tpg = a.tpg;  // a power of two (see the launch): shifts and masks, not integer divisions (two
                           // had been 8 % of the MXFP4 instance's instructions)
@@ -810,7 +813,7 @@ __global__ void __launch_bounds__(kThreads,
     for (int o = 1; o < tpg; o <<= 1) key = max(key, __shfl_xor_sync(kFull, key, o));
     acc = key;
     if (valid) {
-      const ElemScale es = group_elem_scale(a, k[0] >> (tpg_log2 + 2), key, ts, (threadIdx.x & (tpg - 1)) == 0);
+      const ElemScale es = scale_of(k[0] >> (tpg_log2 + 2), key, (threadIdx.x & (tpg - 1)) == 0);
       const float r = recip_of_divisor(es);
       // One thread per group (MX 1 x 32): its chunks are consecutive, so its codes leave in 16-byte stores
       // (8-byte stores at a 32-byte stride left MXFP8 at 56 % of copy bandwidth on the H200; 82 % with these).
@@ -818,7 +821,7 @@ __global__ void __launch_bounds__(kThreads,
         uint2 cs[kUnroll];
         bool pairs = false;
         if constexpr (I == InType::kBF16 && !kFp8) {  // MX FP6 / FP4 from bf16: two elements per instruction
-          pairs = es.mode == ElemMode::kMul && a.kind == static_cast<int32_t>(ScalingKind::kMX);
+          pairs = es.mode == ElemMode::kMul;
           if (pairs) narrow_chunks_bf16(raw, (__float_as_uint(es.p) >> 16) * 0x00010001u, f, cs);
         }
         if (!pairs) {
@@ -855,7 +858,7 @@ __global__ void __launch_bounds__(kThreads,
       acc = max(acc, key);
       if (!valid) continue;
       const int64_t g = k[j] >> tpg_log2;
-      const ElemScale es = group_elem_scale(a, g, key, ts, (k[j] & (tpg - 1)) == 0);
+      const ElemScale es = scale_of(g, key, (k[j] & (tpg - 1)) == 0);
       store_chunk(a.data, k[j], codes8_uniform<kFp8, true>(v, es, recip_of_divisor(es), f), bits);
     }
   }
@@ -1798,9 +1801,9 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     }
   }
   if (a.axis == 2 && x16) {
-    // hgroup: 1 x G groups with G / 8 a power of two <= 32.
+    // hgroup: 1 x G groups with G / 8 a power of two <= 32 (not NVFP4: its scale needs the tensor's).
     const int64_t cpg = gw / 8;
-    if (gh == 1 && gw % 8 == 0 && cpg <= 32 && (cpg & (cpg - 1)) == 0) {
+    if (kind != ScalingKind::kNVFP4 && gh == 1 && gw % 8 == 0 && cpg <= 32 && (cpg & (cpg - 1)) == 0) {
       const bool wide = cpg >= kUnroll;
       a.tpg = static_cast<int32_t>(wide ? cpg / kUnroll : cpg);
       const int64_t grid = blocks_for(a.n / 8, per_cta);
