@@ -1765,7 +1765,7 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   const bool nvfp4_cols = kind == ScalingKind::kNVFP4 && a.axis == 1 && gh == 16 && gw == 1;
   const bool col_ok = x16 && ((is_fp8(a.fmt) && (col_groups || tile_groups)) || narrow_mx_cols || nvfp4_cols) &&
                       a.rows % kColTile == 0 && a.cols % kColTile == 0 &&
-                      a.rows / kColTile <= kMaxGridY && grid_ok(a.cols / kColTile);
+                      grid_ok(a.rows / kColTile) && a.rows / kColTile <= kMaxGridY && grid_ok(a.cols / kColTile);
   if (col_ok && tall_groups) {
     if (auto e = tall_group_keys<I>(stream, scratch, &a); e.failure()) return e;
   }
