@@ -615,6 +615,14 @@ __device__ __forceinline__ Nvfp4Scale nvfp4_block_scale_cvt(float amax, float ts
   return Nvfp4Scale{sb, mul_f32(sb, ts), static_cast<uint8_t>(code2 & 0xFFu)};
 }
 
+// NVFP4's element scale for a group with raw max |x| key `key` under the tensor scale ts (the E4M3 block
+// scale by nvfp4_block_scale_cvt); the block scale's E4M3 byte goes to scale[i].
+__device__ __forceinline__ ElemScale nvfp4_group_scale(uint32_t key, float ts, uint8_t* scale, int64_t i) {
+  const Nvfp4Scale b = nvfp4_block_scale_cvt(__uint_as_float(finish_key(key)), ts);
+  scale[i] = b.byte;
+  return nvfp4_elem_scale(b);
+}
+
 // ------------------------------------------------------------------------------------ kernels
 
 // The tensor amax pass in front of a cast pass (current scaling, NVFP4). It walks x from the end: CTAs are
@@ -733,9 +741,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_row_kernel(Args a) {
       to_f32<I>(raw[2 * g + 1], v1);
       const uint32_t key = max(chunk_key(v0), chunk_key(v1));
       acc = max(acc, key);
-      const Nvfp4Scale b = nvfp4_block_scale_cvt(__uint_as_float(finish_key(key)), ts);
-      scale[k0 / 2 + g] = b.byte;
-      const ElemScale es = nvfp4_elem_scale(b);
+      const ElemScale es = nvfp4_group_scale(key, ts, scale, k0 / 2 + g);
       const float r = recip_of_divisor(es);
       cs[2 * g] = codes8_uniform<false>(v0, es, r, ElemFormat::kE2M1);
       cs[2 * g + 1] = codes8_uniform<false>(v1, es, r, ElemFormat::kE2M1);
@@ -1307,12 +1313,8 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
       k1 = max(k1, abs_key(hi));
     }
     all = max(all, max(k0, k1));
-    const Nvfp4Scale b0 = nvfp4_block_scale_cvt(__uint_as_float(finish_key(k0)), ts);
-    const Nvfp4Scale b1 = nvfp4_block_scale_cvt(__uint_as_float(finish_key(k1)), ts);
     uint8_t* scale = static_cast<uint8_t*>(a.scale) + (grow0 + h) * a.ngc + col;
-    scale[0] = b0.byte;
-    scale[1] = b1.byte;
-    const ElemScale es[2] = {nvfp4_elem_scale(b0), nvfp4_elem_scale(b1)};
+    const ElemScale es[2] = {nvfp4_group_scale(k0, ts, scale, 0), nvfp4_group_scale(k1, ts, scale, 1)};
     const float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
     const auto sat = [&es](int i) { return es[i & 1]; };
     const auto rat = [&rcp](int i) { return rcp[i & 1]; };
