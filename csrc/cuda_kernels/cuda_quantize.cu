@@ -1245,7 +1245,7 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
     for (int i = 0; i < kChunks; ++i) {
       if (i < mine) {
         float v[8];
-        to_f32<I>(kHold ? raw[kHold ? i : 0] : *reinterpret_cast<const Raw<I>*>(slot(b, i)), v);
+        to_f32<I>(kHold ? raw[i] : *reinterpret_cast<const Raw<I>*>(slot(b, i)), v);
         *reinterpret_cast<uint2*>(out + 8 * i * kBlock) = codes8_uniform<true, true>(v, es, r, f);
       }
     }
@@ -1294,6 +1294,19 @@ __device__ __forceinline__ void put_packed_rows(uint8_t* code_base, int r, uint3
   }
 }
 
+// col_kernel: rows r .. r + 3 of a thread's column pair (column c under sat(c & 1), reciprocal rat(c & 1), in
+// the cols_form `form`) as FP6 / FP4 codes of format f, converted through FP32 and packed by put_packed_rows.
+template <InType I, int kBits, class ScaleAt, class RecipAt>
+__device__ __forceinline__ void fp32_packed_rows(const unsigned char* col_base, uint8_t* code_base, int r, ScaleAt sat,
+                                                 RecipAt rat, int form, ElemFormat f) {
+  constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
+  float x[8];  // rows r .. r + 3, the two columns interleaved
+#pragma unroll
+  for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
+  const uint2 c = codes8_cols<false>(x, sat, rat, form, f);
+  put_packed_rows<kBits>(code_base, r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
+}
+
 // NVFP4 down the columns (groups of 16 rows x 1 column) for col_kernel: the thread's 32 rows of its two
 // columns are two groups per column, each with its E4M3 block scale under the tensor scale ts (written
 // here: scale rows grow0 and grow0 + 1); codes packed two rows a byte, as MX FP4's. Returns the max |x|
@@ -1322,11 +1335,7 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
     const int form = cols_form<2>(sat, rat);
 #pragma unroll 2
     for (int r = 16 * h; r < 16 * h + 16; r += 4) {
-      float x[8];  // rows r .. r + 3, the two columns interleaved
-#pragma unroll
-      for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
-      const uint2 c = codes8_cols<false>(x, sat, rat, form, ElemFormat::kE2M1);
-      put_packed_rows<4>(code_base, r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
+      fp32_packed_rows<I, 4>(col_base, code_base, r, sat, rat, form, ElemFormat::kE2M1);
     }
   }
   return all;
@@ -1516,13 +1525,7 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
       }
       if (!pairs) {
 #pragma unroll 2
-        for (int r = 0; r < kColSeg; r += 4) {
-          float x[8];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
-          const uint2 c = codes8_cols<false>(x, sat, rat, form, f);
-          put_packed_rows<kBits>(code_base, r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
-        }
+        for (int r = 0; r < kColSeg; r += 4) fp32_packed_rows<I, kBits>(col_base, code_base, r, sat, rat, form, f);
       }
     }
     thread_key = max(k0, k1);
