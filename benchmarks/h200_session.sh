@@ -30,6 +30,7 @@
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
 #   cuda-gemm-tests tests/test_cuda.py alone
+#   transpose    the FP8 code transpose kernel: its GPU tests, then benchmarks/fp8_transpose.py
 #   ncu-src:SHAPE ncu --set full with per-SASS-instruction stall samples, ours and cuBLASLt, one e4m3 GEMM of SHAPE
 #   raster1:SHAPE the default per-tensor kernel at SHAPE per MXPREC_SM90_RASTER:SWIZZLE in RASTERS
 #   ncu-narrow   Nsight Compute sections of the FP4 / FP6 / NVFP4 quantize kernels (hgroup / col / nvfp4_row) on 16384x4096
@@ -102,6 +103,10 @@ for stage in "$@"; do
         tests/test_dot_general.py -k "tie or gpu_xla" ;;
     cuda-quant-tests)  # tests/test_cuda_quantize.py only (the quantize kernels)
       step test_cuda_quantize "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda_quantize.py ;;
+    transpose)  # the FP8 code transpose: its GPU tests, then benchmarks/fp8_transpose.py (ours, XLA's, copy)
+      step test_transpose "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py tests/test_dot_general.py \
+        -k "transpose or auto_dot_general or auto_fp8_rowwise or gpu_xla"
+      step transpose "$PY" benchmarks/fp8_transpose.py --out "$R/transpose" ;;
     cuda-gemm-tests)  # tests/test_cuda.py only (the GEMM kernels, FFI contract, auto routing)
       step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py ;;
     cuda-new)

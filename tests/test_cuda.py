@@ -555,3 +555,75 @@ def test_unbuilt_tile_shapes_are_an_error():
     one = jnp.ones((), jnp.float32)
     with pytest.raises(Exception, match="(?i)unimplemented tile shapes"):
         jax.block_until_ready(call(x.data, x.scale, one, x.data, x.scale, one, one, **attrs))
+
+
+# ----------------------------------------------------------------------------- FP8 code transposes
+
+TRANSPOSE_SHAPES = [
+    (1, 128, 128),  # one whole tile
+    (3, 256, 384),  # whole tiles, a batch
+    (2, 4096, 1024),
+    (1, 100, 37),  # partial tiles: the guarded byte path
+    (5, 1, 130),
+    (2, 129, 255),
+    (64, 96),  # rank 2
+    (2, 3, 40, 272),  # rank 4: leading dimensions are the batch
+]
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape", TRANSPOSE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.uint8, jnp.int8], ids=lambda d: jnp.dtype(d).name)
+def test_transpose_codes_is_swapaxes_bit_for_bit(shape, dtype):
+    # Every byte pattern (NaN and negative-zero codes included): the kernel moves bytes, never values.
+    raw = np.random.default_rng(sum(shape)).integers(0, 256, size=shape, dtype=np.uint8)
+    x = jax.lax.bitcast_convert_type(jnp.asarray(raw), dtype)
+    y = jax.jit(cuda.transpose_codes)(x)
+    assert y.shape == shape[:-2] + (shape[-1], shape[-2]) and y.dtype == jnp.dtype(dtype)
+    got = np.asarray(jax.lax.bitcast_convert_type(y, jnp.uint8))
+    np.testing.assert_array_equal(got, np.swapaxes(raw, -1, -2))
+
+
+@needs_gpu
+def test_transpose_codes_under_vmap_and_a_sharded_jit():
+    raw = np.random.default_rng(3).integers(0, 256, size=(4, 2, 256, 128), dtype=np.uint8)
+    x = jax.lax.bitcast_convert_type(jnp.asarray(raw), jnp.float8_e4m3fn)
+    want = np.swapaxes(raw, -1, -2)
+    as_u8 = lambda t: np.asarray(jax.lax.bitcast_convert_type(t, jnp.uint8))
+    np.testing.assert_array_equal(as_u8(jax.jit(jax.vmap(cuda.transpose_codes))(x)), want)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d", None, None, None))
+    xs = jax.device_put(x, sharding)
+    np.testing.assert_array_equal(as_u8(jax.jit(cuda.transpose_codes)(xs)), want)
+
+
+def test_transpose_codes_rejects_wide_or_rank_1_inputs():
+    for bad in (jnp.zeros((4, 4), jnp.float32), jnp.zeros((8,), jnp.uint8)):
+        with pytest.raises(ValueError, match="transpose_codes"):
+            cuda.transpose_codes(bad)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", ["fp8_current", "fp8_delayed"])
+def test_auto_per_tensor_gemms_transpose_codes_on_the_cuda_kernel(monkeypatch, name):
+    # backend="auto": the FP8 codes cuBLASLt needs K-contiguous (Wgrad's X and dY, Fprop's W) are
+    # transposed by mxprec_transpose_bytes; the gradients equal those with XLA's transposes bit for bit
+    # (same codes, same cuBLASLt GEMMs on the same layouts).
+    x = jax.random.normal(jax.random.PRNGKey(11), (2, 128, 256), jnp.float32)
+    w = jax.random.normal(jax.random.PRNGKey(12), (256, 384), jnp.float32) * 0.05
+    recipe = dataclasses.replace(mxprec.recipes.get(name), backend="auto")
+    state = mxprec.DotGeneralState.init(recipe) if name == "fp8_delayed" else None
+
+    def loss(a, b):
+        y = mxprec.dot_general(a, b, (((2,), (0,)), ((), ())), recipe=recipe, state=state)
+        return jnp.sum(y.astype(jnp.float32) ** 2)
+
+    grads = {}
+    for mode in ("cuda", "separate"):
+        monkeypatch.setenv("MXPREC_XLA_FP8_TRANSPOSE", mode)
+        f = jax.jit(jax.grad(loss, argnums=(0, 1)))
+        hlo = f.lower(x, w).as_text()
+        assert ("mxprec_transpose_bytes" in hlo) is (mode == "cuda"), mode
+        grads[mode] = [np.asarray(g) for g in f(x, w)]
+    for g_cuda, g_xla in zip(grads["cuda"], grads["separate"]):
+        np.testing.assert_array_equal(g_cuda, g_xla)

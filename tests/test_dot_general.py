@@ -407,11 +407,12 @@ def test_ffi_backend_runs_both_custom_calls():
     assert "backend: ffi" in r.describe()
 
 
-@pytest.mark.parametrize("mode", [None, "separate", "fused"])
+@pytest.mark.parametrize("mode", [None, "cuda", "separate", "fused"])
 def test_gpu_fp8_operands_to_transpose_sit_behind_a_barrier(monkeypatch, mode):
-    """On GPU the FP8 codes XLA must transpose for cuBLASLt (contraction axis 1) get an optimization
-    barrier (MXPREC_XLA_FP8_TRANSPOSE=separate, the default) so the transpose is a kernel of its own;
-    "fused" leaves them to XLA's fusion; anything else is an error. The codes are the same arrays."""
+    """On GPU, without the CUDA transpose (backend="xla", or no library), the FP8 codes XLA must
+    transpose for cuBLASLt (contraction axis 1) get an optimization barrier (modes cuda, the default,
+    and separate) so the transpose is a kernel of its own; "fused" leaves them to XLA's fusion;
+    anything else is an error. The codes are the same arrays."""
     import dataclasses
     import importlib
 
@@ -427,12 +428,41 @@ def test_gpu_fp8_operands_to_transpose_sit_behind_a_barrier(monkeypatch, mode):
     for lc, rc, n_barriers in ((1, 1, 2), (2, 1, 1), (2, 2, 0)):
         l = a if lc == 1 else dataclasses.replace(a, axis=2)  # axis only steers the code selection here
         r = b if rc == 1 else dataclasses.replace(b, axis=2)
-        jaxpr = str(jax.make_jaxpr(lambda l, r, lc=lc, rc=rc: sg._fp8_codes_for_dot(l, r, lc, rc))(l, r))
+        f = lambda l, r, lc=lc, rc=rc: sg._fp8_codes_for_dot(l, r, lc, rc, False)[:2]
+        jaxpr = str(jax.make_jaxpr(f)(l, r))
         expected = n_barriers if mode != "fused" else 0
         assert jaxpr.count("optimization_barrier") == expected, (lc, rc, mode, jaxpr)
     monkeypatch.setenv("MXPREC_XLA_FP8_TRANSPOSE", "sideways")
     with pytest.raises(ValueError, match="MXPREC_XLA_FP8_TRANSPOSE"):
-        sg._fp8_codes_for_dot(a, b, 1, 1)
+        sg._fp8_codes_for_dot(a, b, 1, 1, False)
+    with pytest.raises(ValueError, match="MXPREC_XLA_FP8_TRANSPOSE"):
+        importlib.import_module("mxprec.kernels.cuda").transposes_codes()
+
+
+def test_cuda_transpose_contracts_the_transposed_codes_along_axis_2(monkeypatch):
+    """With the CUDA transpose (backend="auto", library loaded) the codes contracted along axis 1 go
+    through cuda.transpose_codes and the dot contracts the copy along axis 2, with no barrier; the
+    GEMM's value is unchanged (here the kernel is stood in for by jnp.swapaxes on the CPU)."""
+    import importlib
+
+    sg = importlib.import_module("mxprec.kernels.scaled_gemm")
+    calls = []
+
+    def fake_transpose(x):
+        calls.append(x.shape)
+        return jnp.swapaxes(x, -1, -2)
+
+    monkeypatch.setattr(importlib.import_module("mxprec.kernels.cuda"), "transpose_codes", fake_transpose)
+    spec = TensorScaling(mxprec.formats.E4M3)
+    rng = np.random.default_rng(0)
+    a = mxprec.quantize(jnp.asarray(rng.normal(size=(1, 64, 32)), jnp.float32), spec, axis=1)
+    b = mxprec.quantize(jnp.asarray(rng.normal(size=(1, 64, 48)), jnp.float32), spec, axis=1)
+    ld, rd, lc, rc = sg._fp8_codes_for_dot(a, b, 1, 1, True)
+    assert (lc, rc) == (2, 2) and calls == [(1, 64, 32), (1, 64, 48)]
+    assert ld.shape == (1, 32, 64) and rd.shape == (1, 48, 64)
+    want = sg._xla_scaled_gemm(a, b, 1, 1, jnp.float32)
+    got = sg._xla_scaled_gemm(a, b, 1, 1, jnp.float32, cuda_transpose=True)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 @pytest.mark.skipif(not ON_GPU, reason="inspects XLA's GPU lowering of the per-tensor FP8 GEMMs")

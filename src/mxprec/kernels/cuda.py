@@ -49,7 +49,10 @@ import os
 import jax
 import jax.numpy as jnp
 
-from mxprec.kernels.ffi import _bias_buffer, _GemmCfg, _operand_desc
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding
+
+from mxprec.kernels.ffi import _bias_buffer, _GemmCfg, _operand_desc, _pspec, _spec_axes
 from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
@@ -61,6 +64,7 @@ __all__ = [
     "LIBRARY_NAME",
     "SYMBOL",
     "TARGET",
+    "TRANSPOSE_TARGET",
     "auto_prefers",
     "auto_quantize_kinds",
     "auto_quantizes",
@@ -69,6 +73,8 @@ __all__ = [
     "require",
     "scaled_gemm",
     "supports",
+    "transpose_codes",
+    "transposes_codes",
     "why_unsupported",
 ]
 
@@ -97,7 +103,10 @@ def _gpu_precondition():
         return "JAX has no GPU backend here"
 
 
-_LIB = NativeLibrary(file=LIBRARY_NAME, symbols={TARGET: SYMBOL, "mxprec_quantize": "MxprecQuantizeCuda"},
+TRANSPOSE_TARGET = "mxprec_transpose_bytes"
+_LIB = NativeLibrary(file=LIBRARY_NAME,
+                     symbols={TARGET: SYMBOL, "mxprec_quantize": "MxprecQuantizeCuda",
+                              TRANSPOSE_TARGET: "MxprecTransposeBytesCuda"},
                      platform="CUDA", build_hint=BUILD_HINT,
                      build_dirs=("build-cuda", "build"), precondition=_gpu_precondition,
                      env_var="MXPREC_CUDA_LIBRARY")
@@ -290,9 +299,75 @@ def supports(
     )
 
 
+# ----------------------------------------------------------------------------- FP8 code transposes
+
+def transposes_codes() -> bool:
+    """Whether backend="auto" / "ffi" make K-contiguous copies of FP8 codes with :func:`transpose_codes`:
+    ``MXPREC_XLA_FP8_TRANSPOSE`` is ``cuda`` (the default; see mxprec.kernels.scaled_gemm) and the library
+    is loaded. Otherwise XLA transposes them. Same bits either way."""
+    from mxprec.kernels.scaled_gemm import _gpu_fp8_transpose
+
+    return _gpu_fp8_transpose() == "cuda" and available()
+
+
+def _transpose_call(x: jax.Array) -> jax.Array:
+    out = jax.ShapeDtypeStruct(x.shape[:-2] + (x.shape[-1], x.shape[-2]), x.dtype)
+    return jax.ffi.ffi_call(TRANSPOSE_TARGET, out, vmap_method="broadcast_all")(x)
+
+
+def _transpose_partition(mesh, arg_shapes, result_shape):
+    dims = _spec_axes(arg_shapes[0].sharding, len(arg_shapes[0].shape))
+    x_sharding = NamedSharding(mesh, _pspec(dims))
+    y_sharding = NamedSharding(mesh, _pspec(dims[:-2] + [dims[-1], dims[-2]]))
+    return mesh, _transpose_call, y_sharding, (x_sharding,)
+
+
+def _transpose_infer(mesh, arg_shapes, result_shape):
+    dims = _spec_axes(arg_shapes[0].sharding, len(arg_shapes[0].shape))
+    return NamedSharding(mesh, _pspec(dims[:-2] + [dims[-1], dims[-2]]))
+
+
+_transpose_cp = custom_partitioning(_transpose_call)
+_transpose_cp.def_partition(
+    partition=_transpose_partition,
+    infer_sharding_from_operands=_transpose_infer,
+    sharding_rule="... r c -> ... c r",
+)
+
+
+@jax.custom_batching.custom_vmap
+def _transpose_vmappable(x):
+    return _transpose_cp(x)
+
+
+@_transpose_vmappable.def_vmap
+def _transpose_vmap_rule(axis_size, in_batched, x):
+    # custom_partitioning has no batching rule; the kernel treats leading dimensions as a batch, so a
+    # vmapped axis (moved to the front by custom_vmap) is one more of them.
+    del axis_size
+    return _transpose_vmappable(x), in_batched[0]
+
+
+def transpose_codes(x: jax.Array) -> jax.Array:
+    """``swapaxes(x, -1, -2)`` of a tensor of 1-byte codes (FP8 / uint8 / int8, rank >= 2) on the CUDA kernel.
+
+    The custom call ``mxprec_transpose_bytes`` (csrc/cuda_kernels/cuda_transpose.cu): 128 x 128 byte tiles
+    through shared memory, leading dimensions a batch. Shardings pass through with the last two axes swapped.
+    Same bits as ``jnp.swapaxes``; raises ValueError for other dtypes or ranks.
+    """
+    if x.ndim < 2 or jnp.dtype(x.dtype).itemsize != 1:
+        raise ValueError(
+            f"transpose_codes: x must have rank >= 2 and a 1-byte dtype, got shape {x.shape} dtype {x.dtype}"
+        )
+    require()
+    return _transpose_vmappable(x)
+
+
 def _to_tn(q: QTensor, contract: int) -> jax.Array:
     """The operand's FP8 data as (B, rows, K), K contiguous (transposes when contract == 1)."""
-    return q.data if contract == 2 else jnp.swapaxes(q.data, 1, 2)
+    if contract == 2:
+        return q.data
+    return transpose_codes(q.data) if transposes_codes() else jnp.swapaxes(q.data, 1, 2)
 
 
 def _scale_tn(q: QTensor, contract: int, family: str) -> jax.Array:

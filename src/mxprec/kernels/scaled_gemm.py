@@ -113,36 +113,53 @@ def _gpu_fp8_form() -> str:
     return form
 
 
-_FP8_TRANSPOSES = ("separate", "fused")
+_FP8_TRANSPOSES = ("cuda", "separate", "fused")
 
 
 def _gpu_fp8_transpose() -> str:
-    """``MXPREC_XLA_FP8_TRANSPOSE``: how XLA makes the K-contiguous copy of an FP8 operand on GPU.
+    """``MXPREC_XLA_FP8_TRANSPOSE``: how the K-contiguous copy of an FP8 operand is made on GPU.
 
     cuBLASLt's FP8 GEMMs are TN-only, so an operand contracted along axis 1 (Wgrad's X and dY,
-    Fprop's W) is transposed. ``separate`` (default): an optimization barrier on the FP8 codes keeps
-    the transpose out of the quantize fusion, so XLA casts in a plain loop fusion and transposes
-    the 1-byte codes in its own kernel. ``fused``: XLA fuses the transpose into the quantize fusion
-    (one kernel writing the row-major and the transposed codes). Same bits either way.
+    Fprop's W) is transposed. ``cuda`` (default): under backend="auto" with the CUDA library loaded,
+    the 1-byte codes are transposed by mxprec's kernel (:func:`mxprec.kernels.cuda.transpose_codes`)
+    and the dot contracts the copy along axis 2; otherwise (backend="xla", no library) as
+    ``separate``. ``separate``: an optimization barrier on the FP8 codes keeps the transpose out of
+    the quantize fusion, so XLA casts in a plain loop fusion and transposes the 1-byte codes in its
+    own kernel. ``fused``: XLA fuses the transpose into the quantize fusion (one kernel writing the
+    row-major and the transposed codes). Same bits in every mode.
     """
-    mode = os.environ.get("MXPREC_XLA_FP8_TRANSPOSE", "separate")
+    mode = os.environ.get("MXPREC_XLA_FP8_TRANSPOSE", "cuda")
     if mode not in _FP8_TRANSPOSES:
         raise ValueError(f"MXPREC_XLA_FP8_TRANSPOSE must be one of {_FP8_TRANSPOSES}, got {mode!r}")
     return mode
 
 
-def _fp8_codes_for_dot(lhs: QTensor, rhs: QTensor, lhs_contract: int, rhs_contract: int):
-    """The operands' FP8 codes; on GPU those that XLA must transpose sit behind an optimization barrier."""
+def _fp8_codes_for_dot(lhs: QTensor, rhs: QTensor, lhs_contract: int, rhs_contract: int, cuda_transpose: bool):
+    """The operands' FP8 codes and contraction axes for the dot.
+
+    ``cuda_transpose``: codes contracted along axis 1 are transposed by the CUDA kernel (contraction
+    axis 2 then). Otherwise, on GPU in ``separate`` mode, those XLA must transpose sit behind an
+    optimization barrier.
+    """
     ld, rd = lhs.data, rhs.data
-    if jax.default_backend() == "gpu" and _gpu_fp8_transpose() == "separate":
+    if cuda_transpose:
+        from mxprec.kernels import cuda
+
+        if lhs_contract == 1:
+            ld, lhs_contract = cuda.transpose_codes(ld), 2
+        if rhs_contract == 1:
+            rd, rhs_contract = cuda.transpose_codes(rd), 2
+    elif jax.default_backend() == "gpu" and _gpu_fp8_transpose() != "fused":
         if lhs_contract == 1:
             ld = lax.optimization_barrier(ld)
         if rhs_contract == 1:
             rd = lax.optimization_barrier(rd)
-    return ld, rd
+    return ld, rd, lhs_contract, rhs_contract
 
 
-def _xla_scaled_gemm(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype) -> jax.Array:
+def _xla_scaled_gemm(
+    lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype, cuda_transpose: bool = False
+) -> jax.Array:
     dims = _dims(lhs_contract, rhs_contract)
     both_q = isinstance(lhs, QTensor) and isinstance(rhs, QTensor)
     if both_q and isinstance(lhs.spec, _CONSTANT_ALONG_K) and isinstance(rhs.spec, _CONSTANT_ALONG_K):
@@ -150,7 +167,8 @@ def _xla_scaled_gemm(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract
         # dot names its algorithm: at DEFAULT precision XLA gives an FP8 dot cuBLASLt's fast
         # accumulation (no FP32 promotion); ANY_F8_ANY_F8_F32 accumulates in FP32.
         algo = None
-        ld, rd = _fp8_codes_for_dot(lhs, rhs, lhs_contract, rhs_contract)
+        ld, rd, lc, rc = _fp8_codes_for_dot(lhs, rhs, lhs_contract, rhs_contract, cuda_transpose)
+        dims = _dims(lc, rc)
         if jax.default_backend() == "gpu":
             form = _gpu_fp8_form()
             fast = form == "direct_fast"
@@ -217,7 +235,8 @@ def scaled_gemm(
         if backend == "ffi":
             reason = cuda.why_unsupported(lhs, rhs, **kw) if cuda.available() else "libmxprec_cuda.so is not loaded"
             raise NotImplementedError(f"scaled_gemm: backend='ffi' on GPU cannot run these operands: {reason}")
-        return _xla_scaled_gemm(lhs, rhs, lhs_contract, rhs_contract, out_dtype)  # auto: exact XLA path
+        # auto: exact XLA path (its FP8 code transposes on the CUDA kernel, MXPREC_XLA_FP8_TRANSPOSE)
+        return _xla_scaled_gemm(lhs, rhs, lhs_contract, rhs_contract, out_dtype, cuda.transposes_codes())
     if backend == "ffi":
         from mxprec.kernels import ffi
 
