@@ -627,3 +627,37 @@ def test_auto_per_tensor_gemms_transpose_codes_on_the_cuda_kernel(monkeypatch, n
         grads[mode] = [np.asarray(g) for g in f(x, w)]
     for g_cuda, g_xla in zip(grads["cuda"], grads["separate"]):
         np.testing.assert_array_equal(g_cuda, g_xla)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="XLA's GPU compiler is what could drop the FP8 rounding")
+@pytest.mark.parametrize("spec", [TensorScaling(formats.E4M3), RowScaling(formats.E5M2),
+                                  TileScaling(formats.E4M3, (1, 128)), TileScaling(formats.E4M3, (128, 128)),
+                                  MXScaling(formats.E4M3)], ids=lambda s: s.describe())
+def test_quantize_then_dequantize_in_one_jit_rounds_on_the_gpu(spec):
+    # With xla_allow_excess_precision (XLA's default) the GPU compiler removes an FP32 -> FP8 -> FP32
+    # convert pair; QTensor.values() keeps the FP8 rounding behind an optimization barrier. The fused
+    # round trip must equal the CPU's.
+    x = jax.random.normal(jax.random.PRNGKey(13), (256, 384), jnp.float32)
+    f = lambda v: mxprec.dequantize(mxprec.quantize(v, spec, axis=1))
+    got = np.asarray(jax.jit(f)(x))
+    with jax.default_device(jax.devices("cpu")[0]):
+        want = np.asarray(jax.jit(f)(jax.device_put(x, jax.devices("cpu")[0])))
+    assert not np.array_equal(got, np.asarray(x))
+    # rtol: the FP32 scales of XLA's GPU quantizer may be 1 ulp off (test_xla_gpu_quantizer_scales_equal_the_cpu_ones)
+    np.testing.assert_allclose(got, want, rtol=2.0**-22, atol=0)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="compares XLA's GPU quantizer with its CPU one")
+@pytest.mark.xfail(strict=True, reason="known: XLA's GPU compiler computes the FP32 scale amax / max_finite "
+                   "as a reciprocal multiply despite scaling.exact_div's guard (1 ulp off in ~55 % of scales, "
+                   "H200, jax 0.11.2); the CUDA quantize kernels (backend auto / ffi) are exact")
+@pytest.mark.parametrize("spec", [RowScaling(formats.E4M3), TileScaling(formats.E4M3, (1, 128))],
+                         ids=lambda s: s.describe())
+def test_xla_gpu_quantizer_scales_equal_the_cpu_ones(spec):
+    x = jax.random.normal(jax.random.PRNGKey(13), (256, 384), jnp.float32)
+    f = jax.jit(lambda v: mxprec.quantize(v, spec, axis=1).scale)
+    got = np.asarray(f(x))
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        want = np.asarray(f(jax.device_put(x, cpu)))
+    np.testing.assert_array_equal(got, want)

@@ -439,6 +439,34 @@ def test_gpu_fp8_operands_to_transpose_sit_behind_a_barrier(monkeypatch, mode):
         importlib.import_module("mxprec.kernels.cuda").transposes_codes()
 
 
+@pytest.mark.parametrize("kind", ["tile", "tile_pow2", "nvfp4", "mx"])
+def test_gpu_xla_wide_dot_holds_the_dequantized_elements_exactly(monkeypatch, kind):
+    """The XLA path's dequantize-and-dot form as it runs on GPU (default_backend patched; the dots run
+    on the CPU here): BF16 only where it holds every dequantized element (MX, power-of-two tiles,
+    NVFP4 without its tensor scale), FP32 for tiles with FP32 scales. Within the FP32 summation
+    bound of the oracle; BF16 elements of FP32-scaled tiles missed it by 2**-10 of |A| @ |B| (and
+    by more on the GPU, 11.5 k of 16 k outputs in the oracle suite)."""
+    import importlib
+
+    sg = importlib.import_module("mxprec.kernels.scaled_gemm")
+    specs = {
+        "tile": (TileScaling(mxprec.formats.E4M3, (1, 128)), TileScaling(mxprec.formats.E4M3, (128, 128))),
+        "tile_pow2": (TileScaling(mxprec.formats.E4M3, (1, 128), True),
+                      TileScaling(mxprec.formats.E4M3, (128, 128), True)),
+        "nvfp4": (NVFP4Scaling(), NVFP4Scaling()),
+        "mx": (MXScaling(mxprec.formats.E4M3), MXScaling(mxprec.formats.E4M3)),
+    }[kind]
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.normal(size=(2, 128, 256)) * np.exp2(rng.integers(-4, 5, size=(2, 128, 1))), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(2, 256, 128)) * 0.1, jnp.float32)
+    a, b = mxprec.quantize(x, specs[0], axis=2), mxprec.quantize(w, specs[1], axis=1)
+    want = np.asarray(sg.reference_scaled_gemm(a, b, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32), np.float64)
+    bound = np.abs(np.asarray(mxprec.dequantize(a), np.float64)) @ np.abs(np.asarray(mxprec.dequantize(b), np.float64))
+    monkeypatch.setattr(sg.jax, "default_backend", lambda: "gpu")
+    got = np.asarray(sg._xla_scaled_gemm(a, b, 2, 1, jnp.float32), np.float64)
+    assert np.all(np.abs(got - want) <= 2 * 256 * 2.0**-24 * bound + 1e-30), kind
+
+
 def test_cuda_transpose_contracts_the_transposed_codes_along_axis_2(monkeypatch):
     """With the CUDA transpose (backend="auto", library loaded) the codes contracted along axis 1 go
     through cuda.transpose_codes and the dot contracts the copy along axis 2, with no barrier; the

@@ -19,8 +19,10 @@ which :func:`reference_scaled_gemm` implements; it is the oracle for every backe
   scales applied to the FP32 result. On GPU a per-tensor pair's dot writes ``out_dtype`` directly
   and the scales are applied to that (rounded to ``out_dtype`` twice; ``MXPREC_XLA_FP8_FORM``
   selects the form, see :func:`_gpu_fp8_form`). Block-
-  and tile-scaled operands are dequantized (FP32 on CPU; BF16 on GPU, exact for every element
-  format unless a scaled value falls below 2**-126) and run a wide dot with FP32 accumulation.
+  and tile-scaled operands are dequantized and run a wide dot with FP32 accumulation: FP32 on CPU;
+  on GPU BF16 where it holds every element exactly (MX and power-of-two tiles, unless a scaled
+  value falls below 2**-126; NVFP4 with its FP32 tensor scales applied to the result), else FP32
+  at HIGHEST precision (tiles with FP32 scales: exact, and about 10x slower than BF16).
 * ``"ffi"``: the ``mxprec_scaled_gemm`` custom call: the C++ lowering on CPU (mxprec.kernels.ffi),
   the CUTLASS sm_90a kernels on NVIDIA GPUs (mxprec.kernels.cuda; per-tensor FP8 pairs), the
   gfx950 kernels on ROCm (mxprec.kernels.hip; compiled, never run), raising
@@ -33,6 +35,7 @@ which :func:`reference_scaled_gemm` implements; it is the oracle for every backe
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
@@ -40,7 +43,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from mxprec.quantize import QTensor, dequantize, scale_as_f32
-from mxprec.scaling import DelayedScaling, RowScaling, TensorScaling
+from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
 __all__ = ["Operand", "reference_scaled_gemm", "scaled_gemm"]
 
@@ -186,12 +189,43 @@ def _xla_scaled_gemm(
         return acc.astype(out_dtype)
     if not isinstance(lhs, QTensor) and not isinstance(rhs, QTensor):
         return lax.dot_general(lhs, rhs, dims, preferred_element_type=jnp.float32).astype(out_dtype)
-    wide = jnp.bfloat16 if jax.default_backend() == "gpu" else jnp.float32
-    precision = None if wide == jnp.bfloat16 else lax.Precision.HIGHEST
+    if jax.default_backend() == "gpu" and _bf16_exact(lhs) and _bf16_exact(rhs):
+        # BF16 holds every dequantized element exactly: a BF16 dot with FP32 accumulation (NVFP4's FP32
+        # tensor scales, constant along K, are applied to its result instead of to the elements).
+        out = lax.dot_general(
+            _wide(_without_tensor_scale(lhs), jnp.bfloat16), _wide(_without_tensor_scale(rhs), jnp.bfloat16),
+            dims, preferred_element_type=jnp.float32,
+        )
+        ts = _tensor_scale(lhs) * _tensor_scale(rhs)
+        return jnp.where(jnp.isfinite(ts), out * ts, jnp.float32(jnp.nan)).astype(out_dtype)
+    # FP32 elements (the CPU; on GPU an FP32 tile scale, whose products with the codes BF16 would round).
     out = lax.dot_general(
-        _wide(lhs, wide), _wide(rhs, wide), dims, precision=precision, preferred_element_type=jnp.float32
+        _wide(lhs, jnp.float32), _wide(rhs, jnp.float32), dims, precision=lax.Precision.HIGHEST,
+        preferred_element_type=jnp.float32,
     )
     return out.astype(out_dtype)
+
+
+def _bf16_exact(op: Operand) -> bool:
+    """Whether BF16 holds every dequantized element of ``op`` (NVFP4: without its tensor scale) exactly:
+    codes times power-of-two scales (MX, power-of-two tiles; unless a value falls below 2**-126), NVFP4's
+    E2M1 codes times E4M3 block scales (at most 6 significant bits), and BF16 arrays. FP32 tile scales are
+    not: a code times an arbitrary FP32 scale needs up to 28 significant bits."""
+    if not isinstance(op, QTensor):
+        return jnp.dtype(op.dtype) == jnp.dtype(jnp.bfloat16)
+    spec = op.spec
+    return isinstance(spec, (MXScaling, NVFP4Scaling)) or (isinstance(spec, TileScaling) and spec.power_of_two)
+
+
+def _without_tensor_scale(op: Operand) -> Operand:
+    if isinstance(op, QTensor) and op.tensor_scale is not None:
+        return dataclasses.replace(op, tensor_scale=jnp.ones((), jnp.float32))
+    return op
+
+
+def _tensor_scale(op: Operand) -> jax.Array:
+    ts = op.tensor_scale if isinstance(op, QTensor) else None
+    return jnp.ones((), jnp.float32) if ts is None else jnp.asarray(ts, jnp.float32)
 
 
 def scaled_gemm(
