@@ -275,14 +275,20 @@ def main(argv=None):
     result = run(args)
     if result is None:
         return 1
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "cuda_quantize.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        with open(os.path.join(args.out, "cuda_quantize.md"), "w") as f:
-            f.write(markdown(result))
-        print(f"wrote {args.out}/cuda_quantize.json and cuda_quantize.md")
+    write_results(args.out, "cuda_quantize", result, markdown)
     return 0
+
+
+def write_results(out_dir, stem: str, result: dict, to_markdown) -> None:
+    """OUT_DIR/STEM.json (the result) and OUT_DIR/STEM.md (``to_markdown(result)``); nothing without a dir."""
+    if not out_dir:
+        return
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
+        f.write(to_markdown(result))
+    print(f"wrote {out_dir}/{stem}.json and {stem}.md")
 
 
 if __name__ == "__main__":

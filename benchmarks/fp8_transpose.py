@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
 import sys
 
-from cuda_quantize import _time  # benchmarks/ is the script's directory
+from cuda_quantize import _time, write_results  # benchmarks/ is the script's directory
 
 SHAPES = ["16384x4096", "16384x14336", "4096x14336", "14336x4096", "16384x1024", "16384x32000", "8192x8192"]
 
@@ -99,13 +97,7 @@ def main(argv=None) -> int:
     result = run(args)
     if result is None:
         return 1
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "fp8_transpose.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        with open(os.path.join(args.out, "fp8_transpose.md"), "w") as f:
-            f.write(markdown(result))
-        print(f"wrote {args.out}/fp8_transpose.json and fp8_transpose.md")
+    write_results(args.out, "fp8_transpose", result, markdown)
     return 0
 
 
