@@ -243,10 +243,9 @@ def exact_div(a: jax.Array, b) -> jax.Array:
     24.85 -> 24.37 GB), else ``min(|a|, 0)`` (+0 for every non-NaN ``a``, NaN for NaN). The result
     is bit-identical to true division (NaN/Inf included) and the extra ops fuse into the same loop.
 
-    A compile-time constant ``b`` (a Python / NumPy number: the scales' ``amax / max_finite``) makes
-    that guard a constant expression, which XLA's GPU compiler folds back into a broadcast constant
-    and then divides by reciprocal multiplication (1 ulp off in ~55 % of the scales on the H200).
-    There the +0 is ``min(|a|, z)`` with ``z`` an optimization barrier of 0.0, which no compiler pass
+    On the H200 XLA's GPU compiler still divided the scales' ``amax / max_finite`` by reciprocal
+    multiplication (1 ulp off in ~55 % of them), most likely because with a compile-time constant
+    ``b`` (a Python / NumPy number) the guard is itself a foldable expression. For such a ``b`` the +0 is ``min(|a|, z)`` with ``z`` an optimization barrier of 0.0, which no compiler pass
     can fold, read from ``a`` itself so that it also varies along a vmapped axis (these dividends
     are small: per-group amaxes). Not yet run on a GPU: the GPU test
     tests/test_cuda.py::test_xla_gpu_quantizer_scales_equal_the_cpu_ones checks it.
