@@ -245,9 +245,10 @@ def exact_div(a: jax.Array, b) -> jax.Array:
 
     On the H200 XLA's GPU compiler still divided the scales' ``amax / max_finite`` by reciprocal
     multiplication (1 ulp off in ~55 % of them), most likely because with a compile-time constant
-    ``b`` (a Python / NumPy number) the guard is itself a foldable expression. For such a ``b`` the +0 is ``min(|a|, z)`` with ``z`` an optimization barrier of 0.0, which no compiler pass
-    can fold, read from ``a`` itself so that it also varies along a vmapped axis (these dividends
-    are small: per-group amaxes). Not yet run on a GPU: the GPU test
+    ``b`` (a Python / NumPy number) the guard is itself a foldable expression. For such a ``b`` the
+    +0 is ``min(|a|, z)`` with ``z`` an optimization barrier of 0.0, which no compiler pass can fold,
+    read from ``a`` itself so that it also varies along a vmapped axis (these dividends are small:
+    per-group amaxes). Not yet run on a GPU: the GPU test
     tests/test_cuda.py::test_xla_gpu_quantizer_scales_equal_the_cpu_ones checks it.
     """
     constant_b = isinstance(b, (int, float, np.number, np.ndarray))
