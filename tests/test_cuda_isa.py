@@ -306,6 +306,22 @@ def test_sm90_gemm_kernels_do_not_spill(tu):
         assert (stack, local) == ("0", "0"), f"{tu}: REG:{reg} STACK:{stack} LOCAL:{local} (spills)"
 
 
+def test_sm90_fp8_transpose_moves_16_byte_pieces_without_spills():
+    """mxprec_transpose_bytes (cuda_transpose.cu): the whole-tile instance loads and stores 16-byte pieces
+    (4 LDG.E.128 / 4 STS.128 / 4 STG.E.128 per thread), reads 32-bit shared words (16 LDS) and transposes
+    4 x 4 byte blocks with byte permutes (32 PRMT); neither instance spills."""
+    obj = _first_existing(BUILD / "obj" / "cuda_transpose.o")
+    usage = re.findall(r"STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", _cuobjdump_out("--dump-resource-usage", obj))
+    assert len(usage) == 2 and all(u == ("0", "0") for u in usage), usage
+    sass = _sass(obj)
+    whole = [f for f in re.split(r"\n\s*Function : ", sass) if "transpose_bytes_kernelILb1E" in f.split("\n", 1)[0]]
+    assert len(whole) == 1, "whole-tile instance not found"
+    count = lambda pat: len(re.findall(pat, whole[0]))
+    assert count(r"\bLDG\.E\.128") == 4 and count(r"\bSTS\.128") == 4 and count(r"\bSTG\.E\.128") == 4
+    assert count(r"\bLDS\b") == 16 and count(r"\bPRMT\b") == 32
+    assert count(r"\b(LDG|STG)\.E\.U8") == 0
+
+
 @pytest.mark.parametrize("serialized", [True, False])
 def test_build_fails_when_ptxas_serializes_wgmmas(tmp_path, serialized):
     """build.sh treats ptxas's C7514 ("wgmma.mma_async instructions are serialized") as an error: a stand-in
