@@ -597,6 +597,20 @@ def test_transpose_codes_under_vmap_and_a_sharded_jit():
     np.testing.assert_array_equal(as_u8(jax.jit(cuda.transpose_codes)(xs)), want)
 
 
+def test_transpose_codes_sharding_rules_swap_the_last_two_axes():
+    # The custom-partitioning callbacks, called directly (the kernel itself needs a GPU): the result's
+    # sharding is the operand's with its last two axes swapped; the partition keeps the operand's.
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "model"))
+    arg = jax.ShapeDtypeStruct((4, 256, 512), jnp.float8_e4m3fn, sharding=NamedSharding(mesh, P("data", None, "model")))
+    assert cuda._transpose_infer(mesh, [arg], None).spec == P("data", "model", None)
+    _, lower, out_sharding, (in_sharding,) = cuda._transpose_partition(mesh, [arg], None)
+    assert out_sharding.spec == P("data", "model", None) and in_sharding.spec == P("data", None, "model")
+    assert lower is cuda._transpose_call
+
+
 def test_transpose_codes_rejects_wide_or_rank_1_inputs():
     for bad in (jnp.zeros((4, 4), jnp.float32), jnp.zeros((8,), jnp.uint8)):
         with pytest.raises(ValueError, match="transpose_codes"):
