@@ -31,6 +31,7 @@
 #                compile is
 #   cuda-gemm-tests tests/test_cuda.py alone
 #   transpose    the FP8 code transpose kernel: its GPU tests, then benchmarks/fp8_transpose.py
+#   xla-gpu-numerics the XLA path's numerics on the GPU (quantizer scales, fused quantize + dequantize, oracle)
 #   ncu-src:SHAPE ncu --set full with per-SASS-instruction stall samples, ours and cuBLASLt, one e4m3 GEMM of SHAPE
 #   raster1:SHAPE the default per-tensor kernel at SHAPE per MXPREC_SM90_RASTER:SWIZZLE in RASTERS
 #   ncu-narrow   Nsight Compute sections of the FP4 / FP6 / NVFP4 quantize kernels (hgroup / col / nvfp4_row) on 16384x4096
@@ -107,6 +108,10 @@ for stage in "$@"; do
       step test_transpose "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py tests/test_dot_general.py \
         -k "transpose or auto_dot_general or auto_fp8_rowwise or gpu_xla"
       step transpose "$PY" benchmarks/fp8_transpose.py --out "$R/transpose" ;;
+    xla-gpu-numerics)  # the XLA path's GPU numerics: quantizer scales vs the CPU, fused quantize-dequantize,
+      # the dot_general oracle suite with backend="xla" (never run on a GPU before the seventeenth session)
+      step test_xla_gpu "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py tests/test_quantize_api.py \
+        tests/test_dot_general.py -k "scales_equal or rounds_on_the_gpu or gpu_xla or tie or amax or (oracle and xla)" ;;
     cuda-gemm-tests)  # tests/test_cuda.py only (the GEMM kernels, FFI contract, auto routing)
       step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py ;;
     cuda-new)
