@@ -618,6 +618,17 @@ def test_transpose_codes_rejects_wide_or_rank_1_inputs():
 
 
 @needs_gpu
+def test_transpose_handler_rejects_bad_buffers_with_an_error():
+    # The handler itself (bypassing transpose_codes' checks) returns InvalidArgument naming the dtypes /
+    # shapes; it never aborts. (Added after the seventeenth session's last device call.)
+    call = lambda x, out: jax.ffi.ffi_call(cuda.TRANSPOSE_TARGET, out)(x)
+    with pytest.raises(Exception, match="1-byte type"):
+        jax.block_until_ready(call(jnp.zeros((4, 8), jnp.float32), jax.ShapeDtypeStruct((8, 4), jnp.float32)))
+    with pytest.raises(Exception, match="last two dimensions swapped"):
+        jax.block_until_ready(call(jnp.zeros((4, 8), jnp.uint8), jax.ShapeDtypeStruct((4, 8), jnp.uint8)))
+
+
+@needs_gpu
 @pytest.mark.parametrize("name", ["fp8_current", "fp8_delayed"])
 def test_auto_per_tensor_gemms_transpose_codes_on_the_cuda_kernel(monkeypatch, name):
     # backend="auto": the FP8 codes cuBLASLt needs K-contiguous (Wgrad's X and dY, Fprop's W) are
