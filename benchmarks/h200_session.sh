@@ -247,6 +247,10 @@ for stage in "$@"; do
         for f in /tmp/mxprec_hlo_"$tag"/*jit_step*after_optimizations{.txt,-live-range.txt,-memory-usage-report.txt}; do
           [ -f "$f" ] && gzip -c "$f" > "$R/hlo_${tag}${f##*after_optimizations}.gz"
         done
+        # the non-GEMM kernels by role (FP8 transposes / casts, optimizer, norms, ...): mxprec.bench.hlo_attribution
+        j="$(ls "$R"/hlo_"$tag"*/llama_"$CONFIG".json 2>/dev/null | head -1)"
+        [ -n "$j" ] && [ -f "$R/hlo_${tag}.txt.gz" ] && "$PY" -m mxprec.bench.hlo_attribution \
+          "$j" "$R/hlo_${tag}.txt.gz" > "$R/hlo_${tag}_roles.md" 2>&1
       done
       LLAMA_ENV=() ;;
     delayed-passlog)
