@@ -612,7 +612,8 @@ def test_transpose_codes_sharding_rules_swap_the_last_two_axes():
 
 
 def test_transpose_codes_rejects_wide_or_rank_1_inputs():
-    for bad in (jnp.zeros((4, 4), jnp.float32), jnp.zeros((8,), jnp.uint8)):
+    for bad in (jnp.zeros((4, 4), jnp.float32), jnp.zeros((8,), jnp.uint8), jnp.zeros((4, 4), jnp.bool_),
+                jnp.zeros((4, 4), jnp.float8_e8m0fnu)):
         with pytest.raises(ValueError, match="transpose_codes"):
             cuda.transpose_codes(bad)
 

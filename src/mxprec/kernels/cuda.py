@@ -310,6 +310,9 @@ def transposes_codes() -> bool:
     return _gpu_fp8_transpose() == "cuda" and available()
 
 
+_TRANSPOSE_DTYPES = tuple(jnp.dtype(d) for d in (jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.uint8, jnp.int8))
+
+
 def _transpose_call(x: jax.Array) -> jax.Array:
     out = jax.ShapeDtypeStruct(x.shape[:-2] + (x.shape[-1], x.shape[-2]), x.dtype)
     return jax.ffi.ffi_call(TRANSPOSE_TARGET, out, vmap_method="broadcast_all")(x)
@@ -355,10 +358,9 @@ def transpose_codes(x: jax.Array) -> jax.Array:
     through shared memory, leading dimensions a batch. Shardings pass through with the last two axes swapped.
     Same bits as ``jnp.swapaxes``; raises ValueError for other dtypes or ranks.
     """
-    if x.ndim < 2 or jnp.dtype(x.dtype).itemsize != 1:
-        raise ValueError(
-            f"transpose_codes: x must have rank >= 2 and a 1-byte dtype, got shape {x.shape} dtype {x.dtype}"
-        )
+    if x.ndim < 2 or jnp.dtype(x.dtype) not in _TRANSPOSE_DTYPES:
+        names = ", ".join(d.name for d in _TRANSPOSE_DTYPES)
+        raise ValueError(f"transpose_codes: x must have rank >= 2 and dtype {names}; got shape {x.shape} dtype {x.dtype}")
     require()
     return _transpose_vmappable(x)
 
