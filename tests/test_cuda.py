@@ -655,6 +655,15 @@ def test_auto_per_tensor_gemms_transpose_codes_on_the_cuda_kernel(monkeypatch, n
         np.testing.assert_array_equal(g_cuda, g_xla)
 
 
+def _on_gpu_and_cpu(f, x):
+    """``jit(f)(x)`` on the default (GPU) device and on the CPU, as numpy arrays."""
+    got = np.asarray(jax.jit(f)(x))
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        want = np.asarray(jax.jit(f)(jax.device_put(x, cpu)))
+    return got, want
+
+
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="XLA's GPU compiler is what could drop the FP8 rounding")
 @pytest.mark.parametrize("spec", [TensorScaling(formats.E4M3), RowScaling(formats.E5M2),
                                   TileScaling(formats.E4M3, (1, 128)), TileScaling(formats.E4M3, (128, 128)),
@@ -664,10 +673,7 @@ def test_quantize_then_dequantize_in_one_jit_rounds_on_the_gpu(spec):
     # convert pair; QTensor.values() keeps the FP8 rounding behind an optimization barrier. The fused
     # round trip must equal the CPU's.
     x = jax.random.normal(jax.random.PRNGKey(13), (256, 384), jnp.float32)
-    f = lambda v: mxprec.dequantize(mxprec.quantize(v, spec, axis=1))
-    got = np.asarray(jax.jit(f)(x))
-    with jax.default_device(jax.devices("cpu")[0]):
-        want = np.asarray(jax.jit(f)(jax.device_put(x, jax.devices("cpu")[0])))
+    got, want = _on_gpu_and_cpu(lambda v: mxprec.dequantize(mxprec.quantize(v, spec, axis=1)), x)
     assert not np.array_equal(got, np.asarray(x))
     # rtol: the FP32 scales of XLA's GPU quantizer may be 1 ulp off (test_xla_gpu_quantizer_scales_equal_the_cpu_ones)
     np.testing.assert_allclose(got, want, rtol=2.0**-22, atol=0)
@@ -683,9 +689,5 @@ def test_xla_gpu_quantizer_scales_equal_the_cpu_ones(spec):
     # the seventeenth session's GPU run). exact_div now guards a constant divisor with an optimization
     # barrier; this test has not run on a GPU since that change.
     x = jax.random.normal(jax.random.PRNGKey(13), (256, 384), jnp.float32)
-    f = jax.jit(lambda v: mxprec.quantize(v, spec, axis=1).scale)
-    got = np.asarray(f(x))
-    cpu = jax.devices("cpu")[0]
-    with jax.default_device(cpu):
-        want = np.asarray(f(jax.device_put(x, cpu)))
+    got, want = _on_gpu_and_cpu(lambda v: mxprec.quantize(v, spec, axis=1).scale, x)
     np.testing.assert_array_equal(got, want)

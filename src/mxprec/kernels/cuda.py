@@ -318,16 +318,15 @@ def _transpose_call(x: jax.Array) -> jax.Array:
     return jax.ffi.ffi_call(TRANSPOSE_TARGET, out, vmap_method="broadcast_all")(x)
 
 
-def _transpose_partition(mesh, arg_shapes, result_shape):
-    dims = _spec_axes(arg_shapes[0].sharding, len(arg_shapes[0].shape))
-    x_sharding = NamedSharding(mesh, _pspec(dims))
-    y_sharding = NamedSharding(mesh, _pspec(dims[:-2] + [dims[-1], dims[-2]]))
-    return mesh, _transpose_call, y_sharding, (x_sharding,)
-
-
 def _transpose_infer(mesh, arg_shapes, result_shape):
+    """The result's sharding: the operand's with its last two axes swapped."""
     dims = _spec_axes(arg_shapes[0].sharding, len(arg_shapes[0].shape))
     return NamedSharding(mesh, _pspec(dims[:-2] + [dims[-1], dims[-2]]))
+
+
+def _transpose_partition(mesh, arg_shapes, result_shape):
+    x_sharding = NamedSharding(mesh, _pspec(_spec_axes(arg_shapes[0].sharding, len(arg_shapes[0].shape))))
+    return mesh, _transpose_call, _transpose_infer(mesh, arg_shapes, result_shape), (x_sharding,)
 
 
 _transpose_cp = custom_partitioning(_transpose_call)
