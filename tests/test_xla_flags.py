@@ -1,0 +1,62 @@
+"""mxprec.xla_flags: IEEE FP32 division for XLA's GPU programs, requested at ``import mxprec``."""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import jax
+import pytest
+
+from mxprec import xla_flags
+
+FLAG = "--xla_backend_extra_options=-nvptx-prec-divf32=2"
+
+
+@pytest.mark.parametrize("before, after", [
+    ("", FLAG),
+    ("--xla_force_host_platform_device_count=8", "--xla_force_host_platform_device_count=8 " + FLAG),
+    ("--xla_backend_extra_options=-foo=1", "--xla_backend_extra_options=-foo=1,-nvptx-prec-divf32=2"),
+    ("--xla_backend_extra_options=", FLAG),
+    (FLAG, FLAG),
+    ("--xla_backend_extra_options=-nvptx-prec-divf32=1", "--xla_backend_extra_options=-nvptx-prec-divf32=1"),
+])
+def test_with_ieee_division_adds_or_merges_the_llvm_option(before, after):
+    assert xla_flags.with_ieee_division(before) == after
+
+
+def _import_in_fresh_python(env_extra: dict, prelude: str = "") -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", xla_flags.OPT_OUT_ENV)}
+    env.update(env_extra)
+    code = (f"{prelude}\nimport os, mxprec\nfrom mxprec import xla_flags\n"
+            "print(xla_flags.STATE, '|', os.environ.get('XLA_FLAGS', ''))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_import_sets_the_flag_before_any_backend_starts():
+    assert _import_in_fresh_python({"XLA_FLAGS": "--xla_dump_hlo_as_text"}) == (
+        f"set | --xla_dump_hlo_as_text {FLAG}")
+
+
+def test_opt_out_and_too_late_leave_xla_flags_alone():
+    assert _import_in_fresh_python({xla_flags.OPT_OUT_ENV: "0"}) == "opted_out |"
+    assert _import_in_fresh_python({}, "import jax.numpy as jnp; jnp.ones(1).block_until_ready()") == "too_late |"
+    assert _import_in_fresh_python({"XLA_FLAGS": FLAG}) == f"user | {FLAG}"
+
+
+def test_this_test_process_divides_with_ieee_division():
+    assert xla_flags.ieee_division_in_effect(), xla_flags.STATE
+
+
+@pytest.mark.parametrize("state, backend, warns", [
+    ("too_late", "gpu", True), ("opted_out", "gpu", True), ("set", "gpu", False), ("too_late", "cpu", False)])
+def test_the_xla_quantizer_warns_once_on_a_gpu_without_ieee_division(monkeypatch, state, backend, warns):
+    monkeypatch.setattr(xla_flags, "STATE", state)
+    monkeypatch.setattr(xla_flags, "_warned", False)
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        xla_flags.warn_if_gpu_division_inexact()
+        xla_flags.warn_if_gpu_division_inexact()
+    assert [w.category for w in caught] == ([xla_flags.XlaGpuDivisionWarning] if warns else [])
