@@ -424,23 +424,26 @@ __device__ __forceinline__ uint2 in_band_fp8_codes8(const float (&x)[8], PAt p, 
 // FP8 codes of x / s from q0 = RN(x * r), r = RN(1 / s), when they are certain: |q0 - x / s| < 2 ulp(q0)
 // (two roundings of relative error 2**-24 each) and RN(x / s) is within half an ulp of x / s, so both lie
 // within 4 ulp-steps of q0's bit pattern (one binade down, a step is half an ulp: still 2 ulp). The
-// saturating convert is monotone, so if the magnitudes 4 steps below and above q0 have the same code,
-// RN(x / s) has q0's code (same sign). Else (near an FP8 rounding boundary; NaN / Inf, whose steps
-// leave the finite range) returns false and the caller divides exactly. The same codes as the exact
-// division for every input (tests/test_cuda_quantize.py: on the CPU over 50 scales, on the GPU at and
-// beside every FP8 midpoint).
+// saturating convert is monotone, so if no code changes within 4 steps of |q0|'s pattern, RN(x / s) has
+// q0's code (same sign): fp8_certificate (quantize_math.h), integer arithmetic on q0's bits, two mins
+// over the chunk. Else (near an FP8 rounding boundary, in the FP8 subnormal range) returns false and the
+// caller divides exactly. Only for kDiv scales of a finite group amax: |q0| <= max_finite (1 + 2**-22),
+// no NaN / Inf. It replaced converting the 4-step neighbours (three converts per element pair, against
+// one; the convert issues at a quarter of the FMA rate). The same codes as the exact division for every
+// input (tests/test_cuda_quantize.py: on the CPU over 50 scales, on the GPU at and beside every FP8
+// midpoint; the certificate itself at every code change in cuda_quantize_host_test.cc).
 __device__ __forceinline__ bool certified_fp8_codes(const float (&x)[8], float r, bool e5m2, uint2& c) {
-  float q0[8], lo[8], hi[8];
+  const Fp8Certificate k = fp8_certificate(e5m2);
+  float q0[8];
+  uint32_t min_v = 0xFFFFFFFFu, min_u = 0xFFFFFFFFu;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     q0[i] = __fmul_rn(x[i], r);
-    const uint32_t a = __float_as_uint(q0[i]) & 0x7FFFFFFFu;
-    lo[i] = __uint_as_float(min(max(a, 4u) - 4u, 0x7F7FFFFBu));  // NaN: lo finite, hi NaN -> codes differ
-    hi[i] = __uint_as_float(a + 4u);                             // (a + 4 past 0x7FFFFFFF: -0, differs too)
+    const uint32_t b = __float_as_uint(q0[i]);
+    min_v = min(min_v, fp8_cert_v(b, k));
+    min_u = min(min_u, fp8_cert_u(b, k));
   }
-  const uint32_t l0 = fp8x4(lo[0], lo[1], lo[2], lo[3], e5m2), l1 = fp8x4(lo[4], lo[5], lo[6], lo[7], e5m2);
-  const uint32_t h0 = fp8x4(hi[0], hi[1], hi[2], hi[3], e5m2), h1 = fp8x4(hi[4], hi[5], hi[6], hi[7], e5m2);
-  if ((l0 ^ h0) | (l1 ^ h1)) return false;
+  if (!fp8_cert_ok(min_v, min_u, k)) return false;
   c.x = fp8x4(q0[0], q0[1], q0[2], q0[3], e5m2);
   c.y = fp8x4(q0[4], q0[5], q0[6], q0[7], e5m2);
   return true;
