@@ -603,7 +603,8 @@ def test_transpose_codes_sharding_rules_swap_the_last_two_axes():
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "model"))
+    # The conftest's 8 host devices (a one-GPU machine's default devices are too few for the mesh).
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 4), ("data", "model"))
     arg = jax.ShapeDtypeStruct((4, 256, 512), jnp.float8_e4m3fn, sharding=NamedSharding(mesh, P("data", None, "model")))
     assert cuda._transpose_infer(mesh, [arg], None).spec == P("data", "model", None)
     _, lower, out_sharding, (in_sharding,) = cuda._transpose_partition(mesh, [arg], None)
@@ -621,7 +622,7 @@ def test_transpose_codes_rejects_wide_or_rank_1_inputs():
 @needs_gpu
 def test_transpose_handler_rejects_bad_buffers_with_an_error():
     # The handler itself (bypassing transpose_codes' checks) returns InvalidArgument naming the dtypes /
-    # shapes; it never aborts. (Added after the seventeenth session's last device call.)
+    # shapes; it never aborts. (Passed on the H200 in the eighteenth session.)
     call = lambda x, out: jax.ffi.ffi_call(cuda.TRANSPOSE_TARGET, out)(x)
     with pytest.raises(Exception, match="1-byte type"):
         jax.block_until_ready(call(jnp.zeros((4, 8), jnp.float32), jax.ShapeDtypeStruct((8, 4), jnp.float32)))
