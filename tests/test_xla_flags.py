@@ -60,3 +60,9 @@ def test_the_xla_quantizer_warns_once_on_a_gpu_without_ieee_division(monkeypatch
         xla_flags.warn_if_gpu_division_inexact()
         xla_flags.warn_if_gpu_division_inexact()
     assert [w.category for w in caught] == ([xla_flags.XlaGpuDivisionWarning] if warns else [])
+
+
+def test_info_reports_the_division_state():
+    import mxprec
+
+    assert f"XLA GPU FP32 division: IEEE (div.rn) [{xla_flags.STATE}]" in mxprec.info()

@@ -15,6 +15,10 @@ def info() -> str:
         (f"native custom calls (mxprec_scaled_gemm, mxprec_quantize) for {platform}: "
          f"{'available' if kernels.ffi_available(platform) else 'not available'}"),
     ]
+    from mxprec import xla_flags
+
+    lines.append(f"XLA GPU FP32 division: {'IEEE (div.rn)' if xla_flags.ieee_division_in_effect() else 'div.full (up to 2 ulp)'}"
+                 f" [{xla_flags.STATE}]")
     for name in ("bf16", "fp8_current", "mxfp8", "mxfp4"):
         lines.append(f"  {name:12s} -> {kernels.backend_report(recipes.get(name))}")
     return "\n".join(lines)
