@@ -45,12 +45,25 @@ def test_opt_out_and_too_late_leave_xla_flags_alone():
     assert _import_in_fresh_python({"XLA_FLAGS": FLAG}) == f"user | {FLAG}"
 
 
+@pytest.mark.parametrize("plugins, started, want", [
+    (set(), False, "set"), ({"cuda"}, False, "set"), ({"cuda", "rocm"}, False, "set"), ({"rocm"}, False, "not_cuda"),
+    ({"cuda"}, True, "too_late")])
+def test_request_depends_on_the_plugins_and_the_backends(monkeypatch, plugins, started, want):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_hlo_as_text")
+    monkeypatch.delenv(xla_flags.OPT_OUT_ENV, raising=False)
+    monkeypatch.setattr(xla_flags, "_gpu_plugins", lambda: plugins)
+    monkeypatch.setattr(xla_flags, "_backends_started", lambda: started)
+    assert xla_flags.request_ieee_division() == want
+    assert (os.environ["XLA_FLAGS"] == "--xla_dump_hlo_as_text " + FLAG) == (want == "set")
+
+
 def test_this_test_process_divides_with_ieee_division():
     assert xla_flags.ieee_division_in_effect(), xla_flags.STATE
 
 
 @pytest.mark.parametrize("state, backend, warns", [
-    ("too_late", "gpu", True), ("opted_out", "gpu", True), ("set", "gpu", False), ("too_late", "cpu", False)])
+    ("too_late", "gpu", True), ("opted_out", "gpu", True), ("set", "gpu", False), ("too_late", "cpu", False),
+    ("not_cuda", "gpu", False)])
 def test_the_xla_quantizer_warns_once_on_a_gpu_without_ieee_division(monkeypatch, state, backend, warns):
     monkeypatch.setattr(xla_flags, "STATE", state)
     monkeypatch.setattr(xla_flags, "_warned", False)

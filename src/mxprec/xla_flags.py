@@ -13,12 +13,15 @@ when no JAX backend has started yet (XLA reads the variable when the first backe
 changes every FP32 division of the process's GPU programs, the user's own included, to IEEE
 division. Opt out with ``MXPREC_XLA_GPU_IEEE_DIVISION=0``; then, or when a backend had already
 started, the first quantization traced for a GPU by the XLA path warns (``XlaGpuDivisionWarning``)
-that its FP32 scales and codes may differ from the reference's.
+that its FP32 scales and codes may differ from the reference's. Where only a ROCm plugin is installed
+the NVPTX option is not added (its division was not measured).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import pkgutil
 import shlex
 import warnings
 
@@ -55,14 +58,26 @@ def _backends_started() -> bool:
         return True
 
 
+def _gpu_plugins() -> set[str]:
+    """Which JAX GPU plugins are installed: a subset of {"cuda", "rocm"} (module names only, nothing imported)."""
+    names = [m.name for m in pkgutil.iter_modules() if m.name.startswith(("jax_cuda", "jax_rocm"))]
+    spec = importlib.util.find_spec("jax_plugins")
+    if spec is not None and spec.submodule_search_locations:
+        names += [m.name for m in pkgutil.iter_modules(list(spec.submodule_search_locations))]
+    return {kind for kind in ("cuda", "rocm") if any(kind in n for n in names)}
+
+
 def request_ieee_division() -> str:
     """Called by ``import mxprec``. Returns how IEEE division stands: ``"set"`` (added now),
-    ``"user"`` (already in XLA_FLAGS), ``"opted_out"`` or ``"too_late"`` (a backend had started)."""
+    ``"user"`` (already in XLA_FLAGS), ``"opted_out"``, ``"too_late"`` (a backend had started) or
+    ``"not_cuda"`` (only a ROCm plugin is installed: the option is NVPTX's, LLVM might reject it)."""
     flags = os.environ.get("XLA_FLAGS", "")
     if "nvptx-prec-divf32=2" in flags:
         return "user"
     if os.environ.get(OPT_OUT_ENV, "1") == "0":
         return "opted_out"
+    if _gpu_plugins() == {"rocm"}:
+        return "not_cuda"
     if _backends_started():
         return "too_late"
     os.environ["XLA_FLAGS"] = with_ieee_division(flags)
@@ -81,7 +96,7 @@ def ieee_division_in_effect() -> bool:
 def warn_if_gpu_division_inexact() -> None:
     """Warn once when the XLA quantizer is traced for a GPU without IEEE division."""
     global _warned
-    if _warned or ieee_division_in_effect() or jax.default_backend() != "gpu":
+    if _warned or ieee_division_in_effect() or STATE == "not_cuda" or jax.default_backend() != "gpu":
         return
     _warned = True
     why = {"opted_out": f"{OPT_OUT_ENV}=0 is set",
