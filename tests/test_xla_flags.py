@@ -43,6 +43,8 @@ def test_opt_out_and_too_late_leave_xla_flags_alone():
     assert _import_in_fresh_python({xla_flags.OPT_OUT_ENV: "0"}) == "opted_out |"
     assert _import_in_fresh_python({}, "import jax.numpy as jnp; jnp.ones(1).block_until_ready()") == "too_late |"
     assert _import_in_fresh_python({"XLA_FLAGS": FLAG}) == f"user | {FLAG}"
+    other = "--xla_backend_extra_options=-nvptx-prec-divf32=1"
+    assert _import_in_fresh_python({"XLA_FLAGS": other}) == f"user_other | {other}"
 
 
 @pytest.mark.parametrize("plugins, started, want", [
@@ -63,7 +65,7 @@ def test_this_test_process_divides_with_ieee_division():
 
 @pytest.mark.parametrize("state, backend, warns", [
     ("too_late", "gpu", True), ("opted_out", "gpu", True), ("set", "gpu", False), ("too_late", "cpu", False),
-    ("not_cuda", "gpu", False)])
+    ("not_cuda", "gpu", False), ("user_other", "gpu", True)])
 def test_the_xla_quantizer_warns_once_on_a_gpu_without_ieee_division(monkeypatch, state, backend, warns):
     monkeypatch.setattr(xla_flags, "STATE", state)
     monkeypatch.setattr(xla_flags, "_warned", False)

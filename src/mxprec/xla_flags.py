@@ -69,11 +69,14 @@ def _gpu_plugins() -> set[str]:
 
 def request_ieee_division() -> str:
     """Called by ``import mxprec``. Returns how IEEE division stands: ``"set"`` (added now),
-    ``"user"`` (already in XLA_FLAGS), ``"opted_out"``, ``"too_late"`` (a backend had started) or
-    ``"not_cuda"`` (only a ROCm plugin is installed: the option is NVPTX's, LLVM might reject it)."""
+    ``"user"`` (already in XLA_FLAGS), ``"user_other"`` (XLA_FLAGS sets another division precision),
+    ``"opted_out"``, ``"too_late"`` (a backend had started) or ``"not_cuda"`` (only a ROCm plugin is
+    installed: the option is NVPTX's, LLVM might reject it)."""
     flags = os.environ.get("XLA_FLAGS", "")
     if "nvptx-prec-divf32=2" in flags:
         return "user"
+    if "nvptx-prec-divf32" in flags:
+        return "user_other"
     if os.environ.get(OPT_OUT_ENV, "1") == "0":
         return "opted_out"
     if _gpu_plugins() == {"rocm"}:
@@ -100,6 +103,7 @@ def warn_if_gpu_division_inexact() -> None:
         return
     _warned = True
     why = {"opted_out": f"{OPT_OUT_ENV}=0 is set",
+           "user_other": "XLA_FLAGS sets another -nvptx-prec-divf32",
            "too_late": "a JAX backend had started before `import mxprec`"}[STATE]
     warnings.warn(
         f"XLA's GPU compiler divides FP32 with div.full.f32 (up to 2 ulp off) and {why}, so the XLA "
