@@ -111,7 +111,7 @@ for stage in "$@"; do
     xla-gpu-numerics)  # the XLA path's GPU numerics: quantizer scales vs the CPU, fused quantize-dequantize,
       # the dot_general oracle suite with backend="xla" (never run on a GPU before the seventeenth session)
       step test_xla_gpu "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py tests/test_quantize_api.py \
-        tests/test_dot_general.py -k "scales_equal or rounds_on_the_gpu or gpu_xla or tie or amax or (oracle and xla)" ;;
+        tests/test_dot_general.py -k "scales_equal or codes_equal or exact_div or rounds_on_the_gpu or gpu_xla or tie or amax or (oracle and xla)" ;;
     cuda-gemm-tests)  # tests/test_cuda.py only (the GEMM kernels, FFI contract, auto routing)
       step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py ;;
     cuda-new)
