@@ -432,17 +432,16 @@ __device__ __forceinline__ uint2 in_band_fp8_codes8(const float (&x)[8], PAt p, 
 // one; the convert issues at a quarter of the FMA rate). The same codes as the exact division for every
 // input (tests/test_cuda_quantize.py: on the CPU over 50 scales, on the GPU at and beside every FP8
 // midpoint; the certificate itself at every code change in cuda_quantize_host_test.cc).
-// r(i): element i's reciprocal. (Tried in the tensor kernel's and col_kernel's in-band paths, before
-// the Markstein division as its fallback: slower there, e.g. the delayed cast 75.9 -> 70.6 % of copy and
-// 128 x 128 tiles 85.6 -> 79.6 % on the H200; their straight Markstein division stays.)
-template <class RAt>
-__device__ __forceinline__ bool certified_fp8_codes(const float (&x)[8], RAt r, bool e5m2, uint2& c) {
+// (Tried in the tensor kernel's and col_kernel's in-band paths, before the Markstein division as its
+// fallback: slower there, e.g. the delayed cast 75.9 -> 70.6 % of copy and 128 x 128 tiles 85.6 -> 79.6 %
+// on the H200; their straight Markstein division stays.)
+__device__ __forceinline__ bool certified_fp8_codes(const float (&x)[8], float r, bool e5m2, uint2& c) {
   const Fp8Certificate k = fp8_certificate(e5m2);
   float q0[8];
   uint32_t min_v = 0xFFFFFFFFu, min_u = 0xFFFFFFFFu;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    q0[i] = __fmul_rn(x[i], r(i));
+    q0[i] = __fmul_rn(x[i], r);
     const uint32_t b = __float_as_uint(q0[i]);
     min_v = min(min_v, fp8_cert_v(b, k));
     min_u = min(min_u, fp8_cert_u(b, k));
@@ -510,7 +509,7 @@ __device__ __forceinline__ uint2 codes8_uniform(const float (&x)[8], ElemScale e
   if constexpr (kFp8 && kCertify) {
     if (es.mode == ElemMode::kDiv) {
       uint2 c;
-      if (certified_fp8_codes(x, [r](int) { return r; }, f == ElemFormat::kE5M2, c)) return c;
+      if (certified_fp8_codes(x, r, f == ElemFormat::kE5M2, c)) return c;
       Chunk8 xv;
 #pragma unroll
       for (int i = 0; i < 8; ++i) xv.v[i] = x[i];
