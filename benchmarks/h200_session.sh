@@ -30,6 +30,7 @@
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
 #   cuda-gemm-tests tests/test_cuda.py alone
+#   blockwise    block GEMM tests on mxprec's persistent kernel, then benchmarks/blockwise_gemm.py (vs CUTLASS, torch)
 #   transpose    the FP8 code transpose kernel: its GPU tests, then benchmarks/fp8_transpose.py
 #   xla-gpu-numerics the XLA path's numerics on the GPU (quantizer scales, fused quantize + dequantize, oracle)
 #   ncu-src:SHAPE ncu --set full with per-SASS-instruction stall samples, ours and cuBLASLt, one e4m3 GEMM of SHAPE
@@ -112,6 +113,11 @@ for stage in "$@"; do
       # the dot_general oracle suite with backend="xla" (never run on a GPU before the seventeenth session)
       step test_xla_gpu "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py tests/test_quantize_api.py \
         tests/test_dot_general.py -k "scales_equal or codes_equal or exact_div or rounds_on_the_gpu or gpu_xla or tie or amax or (oracle and xla)" ;;
+    blockwise)  # the block-scaled GEMM kernels: the block GEMM tests with ours (MXPREC_SM90_BLOCKWISE_KERNEL=persistent),
+      # then benchmarks/blockwise_gemm.py (torch blockwise, CUTLASS's kernel and ours, same process; BW_SHAPES)
+      step test_blockwise_persistent env MXPREC_SM90_BLOCKWISE_KERNEL=persistent "$PY" -m pytest -q -rfE \
+        -p no:cacheprovider tests/test_cuda.py -k "block"
+      step blockwise_gemm "$PY" benchmarks/blockwise_gemm.py ${BW_SHAPES:+--shapes $BW_SHAPES} --out "$R/blockwise_gemm.json" ;;
     cuda-gemm-tests)  # tests/test_cuda.py only (the GEMM kernels, FFI contract, auto routing)
       step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py ;;
     cuda-new)

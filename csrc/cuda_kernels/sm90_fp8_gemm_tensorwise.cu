@@ -26,12 +26,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 
 #include "ffi_helpers.h"
 #include "scaled_gemm.h"
 #include "sm90_fp8_gemm_blockwise.h"
+#include "sm90_fp8_gemm_persistent.h"
 #include "sm90_fp8_gemm_rowwise.h"
 #include "sm90_fp8_gemm_tensorwise.h"
 #include "xla/ffi/api/ffi.h"
@@ -159,13 +162,31 @@ struct Rowwise {
   template <int P, int O>
   static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_rowwise_run<P, O>(a, ws, s); }
 };
+// Which block-scaled kernel runs, read from MXPREC_SM90_BLOCKWISE_KERNEL at every call (under XLA's command
+// buffers: when the call is captured): "cutlass" (CUTLASS's KernelTmaWarpSpecializedCooperativeFP8Blockwise,
+// sm90_fp8_gemm_blockwise.h; the default) or "persistent" (ours, sm90_fp8_gemm_persistent.h). Anything else is an
+// error, not a fallback.
+enum class BlockwiseKernel { kCutlass, kPersistent, kUnknown };
+BlockwiseKernel blockwise_kernel_choice() {
+  const char* v = std::getenv("MXPREC_SM90_BLOCKWISE_KERNEL");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "cutlass") == 0) return BlockwiseKernel::kCutlass;
+  if (std::strcmp(v, "persistent") == 0) return BlockwiseKernel::kPersistent;
+  return BlockwiseKernel::kUnknown;
+}
+
 template <int kRowsB>
 struct Blockwise {
   using Args = BlockwiseGemmArgs;
   template <int P, int O>
   static size_t workspace(const Args& a) { return sm90_blockwise_workspace<P, O, kRowsB>(a); }
   template <int P, int O>
-  static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_blockwise_run<P, O, kRowsB>(a, ws, s); }
+  static const char* run(const Args& a, void* ws, cudaStream_t s) {
+    switch (blockwise_kernel_choice()) {
+      case BlockwiseKernel::kCutlass: return sm90_blockwise_run<P, O, kRowsB>(a, ws, s);
+      case BlockwiseKernel::kPersistent: return sm90_blockwise_persistent_run<P, O, kRowsB>(a, s);
+      default: return "MXPREC_SM90_BLOCKWISE_KERNEL must be 'cutlass' or 'persistent'";
+    }
+  }
 };
 using Blockwise2D = Blockwise<kBlockwiseRowsB>;    // B in 128x128 tiles
 using Blockwise1D = Blockwise<kBlockwiseRowsB1D>;  // B in 1x128 tiles

@@ -1,0 +1,97 @@
+"""H200 A/B of the block-scaled FP8 GEMM kernels (1x128 x 128x128 and 1x128 x 1x128) against torch.
+
+    PYTHONPATH=src python3 benchmarks/blockwise_gemm.py [--out results.json] [--shapes 8192x8192x8192,...]
+                                                         [--kernels cutlass,persistent] [--iters 20]
+
+Per shape M x K x N (A (M, K), B (N, K), K contiguous, bf16 out), in one process: torch._scaled_mm blockwise
+(1x128 / 128x128, cuBLASLt; if torch with CUDA is importable), then mxprec's ``scaled_gemm`` (backend ffi) with
+MXPREC_SM90_BLOCKWISE_KERNEL set to each of --kernels (the variable is read when the FFI call runs: every kernel
+gets its own jitted function, first run after setting it), for the Fprop pair (B in 128x128 tiles, "2d") and the
+Wgrad pair (B in 1x128 tiles, "1d"). Timing as benchmarks/gemm.py: mean over --iters back-to-back calls after 3
+warmups, TFLOP/s = 2 M N K / t. Writes JSON rows {shape, impl, scaling, tflops, ratio_vs_torch_block}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.dirname(__file__))
+import gemm as gemm_bench  # noqa: E402  (bench, torch timing helpers, _b)
+
+import mxprec  # noqa: E402
+from mxprec import formats  # noqa: E402
+from mxprec.kernels import cuda  # noqa: E402
+from mxprec.scaling import TileScaling  # noqa: E402
+
+DEFAULT_SHAPES = "8192x8192x8192,16384x4096x14336,16384x14336x4096,4096x4096x4096"
+
+
+def torch_block(m, k, n, iters):
+    rows = [r for r in gemm_bench.torch_rows(m, k, n, iters) if r["recipe"] == "fp8_block"]
+    return rows[0].get("t") if rows else None
+
+
+def mxprec_block(m, k, n, iters, kernel, rows_b):
+    os.environ["MXPREC_SM90_BLOCKWISE_KERNEL"] = kernel
+    e4m3 = formats.E4M3
+    kx, kw = jax.random.split(jax.random.PRNGKey(m + k + n))
+    x = jax.random.normal(kx, (m, k), jnp.float32)
+    w = jax.random.normal(kw, (n, k), jnp.float32)
+    qx = mxprec.quantize(x, TileScaling(e4m3, tile=(1, 128)), axis=1)
+    qw = mxprec.quantize(w, TileScaling(e4m3, tile=(rows_b, 128)), axis=1)
+    f = jax.jit(lambda a, b: cuda.scaled_gemm(a, b, lhs_contract=2, rhs_contract=2, out_dtype=jnp.bfloat16))
+    a, b = gemm_bench._b(qx), gemm_bench._b(qw)
+    return gemm_bench.bench(f, a, b, iters=iters), f(a, b)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default=DEFAULT_SHAPES)
+    p.add_argument("--kernels", default="cutlass,persistent")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    rows = []
+    for spec in args.shapes.split(","):
+        m, k, n = (int(v) for v in spec.split("x"))
+        t_torch = torch_block(m, k, n, args.iters)
+        if t_torch:
+            rows.append(dict(shape=spec, impl="torch._scaled_mm blockwise", scaling="2d",
+                             tflops=round(gemm_bench.tflops(m, k, n, t_torch), 1), ratio_vs_torch_block=1.0))
+        outs = {}
+        for rows_b, scaling in ((128, "2d"), (1, "1d")):
+            for kernel in args.kernels.split(","):
+                try:
+                    t, out = mxprec_block(m, k, n, args.iters, kernel, rows_b)
+                except Exception as e:  # noqa: BLE001 - a failing kernel is reported, not fatal
+                    rows.append(dict(shape=spec, impl=f"mxprec {kernel}", scaling=scaling, error=str(e)[:300]))
+                    continue
+                outs[(kernel, scaling)] = out
+                tf = gemm_bench.tflops(m, k, n, t)
+                rows.append(dict(shape=spec, impl=f"mxprec {kernel}", scaling=scaling, tflops=round(tf, 1),
+                                 ratio_vs_torch_block=round(tf / gemm_bench.tflops(m, k, n, t_torch), 3)
+                                 if t_torch else None))
+            kern = args.kernels.split(",")
+            if len(kern) == 2 and all((kk, scaling) in outs for kk in kern):
+                o0, o1 = (outs[(kk, scaling)].astype(jnp.float32) for kk in kern)
+                rows.append(dict(shape=spec, impl="max |a-b| / max |a|", scaling=scaling,
+                                 value=float(jnp.max(jnp.abs(o0 - o1)) / jnp.max(jnp.abs(o0)))))
+        for r in rows:
+            if r["shape"] == spec:
+                print(json.dumps(r), flush=True)
+    result = dict(device=jax.devices()[0].device_kind, date=datetime.date.today().isoformat(),
+                  command="python3 benchmarks/blockwise_gemm.py " + " ".join(argv or sys.argv[1:]), rows=rows)
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(result, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,367 @@
+// mxprec's own persistent sm_90a FP8 GEMM with the scaling in the mainloop (no CUTLASS): the block-scaled
+// family (sm90_fp8_gemm_blockwise.h) written directly against PTX (TMA, mbarriers, WGMMA), so that the loop
+// around the WGMMAs is ours: per-warpgroup pipelines and epilogues, no cross-warpgroup barrier after the start.
+//
+//   D[l, m, n] = sum_kb sa[l, kb, m] * sb[l, kb, n / kRowsB] * sum_{k in block kb} A[l, m, k] * B[l, n, k] (+ bias[n])
+//
+// Same operands, scale layouts (sfa float[L][K/128][m_pitch], sfb float[L][K/128][N/kRowsB]) and numerics as the
+// CUTLASS kernel: every 128 of K (4 WGMMAs of k32) the tensor core's partial sum (fresh registers) is promoted into
+// the FP32 accumulator as acc = fma(partial, sa * sb, acc), the product sa * sb rounded to FP32 once.
+//
+// CTA: 384 threads. Warpgroup 0 is the producer (one thread issues the TMA loads of A, B and the A scales into a
+// kStages-deep ring of shared-memory stages; with kRowsB == 1 also the B scales); warpgroups 1 and 2 each own 64
+// rows of the 128 x kBlockN tile. Each consumer warpgroup waits for a stage, issues its 4 WGMMAs, waits for them,
+// releases the stage (one arrive per warp) and adds the scaled partial sum; the two warpgroups are never
+// synchronised with each other, so one's promotion and epilogue overlap the other's WGMMAs. Persistent: grid =
+// min(tiles, SMs); tiles are visited in groups of kGroupM row blocks (L2 reuse of B) and every CTA walks
+// blockIdx.x, blockIdx.x + gridDim.x, ... The epilogue stores straight from registers (bf16x2 / float2 per row).
+#ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_PERSISTENT_CUH_
+#define MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_PERSISTENT_CUH_
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "sm90_fp8_gemm_blockwise.h"
+
+namespace mxprec {
+namespace cuda {
+namespace persistent {
+
+constexpr int kBlockM = 128;       // rows per CTA tile (2 consumer warpgroups x 64)
+constexpr int kBlockK = 128;       // K per stage = one scale block
+constexpr int kThreads = 384;      // producer warpgroup + 2 consumer warpgroups
+constexpr int kGroupM = 8;         // row blocks per raster group
+
+// ---------------------------------------------------------------------------------------------------------------
+// PTX wrappers
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+// 3-D TMA tile load into shared memory, completing `bytes` on `bar`.
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// Keeps the compiler from moving register reads / writes of `r` across the WGMMA fences.
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// WGMMA shared-memory descriptor of a K-major operand tile stored with the 128-byte swizzle (TMA's
+// CU_TENSOR_MAP_SWIZZLE_128B): rows of 128 bytes, 8-row core-matrix groups 1024 bytes apart (SBO), the tile base
+// 1024-byte aligned. Advancing the start address by 32 bytes selects the next k32 slice of the 128-byte rows.
+__device__ __forceinline__ uint64_t smem_desc_sw128(const void* p) {
+  const uint64_t addr = smem_u32(p);
+  uint64_t desc = (addr & 0x3FFFFu) >> 4;  // start address
+  desc |= uint64_t(1) << 16;              // leading byte offset (unused by swizzled K-major layouts)
+  desc |= uint64_t(1024 >> 4) << 32;      // stride byte offset
+  desc |= uint64_t(1) << 62;              // 128-byte swizzle
+  return desc;
+}
+
+// clang-format off
+#define MXPREC_WGMMA_64x128x32(TYPES, d, desc_a, desc_b, scale_d)                                   \
+  asm volatile(                                                                               \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                       \
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32" TYPES " "                                 \
+      "{"                                                                                \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"  \
+      "}, %64, %65, p, 1, 1;\n}\n"  \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),  \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),  \
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),  \
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),  \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])  \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+#define MXPREC_WGMMA_64x192x32(TYPES, d, desc_a, desc_b, scale_d)                                   \
+  asm volatile(                                                                               \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                       \
+      "wgmma.mma_async.sync.aligned.m64n192k32.f32" TYPES " "                                 \
+      "{"                                                                                \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"  \
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"  \
+      "}, %96, %97, p, 1, 1;\n}\n"  \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),  \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),  \
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),  \
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),  \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),  \
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),  \
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),  \
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),  \
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])  \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+// clang-format on
+
+// d (kBlockN / 2 floats per thread) [+]= A(64 x 32) * B(kBlockN x 32)^T for the operand pair kPair.
+template <int kPair, int kBlockN>
+__device__ __forceinline__ void wgmma_fp8(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+  static_assert(kBlockN == 128 || kBlockN == 192, "WGMMA widths built: 128, 192");
+  if constexpr (kBlockN == 128) {
+    if constexpr (kPair == 0) {
+      MXPREC_WGMMA_64x128x32(".e4m3.e4m3", d, desc_a, desc_b, accumulate);
+    } else if constexpr (kPair == 1) {
+      MXPREC_WGMMA_64x128x32(".e5m2.e4m3", d, desc_a, desc_b, accumulate);
+    } else {
+      MXPREC_WGMMA_64x128x32(".e4m3.e5m2", d, desc_a, desc_b, accumulate);
+    }
+  } else {
+    if constexpr (kPair == 0) {
+      MXPREC_WGMMA_64x192x32(".e4m3.e4m3", d, desc_a, desc_b, accumulate);
+    } else if constexpr (kPair == 1) {
+      MXPREC_WGMMA_64x192x32(".e5m2.e4m3", d, desc_a, desc_b, accumulate);
+    } else {
+      MXPREC_WGMMA_64x192x32(".e4m3.e5m2", d, desc_a, desc_b, accumulate);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Shared memory: kStages x (A tile, B tile, A scales[, B scales]) and the full / empty barriers.
+template <int kBlockN, int kRowsB, int kStages>
+struct SmemLayout {
+  static constexpr int kABytes = kBlockM * kBlockK;           // e4m3/e5m2: one byte per element
+  static constexpr int kBBytes = kBlockN * kBlockK;
+  static constexpr int kSfaBytes = kBlockM * 4;
+  static constexpr int kSfbBytes = kRowsB == 1 ? kBlockN * 4 : 0;  // per-row B scales ride in shared memory
+  static constexpr int kStageTx = kABytes + kBBytes + kSfaBytes + kSfbBytes;
+  static constexpr int kA = 0;
+  static constexpr int kB = kA + kStages * kABytes;
+  static constexpr int kSfa = kB + kStages * kBBytes;
+  static constexpr int kSfb = kSfa + kStages * kSfaBytes;
+  static constexpr int kBars = kSfb + kStages * kSfbBytes;
+  static constexpr int kBytes = kBars + 2 * kStages * 8;
+  static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles need 1024-byte alignment");
+};
+
+struct TileCoord {
+  int l, m_blk, n_blk;
+};
+
+// Tile t of the grouped raster: groups of kGroupM row blocks, column blocks outer within a group.
+__device__ __forceinline__ TileCoord tile_coord(int t, int num_m, int num_n) {
+  const int per_l = num_m * num_n;
+  TileCoord c;
+  c.l = t / per_l;
+  const int r = t - c.l * per_l;
+  const int group_size = kGroupM * num_n;
+  const int g = r / group_size;
+  const int first_m = g * kGroupM;
+  const int gm = min(num_m - first_m, kGroupM);
+  const int in_group = r - g * group_size;
+  c.m_blk = first_m + in_group % gm;
+  c.n_blk = in_group / gm;
+  return c;
+}
+
+template <int kOut>
+__device__ __forceinline__ void store_pair(void* d, size_t idx, float x, float y) {
+  if constexpr (kOut == 0) {
+    *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(d) + idx) = __floats2bfloat162_rn(x, y);
+  } else {
+    *reinterpret_cast<float2*>(static_cast<float*>(d) + idx) = make_float2(x, y);
+  }
+}
+
+template <int kPair, int kOut, int kRowsB, int kBlockN, int kStages>
+__global__ void __launch_bounds__(kThreads, 1)
+    blockwise_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                          const __grid_constant__ CUtensorMap map_sfa, const __grid_constant__ CUtensorMap map_sfb,
+                          const float* __restrict__ sfb, const float* __restrict__ bias, void* __restrict__ d,
+                          int m, int n, int k, int l) {
+  using Smem = SmemLayout<kBlockN, kRowsB, kStages>;
+  constexpr int kAcc = kBlockN / 2;  // accumulator floats per thread (64 x kBlockN over 128 threads)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Smem::kBars);
+  uint64_t* empty = full + kStages;
+
+  const int num_m = (m + kBlockM - 1) / kBlockM;
+  const int num_n = n / kBlockN;
+  const int num_kb = k / kBlockK;
+  const int num_tiles = num_m * num_n * l;
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 8);  // one arrive per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // Producer: one thread streams every stage of every tile this CTA owns.
+    if (threadIdx.x == 0) {
+      tma_prefetch_descriptor(&map_a);
+      tma_prefetch_descriptor(&map_b);
+      tma_prefetch_descriptor(&map_sfa);
+      if constexpr (kRowsB == 1) tma_prefetch_descriptor(&map_sfb);
+      int s = 0;
+      uint32_t phase = 0;
+      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        const TileCoord c = tile_coord(t, num_m, num_n);
+        for (int kb = 0; kb < num_kb; ++kb) {
+          mbar_wait(&empty[s], phase ^ 1);
+          mbar_arrive_expect_tx(&full[s], Smem::kStageTx);
+          tma_load_3d(smem + Smem::kA + s * Smem::kABytes, &map_a, &full[s], kb * kBlockK, c.m_blk * kBlockM, c.l);
+          tma_load_3d(smem + Smem::kB + s * Smem::kBBytes, &map_b, &full[s], kb * kBlockK, c.n_blk * kBlockN, c.l);
+          tma_load_3d(smem + Smem::kSfa + s * Smem::kSfaBytes, &map_sfa, &full[s], c.m_blk * kBlockM, kb, c.l);
+          if constexpr (kRowsB == 1) {
+            tma_load_3d(smem + Smem::kSfb + s * Smem::kSfbBytes, &map_sfb, &full[s], c.n_blk * kBlockN, kb, c.l);
+          }
+          if (++s == kStages) {
+            s = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup 1 -> tile rows 0..63, warpgroup 2 -> rows 64..127.
+  const int cw = wg - 1;
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32;
+  const int row0 = cw * 64 + warp * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
+  const int col0 = (lane % 4) * 2;                  // and columns col0, col0 + 1 of every 8-column group
+  const int nb_count = n / 128;                     // B scale columns per k block (kRowsB == 128)
+
+  float acc[kAcc];
+  float part[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) part[i] = 0.f;
+
+  int s = 0;
+  uint32_t phase = 0;
+  for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    const TileCoord c = tile_coord(t, num_m, num_n);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+    const float* sfb_tile = sfb + static_cast<size_t>(c.l) * num_kb * nb_count + (c.n_blk * kBlockN) / 128;
+
+    for (int kb = 0; kb < num_kb; ++kb) {
+      float sb = 0.f;
+      if constexpr (kRowsB == 128) sb = __ldg(sfb_tile + static_cast<size_t>(kb) * nb_count);
+      mbar_wait(&full[s], phase);
+      const float* sfa_s = reinterpret_cast<const float*>(smem + Smem::kSfa + s * Smem::kSfaBytes);
+      const float sa0 = sfa_s[row0], sa1 = sfa_s[row0 + 8];
+      const uint8_t* a_s = smem + Smem::kA + s * Smem::kABytes + cw * 64 * kBlockK;
+      const uint8_t* b_s = smem + Smem::kB + s * Smem::kBBytes;
+      const uint64_t desc_a = smem_desc_sw128(a_s), desc_b = smem_desc_sw128(b_s);
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) fence_operand(part[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockK / 32; ++kk) {
+        // +32 bytes of K per slice: +2 in the descriptor's 16-byte address units.
+        wgmma_fp8<kPair, kBlockN>(part, desc_a + 2 * kk, desc_b + 2 * kk, kk > 0 ? 1u : 0u);
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) fence_operand(part[i]);
+
+      if constexpr (kRowsB == 128) {
+        if (lane == 0) mbar_arrive(&empty[s]);
+        const float s0 = sa0 * sb, s1 = sa1 * sb;
+#pragma unroll
+        for (int j = 0; j < kAcc / 4; ++j) {
+          acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+        }
+      } else {
+        const float* sfb_s = reinterpret_cast<const float*>(smem + Smem::kSfb + s * Smem::kSfbBytes);
+#pragma unroll
+        for (int j = 0; j < kAcc / 4; ++j) {
+          const float2 sbv = *reinterpret_cast<const float2*>(sfb_s + 8 * j + col0);
+          acc[4 * j + 0] = fmaf(part[4 * j + 0], sa0 * sbv.x, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(part[4 * j + 1], sa0 * sbv.y, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(part[4 * j + 2], sa1 * sbv.x, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(part[4 * j + 3], sa1 * sbv.y, acc[4 * j + 3]);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);
+      }
+      if (++s == kStages) {
+        s = 0;
+        phase ^= 1;
+      }
+    }
+
+    // Epilogue: D = acc (+ bias[n]), rows >= m dropped (their A rows were TMA's zero fill).
+    const int r0 = c.m_blk * kBlockM + row0, r1 = r0 + 8;
+    const size_t base_l = static_cast<size_t>(c.l) * m * n;
+    const int n0 = c.n_blk * kBlockN + col0;
+#pragma unroll
+    for (int j = 0; j < kAcc / 4; ++j) {
+      const int col = n0 + 8 * j;
+      if (bias != nullptr) {  // bias added in FP32 before the one rounding; without it D = acc exactly
+        const float2 bv = __ldg(reinterpret_cast<const float2*>(bias + col));
+        acc[4 * j + 0] += bv.x;
+        acc[4 * j + 1] += bv.y;
+        acc[4 * j + 2] += bv.x;
+        acc[4 * j + 3] += bv.y;
+      }
+      if (r0 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r0) * n + col, acc[4 * j], acc[4 * j + 1]);
+      if (r1 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r1) * n + col, acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+}
+
+}  // namespace persistent
+}  // namespace cuda
+}  // namespace mxprec
+
+#endif  // MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_PERSISTENT_CUH_
