@@ -5,8 +5,9 @@
 
 Per shape M x K x N (A (M, K), B (N, K), K contiguous, bf16 out), in one process: torch._scaled_mm blockwise
 (1x128 / 128x128, cuBLASLt; if torch with CUDA is importable), then mxprec's ``scaled_gemm`` (backend ffi) with
-MXPREC_SM90_BLOCKWISE_KERNEL set to each of --kernels (the variable is read when the FFI call runs: every kernel
-gets its own jitted function, first run after setting it), for the Fprop pair (B in 128x128 tiles, "2d") and the
+MXPREC_SM90_BLOCKWISE_KERNEL set to each of --kernels (``persistent:MxN`` also sets MXPREC_SM90_BLOCKWISE_CLUSTER;
+the variables are read when the FFI call runs: every kernel gets its own jitted function, first run after setting
+them), for the Fprop pair (B in 128x128 tiles, "2d") and the
 Wgrad pair (B in 1x128 tiles, "1d"). Timing as benchmarks/gemm.py: mean over --iters back-to-back calls after 3
 warmups, TFLOP/s = 2 M N K / t. Writes JSON rows {shape, impl, scaling, tflops, ratio_vs_torch_block}.
 """
@@ -31,6 +32,7 @@ from mxprec.kernels import cuda  # noqa: E402
 from mxprec.scaling import TileScaling  # noqa: E402
 
 DEFAULT_SHAPES = "8192x8192x8192,16384x4096x14336,16384x14336x4096,4096x4096x4096"
+DEFAULT_KERNELS = "cutlass,persistent:1x1,persistent:2x1,persistent:1x2,persistent:2x2"
 
 
 def torch_block(m, k, n, iters):
@@ -39,7 +41,13 @@ def torch_block(m, k, n, iters):
 
 
 def mxprec_block(m, k, n, iters, kernel, rows_b):
-    os.environ["MXPREC_SM90_BLOCKWISE_KERNEL"] = kernel
+    """kernel: cutlass | persistent | persistent:MxN (MXPREC_SM90_BLOCKWISE_CLUSTER)."""
+    name, _, cluster = kernel.partition(":")
+    os.environ["MXPREC_SM90_BLOCKWISE_KERNEL"] = name
+    if cluster:
+        os.environ["MXPREC_SM90_BLOCKWISE_CLUSTER"] = cluster
+    else:
+        os.environ.pop("MXPREC_SM90_BLOCKWISE_CLUSTER", None)
     e4m3 = formats.E4M3
     kx, kw = jax.random.split(jax.random.PRNGKey(m + k + n))
     x = jax.random.normal(kx, (m, k), jnp.float32)
@@ -54,7 +62,7 @@ def mxprec_block(m, k, n, iters, kernel, rows_b):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default=DEFAULT_SHAPES)
-    p.add_argument("--kernels", default="cutlass,persistent")
+    p.add_argument("--kernels", default=DEFAULT_KERNELS)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
@@ -78,10 +86,10 @@ def main(argv=None):
                 rows.append(dict(shape=spec, impl=f"mxprec {kernel}", scaling=scaling, tflops=round(tf, 1),
                                  ratio_vs_torch_block=round(tf / gemm_bench.tflops(m, k, n, t_torch), 3)
                                  if t_torch else None))
-            kern = args.kernels.split(",")
-            if len(kern) == 2 and all((kk, scaling) in outs for kk in kern):
-                o0, o1 = (outs[(kk, scaling)].astype(jnp.float32) for kk in kern)
-                rows.append(dict(shape=spec, impl="max |a-b| / max |a|", scaling=scaling,
+            kern = [kk for kk in args.kernels.split(",") if (kk, scaling) in outs]
+            for other in kern[1:]:  # every kernel's output against the first one's
+                o0, o1 = (outs[(kk, scaling)].astype(jnp.float32) for kk in (kern[0], other))
+                rows.append(dict(shape=spec, impl=f"max |{kern[0]} - {other}| / max |{kern[0]}|", scaling=scaling,
                                  value=float(jnp.max(jnp.abs(o0 - o1)) / jnp.max(jnp.abs(o0)))))
         for r in rows:
             if r["shape"] == spec:

@@ -113,11 +113,14 @@ for stage in "$@"; do
       # the dot_general oracle suite with backend="xla" (never run on a GPU before the seventeenth session)
       step test_xla_gpu "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py tests/test_quantize_api.py \
         tests/test_dot_general.py -k "scales_equal or codes_equal or exact_div or rounds_on_the_gpu or gpu_xla or tie or amax or (oracle and xla)" ;;
-    blockwise)  # the block-scaled GEMM kernels: the block GEMM tests with ours (MXPREC_SM90_BLOCKWISE_KERNEL=persistent),
-      # then benchmarks/blockwise_gemm.py (torch blockwise, CUTLASS's kernel and ours, same process; BW_SHAPES)
-      step test_blockwise_persistent env MXPREC_SM90_BLOCKWISE_KERNEL=persistent "$PY" -m pytest -q -rfE \
-        -p no:cacheprovider tests/test_cuda.py -k "block"
-      step blockwise_gemm "$PY" benchmarks/blockwise_gemm.py ${BW_SHAPES:+--shapes $BW_SHAPES} --out "$R/blockwise_gemm.json" ;;
+    blockwise)  # the block-scaled GEMM kernels: benchmarks/blockwise_gemm.py (torch blockwise, CUTLASS's kernel and ours,
+      # same process; BW_SHAPES, BW_KERNELS), then the block GEMM tests on ours (MXPREC_SM90_BLOCKWISE_KERNEL=persistent;
+      # BW_CLUSTER: MXPREC_SM90_BLOCKWISE_CLUSTER of the tests)
+      step blockwise_gemm "$PY" benchmarks/blockwise_gemm.py ${BW_SHAPES:+--shapes $BW_SHAPES} \
+        ${BW_KERNELS:+--kernels $BW_KERNELS} --out "$R/blockwise_gemm.json"
+      step test_blockwise_persistent env MXPREC_SM90_BLOCKWISE_KERNEL=persistent \
+        ${BW_CLUSTER:+MXPREC_SM90_BLOCKWISE_CLUSTER=$BW_CLUSTER} "$PY" -m pytest -q -rfE \
+        -p no:cacheprovider tests/test_cuda.py -k "block" ;;
     cuda-gemm-tests)  # tests/test_cuda.py only (the GEMM kernels, FFI contract, auto routing)
       step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py ;;
     cuda-new)

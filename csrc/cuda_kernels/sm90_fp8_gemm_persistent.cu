@@ -4,6 +4,10 @@
 
 #include "sm90_fp8_gemm_persistent.cuh"
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 namespace mxprec {
 namespace cuda {
 namespace persistent {
@@ -44,19 +48,22 @@ bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, uin
 }  // namespace
 }  // namespace persistent
 
-template <int kPair, int kOut, int kRowsB>
-const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, cudaStream_t stream) {
-  using namespace persistent;
+namespace persistent {
+namespace {
+
+template <int kPair, int kOut, int kRowsB, int kClusterM, int kClusterN>
+const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
   using Smem = SmemLayout<kBlockN, kRowsB, kStages>;
   static_assert(Smem::kAlloc <= 227 * 1024, "shared memory per CTA");
-  if (p.n % kBlockN != 0 || p.k % kBlockK != 0 || p.m <= 0 || p.l <= 0) {
-    return "persistent block-scaled GEMM: needs N % 128 == 0, K % 128 == 0, M > 0";
-  }
+  constexpr int kClusterSize = kClusterM * kClusterN;
   const uint64_t m = p.m, n = p.n, k = p.k, l = p.l, kb = p.k / kBlockK, mp = p.m_pitch;
   CUtensorMap map_a, map_b, map_sfa, map_sfb;
   const CUtensorMapSwizzle sw128 = CU_TENSOR_MAP_SWIZZLE_128B, none = CU_TENSOR_MAP_SWIZZLE_NONE;
-  bool ok = encode_3d(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a, k, m, l, k, m * k, kBlockK, kBlockM, sw128) &&
-            encode_3d(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.b, k, n, l, k, n * k, kBlockK, kBlockN, sw128) &&
+  // Boxes: the part of the A / B tile one CTA loads (the whole tile without a cluster along that operand).
+  bool ok = encode_3d(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a, k, m, l, k, m * k, kBlockK, kBlockM / kClusterN,
+                      sw128) &&
+            encode_3d(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.b, k, n, l, k, n * k, kBlockK, kBlockN / kClusterM,
+                      sw128) &&
             encode_3d(&map_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.sfa, mp, kb, l, mp * 4, mp * kb * 4, kBlockM, 1,
                       none);
   if (kRowsB == 1) {
@@ -67,16 +74,66 @@ const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, cudaStream
   }
   if (!ok) return "persistent block-scaled GEMM: cuTensorMapEncodeTiled failed (operand not 16-byte aligned?)";
 
-  auto kernel = blockwise_gemm_kernel<kPair, kOut, kRowsB, kBlockN, kStages>;
+  auto kernel = blockwise_gemm_kernel<kPair, kOut, kRowsB, kBlockN, kStages, kClusterM, kClusterN>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem::kAlloc) != cudaSuccess) {
+    (void)cudaGetLastError();
     return "persistent block-scaled GEMM: cudaFuncSetAttribute (shared memory) failed";
   }
-  const int64_t tiles = static_cast<int64_t>((p.m + kBlockM - 1) / kBlockM) * (p.n / kBlockN) * p.l;
-  const int grid = static_cast<int>(tiles < p.sm_count ? tiles : p.sm_count);
-  kernel<<<grid, kThreads, Smem::kAlloc, stream>>>(map_a, map_b, map_sfa, map_sfb, p.sfb, p.bias, p.d, p.m, p.n, p.k,
-                                                  p.l);
-  if (cudaGetLastError() != cudaSuccess) return "persistent block-scaled GEMM: kernel launch failed";
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kClusterSize;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = Smem::kAlloc;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  // Persistent grid: as many clusters as fit on the device at once (a GPC's odd SM is left out by pairs), at most
+  // one per cluster tile.
+  static int max_clusters = 0;  // per instantiation; the device is the same H200 class throughout a process
+  if (max_clusters <= 0) {
+    cfg.gridDim = dim3(kClusterSize * (p.sm_count / kClusterSize), 1, 1);
+    int c = 0;
+    if (cudaOccupancyMaxActiveClusters(&c, kernel, &cfg) != cudaSuccess || c <= 0) {
+      (void)cudaGetLastError();
+      c = p.sm_count / kClusterSize;
+    }
+    max_clusters = c;
+    if (std::getenv("MXPREC_DEBUG_GRID") != nullptr) {  // TEMPORARY
+      fprintf(stderr, "persistent blockwise %dx%d: max active clusters %d (sm_count %d)\n", kClusterM, kClusterN, c,
+              p.sm_count);
+    }
+  }
+  const int64_t num_m = (p.m + kBlockM - 1) / kBlockM, num_n = p.n / kBlockN;
+  const int64_t cluster_tiles =
+      ((num_m + kClusterM - 1) / kClusterM) * ((num_n + kClusterN - 1) / kClusterN) * static_cast<int64_t>(p.l);
+  const int64_t clusters = cluster_tiles < max_clusters ? cluster_tiles : max_clusters;
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * kClusterSize), 1, 1);
+  if (cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_sfa, map_sfb, p.sfb, p.bias, p.d, p.m, p.n, p.k, p.l) !=
+      cudaSuccess) {
+    return "persistent block-scaled GEMM: kernel launch failed";
+  }
   return nullptr;
+}
+
+}  // namespace
+}  // namespace persistent
+
+// MXPREC_SM90_BLOCKWISE_CLUSTER = "MxN" (CTAs per cluster along M x along N): 1x1 (default), 2x1, 1x2.
+template <int kPair, int kOut, int kRowsB>
+const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, cudaStream_t stream) {
+  using namespace persistent;
+  if (p.n % kBlockN != 0 || p.k % kBlockK != 0 || p.m <= 0 || p.l <= 0) {
+    return "persistent block-scaled GEMM: needs N % 128 == 0, K % 128 == 0, M > 0";
+  }
+  const char* c = std::getenv("MXPREC_SM90_BLOCKWISE_CLUSTER");
+  const std::string cluster = c != nullptr && *c != '\0' ? c : "1x1";
+  if (cluster == "1x1") return launch<kPair, kOut, kRowsB, 1, 1>(p, stream);
+  if (cluster == "2x1") return launch<kPair, kOut, kRowsB, 2, 1>(p, stream);
+  if (cluster == "1x2") return launch<kPair, kOut, kRowsB, 1, 2>(p, stream);
+  return "MXPREC_SM90_BLOCKWISE_CLUSTER must be 1x1, 2x1 or 1x2";
 }
 
 #define MXPREC_INSTANTIATE_PERSISTENT(P, O)                                                                   \
