@@ -345,6 +345,55 @@ def test_family_shapes_bf16_bias(family, shape):
     _check(out, lhs, rhs, 2, 2, jnp.bfloat16, bias=bias)
 
 
+# ----------------------------------------------------------------------------- GPU: the two block-scaled kernels
+# MXPREC_SM90_BLOCKWISE_KERNEL picks CUTLASS's block-scaled kernel (default) or mxprec's own persistent one
+# (sm90_fp8_gemm_persistent.cu), MXPREC_SM90_BLOCKWISE_CLUSTER the latter's cluster; both are read when the FFI
+# call runs.
+
+
+def _block_gemm(monkeypatch, kernel, cluster, lhs, rhs, out_dtype, bias):
+    monkeypatch.setenv("MXPREC_SM90_BLOCKWISE_KERNEL", kernel)
+    monkeypatch.setenv("MXPREC_SM90_BLOCKWISE_CLUSTER", cluster)
+    out = cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=out_dtype, bias=bias)
+    return jax.block_until_ready(out)
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["block", "block1d"])
+@pytest.mark.parametrize("cluster", ["1x2", "1x1"])
+@pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_persistent_block_kernel_against_cutlass(monkeypatch, family, cluster, out_dtype, with_bias):
+    """Same operands through both kernels. B in 128x128 tiles: the same arithmetic in the same order (per 128 of
+    K: acc = fma(partial, sa * sb, acc); D = acc (+ bias), one rounding), so the outputs are bit-identical. B in
+    1x128 tiles: each kernel within the reference bound (the two round sa[m] * sb[n] products differently)."""
+    # M not a multiple of the 128-row tile; 5 column blocks, so a 1x2 cluster's last partner lies beyond N;
+    # 9 K blocks; two batch entries.
+    b, m, n, k = 2, 333, 640, 1152
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(31 + len(family)), b, m, n, k, "e4m3", "e4m3")
+    bias = jax.random.normal(jax.random.PRNGKey(32), (n,), jnp.float32) if with_bias else None
+    ours = _block_gemm(monkeypatch, "persistent", cluster, lhs, rhs, out_dtype, bias)
+    theirs = _block_gemm(monkeypatch, "cutlass", cluster, lhs, rhs, out_dtype, bias)
+    _check(ours, lhs, rhs, 2, 2, out_dtype, bias=bias)
+    if family == "block":
+        np.testing.assert_array_equal(np.asarray(ours.astype(jnp.float32)), np.asarray(theirs.astype(jnp.float32)))
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    "var,value", [("MXPREC_SM90_BLOCKWISE_KERNEL", "fastest"), ("MXPREC_SM90_BLOCKWISE_CLUSTER", "2x2")]
+)
+def test_block_kernel_choice_rejects_unknown_values(monkeypatch, var, value):
+    """An unknown kernel or cluster name is an error from the FFI call, not a silent fallback."""
+    lhs, rhs = _family_operands("block", jax.random.PRNGKey(33), 1, 128, 128, 128, "e4m3", "e4m3")
+    monkeypatch.setenv("MXPREC_SM90_BLOCKWISE_KERNEL", "persistent")
+    monkeypatch.setenv(var, value)
+    with pytest.raises(Exception, match=var):
+        jax.block_until_ready(
+            cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=jnp.bfloat16)
+        )
+
+
 @needs_gpu
 @pytest.mark.parametrize("family", ["tensor", "row", "block", "block1d"])
 @pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32])

@@ -292,10 +292,26 @@ def test_sm90_blockwise_sass_has_qgmma_and_scaled_promotion(fam, out):
     assert "UTMALDG" in sass
 
 
+def test_sm90_persistent_blockwise_sass():
+    """mxprec's own block-scaled kernel (sm90_fp8_gemm_persistent.cu, 24 kernels: 3 pairs x 2 outputs x 2 B scale
+    shapes x clusters 1x1 / 1x2): 64x128 FP8 wgmma for the 3 pairs, an FFMA per accumulator register per k block
+    (the scaled promotion), TMA loads (multicast ones for the 1x2 cluster's shared A tile) and TMA stores (the
+    bf16 epilogue), the 232-register consumer warpgroups."""
+    sass = _sass(_first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o"))
+    kernels = re.findall(r"Function : \S*blockwise_gemm_kernel", sass)
+    assert len(kernels) == 24, len(kernels)
+    for pair in _SM90_PAIRS:
+        assert re.search(rf"QGMMA\.64x128x32\.F32\.{pair}", sass), pair
+    assert len(re.findall(r"\bFFMA\b", sass)) >= 24 * 64
+    for op in ("UTMALDG.3D.MULTICAST", "UTMASTG.3D", "USETMAXREG"):
+        assert op in sass, op
+
+
 # The first per-tensor tile (128x256, FP32 promotion) spilled: STACK:248 and ~390 TFLOP/s on the H200.
 @pytest.mark.parametrize(
     "tu",
-    [f"{fam}_{out}" for fam in ("tensorwise", "rowwise", "blockwise", "blockwise1d") for out in ("bf16", "f32")],
+    [f"{fam}_{out}" for fam in ("tensorwise", "rowwise", "blockwise", "blockwise1d") for out in ("bf16", "f32")]
+    + ["persistent"],
 )
 def test_sm90_gemm_kernels_do_not_spill(tu):
     """Every kernel of a built sm_90a GEMM object: STACK:0 and LOCAL:0 (register spills make it slow)."""

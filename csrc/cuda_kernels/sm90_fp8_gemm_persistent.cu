@@ -4,7 +4,6 @@
 
 #include "sm90_fp8_gemm_persistent.cuh"
 
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -53,7 +52,7 @@ namespace {
 
 template <int kPair, int kOut, int kRowsB, int kClusterM, int kClusterN>
 const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
-  using Smem = SmemLayout<kBlockN, kRowsB, kStages>;
+  using Smem = SmemLayout<kBlockN, kRowsB, kStages, kOut == 0 && MXPREC_PERSISTENT_TMA_STORE>;
   static_assert(Smem::kAlloc <= 227 * 1024, "shared memory per CTA");
   constexpr int kClusterSize = kClusterM * kClusterN;
   const uint64_t m = p.m, n = p.n, k = p.k, l = p.l, kb = p.k / kBlockK, mp = p.m_pitch;
@@ -71,6 +70,13 @@ const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
                          none);
   } else {
     map_sfb = map_sfa;  // unused
+  }
+  CUtensorMap map_d;  // bf16 output: the epilogue's TMA stores of 64-row x 32-column slices
+  if (kOut == 0 && MXPREC_PERSISTENT_TMA_STORE) {
+    ok = ok && encode_3d(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, n, m, l, n * 2, m * n * 2, kEpiCols, 64,
+                         CU_TENSOR_MAP_SWIZZLE_64B);
+  } else {
+    map_d = map_sfa;  // unused
   }
   if (!ok) return "persistent block-scaled GEMM: cuTensorMapEncodeTiled failed (operand not 16-byte aligned?)";
 
@@ -101,17 +107,14 @@ const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
       c = p.sm_count / kClusterSize;
     }
     max_clusters = c;
-    if (std::getenv("MXPREC_DEBUG_GRID") != nullptr) {  // TEMPORARY
-      fprintf(stderr, "persistent blockwise %dx%d: max active clusters %d (sm_count %d)\n", kClusterM, kClusterN, c,
-              p.sm_count);
-    }
   }
   const int64_t num_m = (p.m + kBlockM - 1) / kBlockM, num_n = p.n / kBlockN;
   const int64_t cluster_tiles =
       ((num_m + kClusterM - 1) / kClusterM) * ((num_n + kClusterN - 1) / kClusterN) * static_cast<int64_t>(p.l);
   const int64_t clusters = cluster_tiles < max_clusters ? cluster_tiles : max_clusters;
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * kClusterSize), 1, 1);
-  if (cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_sfa, map_sfb, p.sfb, p.bias, p.d, p.m, p.n, p.k, p.l) !=
+  if (cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_sfa, map_sfb, map_d, p.sfb, p.bias, p.d, p.m, p.n, p.k,
+                         p.l) !=
       cudaSuccess) {
     return "persistent block-scaled GEMM: kernel launch failed";
   }
@@ -121,7 +124,9 @@ const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
 }  // namespace
 }  // namespace persistent
 
-// MXPREC_SM90_BLOCKWISE_CLUSTER = "MxN" (CTAs per cluster along M x along N): 1x1 (default), 2x1, 1x2.
+// MXPREC_SM90_BLOCKWISE_CLUSTER = "MxN" (CTAs per cluster along M x along N): 1x2 (default: the two CTAs of a
+// cluster share the A tile, multicast) or 1x1. The kernel template also takes clusters along M (B multicast);
+// they measured no faster (benchmarks/results/h200_blockwise_persistent.md) and are not instantiated.
 template <int kPair, int kOut, int kRowsB>
 const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, cudaStream_t stream) {
   using namespace persistent;
@@ -129,11 +134,10 @@ const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, cudaStream
     return "persistent block-scaled GEMM: needs N % 128 == 0, K % 128 == 0, M > 0";
   }
   const char* c = std::getenv("MXPREC_SM90_BLOCKWISE_CLUSTER");
-  const std::string cluster = c != nullptr && *c != '\0' ? c : "1x1";
+  const std::string cluster = c != nullptr && *c != '\0' ? c : "1x2";
   if (cluster == "1x1") return launch<kPair, kOut, kRowsB, 1, 1>(p, stream);
-  if (cluster == "2x1") return launch<kPair, kOut, kRowsB, 2, 1>(p, stream);
   if (cluster == "1x2") return launch<kPair, kOut, kRowsB, 1, 2>(p, stream);
-  return "MXPREC_SM90_BLOCKWISE_CLUSTER must be 1x1, 2x1 or 1x2";
+  return "MXPREC_SM90_BLOCKWISE_CLUSTER must be 1x2 or 1x1";
 }
 
 #define MXPREC_INSTANTIATE_PERSISTENT(P, O)                                                                   \

@@ -99,6 +99,29 @@ __device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtens
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
       : "memory");
 }
+// 3-D TMA store of a shared-memory box (bulk-group completion), and its group bookkeeping.
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void tma_store_wait_read() {  // at most kPending groups still reading shared memory
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Generic-proxy shared-memory writes visible to the async proxy (the TMA store that reads them).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void sts_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
 __device__ __forceinline__ uint32_t cluster_cta_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -215,7 +238,15 @@ __device__ __forceinline__ void wgmma_fp8(float* d, uint64_t desc_a, uint64_t de
 
 // ---------------------------------------------------------------------------------------------------------------
 // Shared memory: kStages x (A tile, B tile, A scales[, B scales]) and the full / empty barriers.
-template <int kBlockN, int kRowsB, int kStages>
+// bf16 output leaves through shared memory and TMA stores (MXPREC_PERSISTENT_TMA_STORE, default on): per consumer
+// warpgroup two 64 x 32 staging buffers (4 KB, 64-byte swizzle); f32 output is stored from registers.
+#ifndef MXPREC_PERSISTENT_TMA_STORE
+#define MXPREC_PERSISTENT_TMA_STORE 1
+#endif
+constexpr int kEpiCols = 32;                       // columns per TMA store (64 bytes of bf16)
+constexpr int kEpiBufBytes = 64 * kEpiCols * 2;    // one 64 x 32 bf16 buffer
+
+template <int kBlockN, int kRowsB, int kStages, bool kTmaStore = false>
 struct SmemLayout {
   static constexpr int kABytes = kBlockM * kBlockK;           // e4m3/e5m2: one byte per element
   static constexpr int kBBytes = kBlockN * kBlockK;
@@ -226,10 +257,13 @@ struct SmemLayout {
   static constexpr int kB = kA + kStages * kABytes;
   static constexpr int kSfa = kB + kStages * kBBytes;
   static constexpr int kSfb = kSfa + kStages * kSfaBytes;
-  static constexpr int kBars = kSfb + kStages * kSfbBytes;
+  static constexpr int kEpi = kSfb + kStages * kSfbBytes;
+  static constexpr int kEpiBytes = kTmaStore ? 2 * 2 * kEpiBufBytes : 0;  // 2 warpgroups x 2 buffers
+  static constexpr int kBars = kEpi + kEpiBytes;
   static constexpr int kBytes = kBars + 2 * kStages * 8;
   static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzled tiles need 1024-byte alignment");
+  static_assert(!kTmaStore || kEpi % 512 == 0, "64-byte swizzled staging buffers need 512-byte alignment");
 };
 
 struct TileCoord {
@@ -295,9 +329,10 @@ template <int kPair, int kOut, int kRowsB, int kBlockN, int kStages, int kCluste
 __global__ void __launch_bounds__(kThreads, 1)
     blockwise_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                           const __grid_constant__ CUtensorMap map_sfa, const __grid_constant__ CUtensorMap map_sfb,
-                          const float* __restrict__ sfb, const float* __restrict__ bias, void* __restrict__ d,
-                          int m, int n, int k, int l) {
-  using Smem = SmemLayout<kBlockN, kRowsB, kStages>;
+                          const __grid_constant__ CUtensorMap map_d, const float* __restrict__ sfb,
+                          const float* __restrict__ bias, void* __restrict__ d, int m, int n, int k, int l) {
+  constexpr bool kTmaStore = MXPREC_PERSISTENT_TMA_STORE && kOut == 0;
+  using Smem = SmemLayout<kBlockN, kRowsB, kStages, kTmaStore>;
   constexpr int kAcc = kBlockN / 2;  // accumulator floats per thread (64 x kBlockN over 128 threads)
   constexpr int kClusterSize = kClusterM * kClusterN;
   constexpr int kARows = kBlockM / kClusterN;  // rows of the A tile this CTA loads (and multicasts)
@@ -442,10 +477,6 @@ __global__ void __launch_bounds__(kThreads, 1)
               mbar_arrive(empty0 + 8 * stage);
             }
           }
-#if defined(MXPREC_PERSISTENT_DIAG) && MXPREC_PERSISTENT_DIAG == 1
-#pragma unroll
-          for (int j = 0; j < kAcc; ++j) acc[j] += part[j];
-#else
           const float s0 = sc.sa0 * sc.sb, s1 = sc.sa1 * sc.sb;
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
@@ -454,7 +485,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
             acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
           }
-#endif
         } else {
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
@@ -488,29 +518,65 @@ __global__ void __launch_bounds__(kThreads, 1)
         advance();
       }
 
-      // Epilogue: D = acc (+ bias[n]), rows >= m dropped (their A rows were TMA's zero fill).
-#if defined(MXPREC_PERSISTENT_DIAG) && MXPREC_PERSISTENT_DIAG == 2
-      if (n_valid && acc[0] == 123.456f) {
-#else
+      // Epilogue: D = acc (+ bias[n]) rounded once; rows >= m (TMA's zero fill of A) are not stored.
       if (n_valid) {
-#endif
-        const int r0 = m_blk * kBlockM + row0, r1 = r0 + 8;
-        const size_t base_l = static_cast<size_t>(c.l) * m * n;
         const int n0 = n_blk * kBlockN + col0;
+        if (bias != nullptr) {  // bias added in FP32 before the one rounding; without it D = acc exactly
 #pragma unroll
-        for (int j = 0; j < kAcc / 4; ++j) {
-          const int col = n0 + 8 * j;
-          if (bias != nullptr) {  // bias added in FP32 before the one rounding; without it D = acc exactly
-            const float2 bv = __ldg(reinterpret_cast<const float2*>(bias + col));
+          for (int j = 0; j < kAcc / 4; ++j) {
+            const float2 bv = __ldg(reinterpret_cast<const float2*>(bias + n0 + 8 * j));
             acc[4 * j + 0] += bv.x;
             acc[4 * j + 1] += bv.y;
             acc[4 * j + 2] += bv.x;
             acc[4 * j + 3] += bv.y;
           }
-          if (r0 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r0) * n + col, acc[4 * j], acc[4 * j + 1]);
-          if (r1 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r1) * n + col, acc[4 * j + 2], acc[4 * j + 3]);
+        }
+        if constexpr (kTmaStore) {
+          // Per 32-column slice: the warpgroup writes its 64 x 32 bf16 block into a staging buffer (64-byte swizzle:
+          // 16-byte chunk c of row r at c ^ ((r >> 1) & 3), conflict-free), then one thread stores it with TMA. Two
+          // buffers alternate; a buffer is rewritten once the store issued from it two slices ago has read it.
+          const uint32_t epi = base + Smem::kEpi + cw * 2 * kEpiBufBytes;
+          const int r_lo = warp * 16 + lane / 4;  // rows r_lo, r_lo + 8 of the warpgroup's 64
+          const bool leader = tid == 0;
+#pragma unroll
+          for (int slice = 0; slice < kBlockN / kEpiCols; ++slice) {
+            const uint32_t buf = epi + (slice & 1) * kEpiBufBytes;
+            if (leader) tma_store_wait_read<1>();
+            named_barrier_sync(1 + cw, 128);
+#pragma unroll
+            for (int jj = 0; jj < kEpiCols / 8; ++jj) {
+              const int j = slice * (kEpiCols / 8) + jj;
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int r = r_lo + 8 * h;
+                const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                sts_u32(buf + r * (kEpiCols * 2) + ((jj ^ ((r >> 1) & 3)) * 16) + (lane % 4) * 4,
+                        *reinterpret_cast<const uint32_t*>(&v));
+              }
+            }
+            fence_proxy_async_shared();
+            named_barrier_sync(1 + cw, 128);
+            if (leader) {
+              tma_store_3d(&map_d, buf, n_blk * kBlockN + slice * kEpiCols, m_blk * kBlockM + cw * 64, c.l);
+              tma_store_commit();
+            }
+          }
+        } else {
+          const int r0 = m_blk * kBlockM + row0, r1 = r0 + 8;
+          const size_t base_l = static_cast<size_t>(c.l) * m * n;
+#pragma unroll
+          for (int j = 0; j < kAcc / 4; ++j) {
+            const int col = n0 + 8 * j;
+            if (r0 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r0) * n + col, acc[4 * j], acc[4 * j + 1]);
+            if (r1 < m) {
+              store_pair<kOut>(d, base_l + static_cast<size_t>(r1) * n + col, acc[4 * j + 2], acc[4 * j + 3]);
+            }
+          }
         }
       }
+    }
+    if constexpr (kTmaStore) {
+      if (tid == 0) tma_store_wait_all();  // the staging buffers must outlive the stores reading them
     }
   }
   // No CTA may leave while a peer can still multicast into its shared memory or arrive on its barriers.
