@@ -8,13 +8,14 @@
 // CUTLASS kernel: every 128 of K (4 WGMMAs of k32) the tensor core's partial sum (fresh registers) is promoted into
 // the FP32 accumulator as acc = fma(partial, sa * sb, acc), the product sa * sb rounded to FP32 once.
 //
-// CTA: 384 threads. Warpgroup 0 is the producer (one thread issues the TMA loads of A, B and the A scales into a
-// kStages-deep ring of shared-memory stages; with kRowsB == 1 also the B scales); warpgroups 1 and 2 each own 64
-// rows of the 128 x kBlockN tile. Each consumer warpgroup waits for a stage, issues its 4 WGMMAs, waits for them,
-// releases the stage (one arrive per warp) and adds the scaled partial sum; the two warpgroups are never
-// synchronised with each other, so one's promotion and epilogue overlap the other's WGMMAs. Persistent: grid =
-// min(tiles, SMs); tiles are visited in groups of kGroupM row blocks (L2 reuse of B) and every CTA walks
-// blockIdx.x, blockIdx.x + gridDim.x, ... The epilogue stores straight from registers (bf16x2 / float2 per row).
+// CTA: 384 threads, a 128 x 128 output tile. Warpgroup 0 (40 registers) is the producer: one thread issues the
+// TMA loads of A, B and the A scales (with kRowsB == 1 also the B scales) into a kStages-deep ring of shared-memory
+// stages. Warpgroups 1 and 2 (232 registers) each own 64 rows of the tile: per k block a warpgroup waits for the
+// stage, issues its 4 WGMMAs, waits for them, releases the stage (one arrive per warp, on every CTA of the
+// cluster) and adds the scaled partial sum. The two consumer warpgroups never synchronise with each other, so one's
+// promotion and epilogue can overlap the other's WGMMAs. Epilogue: bias in FP32, then bf16 through per-warpgroup
+// staging buffers and TMA stores, f32 from registers. Persistent: as many clusters as fit on the device, each
+// walking cluster tiles cluster_id, cluster_id + clusters, ... of a raster grouped by kGroupM row blocks.
 #ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_PERSISTENT_CUH_
 #define MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_PERSISTENT_CUH_
 
@@ -185,54 +186,18 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr) {
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])  \
       : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
-#define MXPREC_WGMMA_64x192x32(TYPES, d, desc_a, desc_b, scale_d)                                   \
-  asm volatile(                                                                               \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                       \
-      "wgmma.mma_async.sync.aligned.m64n192k32.f32" TYPES " "                                 \
-      "{"                                                                                \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"  \
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"  \
-      "}, %96, %97, p, 1, 1;\n}\n"  \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),  \
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),  \
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),  \
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),  \
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),  \
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),  \
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),  \
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),  \
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])  \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
-
 // clang-format on
 
 // d (kBlockN / 2 floats per thread) [+]= A(64 x 32) * B(kBlockN x 32)^T for the operand pair kPair.
 template <int kPair, int kBlockN>
 __device__ __forceinline__ void wgmma_fp8(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
-  static_assert(kBlockN == 128 || kBlockN == 192, "WGMMA widths built: 128, 192");
-  if constexpr (kBlockN == 128) {
-    if constexpr (kPair == 0) {
-      MXPREC_WGMMA_64x128x32(".e4m3.e4m3", d, desc_a, desc_b, accumulate);
-    } else if constexpr (kPair == 1) {
-      MXPREC_WGMMA_64x128x32(".e5m2.e4m3", d, desc_a, desc_b, accumulate);
-    } else {
-      MXPREC_WGMMA_64x128x32(".e4m3.e5m2", d, desc_a, desc_b, accumulate);
-    }
+  static_assert(kBlockN == 128, "WGMMA width built: 128 (a wider one needs more than 168 registers per thread)");
+  if constexpr (kPair == 0) {
+    MXPREC_WGMMA_64x128x32(".e4m3.e4m3", d, desc_a, desc_b, accumulate);
+  } else if constexpr (kPair == 1) {
+    MXPREC_WGMMA_64x128x32(".e5m2.e4m3", d, desc_a, desc_b, accumulate);
   } else {
-    if constexpr (kPair == 0) {
-      MXPREC_WGMMA_64x192x32(".e4m3.e4m3", d, desc_a, desc_b, accumulate);
-    } else if constexpr (kPair == 1) {
-      MXPREC_WGMMA_64x192x32(".e5m2.e4m3", d, desc_a, desc_b, accumulate);
-    } else {
-      MXPREC_WGMMA_64x192x32(".e4m3.e5m2", d, desc_a, desc_b, accumulate);
-    }
+    MXPREC_WGMMA_64x128x32(".e4m3.e5m2", d, desc_a, desc_b, accumulate);
   }
 }
 
@@ -317,8 +282,8 @@ struct KBlockScales {
 
 // Cluster of kClusterM x kClusterN CTAs (rank r: m_rank = r % kClusterM, n_rank = r / kClusterM) working on
 // neighbouring tiles: the kClusterN CTAs of one row block share its A tile, the kClusterM CTAs of one column block
-// its B tile. Each CTA loads the part m_rank / n_rank of the shared tiles and multicasts it, so every A and B byte
-// leaves L2 once per cluster; a stage is refilled only after the consumers of every CTA of the cluster released it
+// its B tile. Each CTA loads the n_rank-th part of the shared A tile and the m_rank-th part of the shared B tile
+// and multicasts them, so every A and B byte leaves L2 once per cluster; a stage is refilled only after the consumers of every CTA of the cluster released it
 // (their warps arrive on each CTA's empty barrier).
 //
 // Per k block a consumer warpgroup waits for its WGMMAs, releases the stage, then promotes (CUTLASS's and
