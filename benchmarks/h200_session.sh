@@ -30,7 +30,9 @@
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
 #   cuda-gemm-tests tests/test_cuda.py alone
-#   blockwise    block GEMM tests on mxprec's persistent kernel, then benchmarks/blockwise_gemm.py (vs CUTLASS, torch)
+#   blockwise    benchmarks/blockwise_gemm.py (mxprec's persistent block GEMM vs CUTLASS's and torch), then the block
+#                GEMM tests on the persistent kernel
+#   ncu-blockwise:SHAPE ncu --set full of one 128x128-scaled block GEMM, ours (persistent) and CUTLASS's
 #   transpose    the FP8 code transpose kernel: its GPU tests, then benchmarks/fp8_transpose.py
 #   xla-gpu-numerics the XLA path's numerics on the GPU (quantizer scales, fused quantize + dequantize, oracle)
 #   ncu-src:SHAPE ncu --set full with per-SASS-instruction stall samples, ours and cuBLASLt, one e4m3 GEMM of SHAPE
@@ -157,6 +159,18 @@ for stage in "$@"; do
           --launch-count 1 --set full -f -o "$R/ncusrc_$op" "$PY" benchmarks/cuda_fp8_gemm.py --only "$op" --shapes "$shape"
         step "ncusrc_${op}_details" ncu -i "$R/ncusrc_$op.ncu-rep" --page details
         step "ncusrc_${op}_sass" sh -c "ncu -i '$R/ncusrc_$op.ncu-rep' --page source --csv --print-source sass | gzip > '$R/ncusrc_${op}_sass.csv.gz'"
+      done ;;
+    ncu-blockwise:*)  # ncu --set full (with per-SASS-instruction stall samples) of one 128x128-scaled block GEMM of SHAPE
+      # (MxKxN): mxprec's own kernel (MXPREC_SM90_BLOCKWISE_KERNEL=persistent, default cluster), then CUTLASS's;
+      # the report, its details page and its per-instruction CSV (benchmarks/ncu_sass_regions.py reads it)
+      shape="${stage#ncu-blockwise:}"
+      for who in "persistent blockwise_gemm_kernel" "cutlass device_kernel"; do
+        read -r kern kname <<< "$who"
+        step "ncublk_$kern" env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"$kname" --launch-skip 3 \
+          --launch-count 1 --set full -f -o "$R/ncublk_$kern" "$PY" benchmarks/blockwise_gemm.py --shapes "$shape" \
+          --kernels "$kern" --iters 3
+        step "ncublk_${kern}_details" ncu -i "$R/ncublk_$kern.ncu-rep" --page details
+        step "ncublk_${kern}_sass" sh -c "ncu -i '$R/ncublk_$kern.ncu-rep' --page source --csv --print-source sass | gzip > '$R/ncublk_${kern}_sass.csv.gz'"
       done ;;
     raster1:*)  # the default per-tensor kernel at one SHAPE x (raster, swizzle) in RASTERS (default m:1 m:8 n:1 n:8)
       shape="${stage#raster1:}"
