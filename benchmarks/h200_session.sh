@@ -85,6 +85,16 @@ LLAMA_ENV=()
 AQ_ENV=(${AQ+MXPREC_AUTO_QUANTIZE=$AQ})
 AQ_TAG="${AQ+_aq${AQ//,/_}}"
 
+ncu_full() {  # ncu_full NAME KERNEL_REGEX SKIP COMMAND...: ncu --set full of the (SKIP+1)-th launch of the matching
+  # kernel in COMMAND ($R/NAME.ncu-rep), its details page ($R/NAME_details.log) and per-SASS-instruction CSV
+  local name="$1" kernel="$2" skip="$3"
+  shift 3
+  step "$name" env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"$kernel" --launch-skip "$skip" \
+    --launch-count 1 --set full -f -o "$R/$name" "$@"
+  step "${name}_details" ncu -i "$R/$name.ncu-rep" --page details
+  step "${name}_sass" sh -c "ncu -i '$R/$name.ncu-rep' --page source --csv --print-source sass | gzip > '$R/${name}_sass.csv.gz'"
+}
+
 raster_sweep() {  # raster_sweep SHAPES SUFFIX RASTER:SWIZZLE...: the default per-tensor kernel per scheduler setting
   local shapes="$1" suffix="$2" rs
   shift 2
@@ -155,10 +165,7 @@ for stage in "$@"; do
       shape="${stage#ncu-src:}"
       for who in "mxprec device_kernel" "torch_scaled_mm nvjet"; do
         read -r op kernel <<< "$who"
-        step "ncusrc_$op" env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"$kernel" --launch-skip 4 \
-          --launch-count 1 --set full -f -o "$R/ncusrc_$op" "$PY" benchmarks/cuda_fp8_gemm.py --only "$op" --shapes "$shape"
-        step "ncusrc_${op}_details" ncu -i "$R/ncusrc_$op.ncu-rep" --page details
-        step "ncusrc_${op}_sass" sh -c "ncu -i '$R/ncusrc_$op.ncu-rep' --page source --csv --print-source sass | gzip > '$R/ncusrc_${op}_sass.csv.gz'"
+        ncu_full "ncusrc_$op" "$kernel" 4 "$PY" benchmarks/cuda_fp8_gemm.py --only "$op" --shapes "$shape"
       done ;;
     ncu-blockwise:*)  # ncu --set full (with per-SASS-instruction stall samples) of one 128x128-scaled block GEMM of SHAPE
       # (MxKxN): mxprec's own kernel (MXPREC_SM90_BLOCKWISE_KERNEL=persistent, default cluster), then CUTLASS's;
@@ -166,11 +173,7 @@ for stage in "$@"; do
       shape="${stage#ncu-blockwise:}"
       for who in "persistent blockwise_gemm_kernel" "cutlass device_kernel"; do
         read -r kern kname <<< "$who"
-        step "ncublk_$kern" env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"$kname" --launch-skip 3 \
-          --launch-count 1 --set full -f -o "$R/ncublk_$kern" "$PY" benchmarks/blockwise_gemm.py --shapes "$shape" \
-          --kernels "$kern" --iters 3
-        step "ncublk_${kern}_details" ncu -i "$R/ncublk_$kern.ncu-rep" --page details
-        step "ncublk_${kern}_sass" sh -c "ncu -i '$R/ncublk_$kern.ncu-rep' --page source --csv --print-source sass | gzip > '$R/ncublk_${kern}_sass.csv.gz'"
+        ncu_full "ncublk_$kern" "$kname" 3 "$PY" benchmarks/blockwise_gemm.py --shapes "$shape" --kernels "$kern" --iters 3
       done ;;
     raster1:*)  # the default per-tensor kernel at one SHAPE x (raster, swizzle) in RASTERS (default m:1 m:8 n:1 n:8)
       shape="${stage#raster1:}"

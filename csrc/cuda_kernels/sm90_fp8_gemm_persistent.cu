@@ -44,12 +44,6 @@ bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, uin
                 swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-}  // namespace
-}  // namespace persistent
-
-namespace persistent {
-namespace {
-
 template <int kPair, int kOut, int kRowsB, int kClusterM, int kClusterN>
 const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
   using Smem = SmemLayout<kBlockN, kRowsB, kStages, kOut == 0 && MXPREC_PERSISTENT_TMA_STORE>;
@@ -130,8 +124,9 @@ const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
 template <int kPair, int kOut, int kRowsB>
 const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, cudaStream_t stream) {
   using namespace persistent;
-  if (p.n % kBlockN != 0 || p.k % kBlockK != 0 || p.m <= 0 || p.l <= 0) {
-    return "persistent block-scaled GEMM: needs N % 128 == 0, K % 128 == 0, M > 0";
+  static_assert(kBlockN == kBlockwiseRowsB && kBlockK == kBlockwiseK, "tiles = the shapes sm90_blockwise_aligned checks");
+  if (!sm90_blockwise_aligned(p.m, p.n, p.k) || p.m <= 0 || p.l <= 0) {
+    return "persistent block-scaled GEMM: needs N, K > 0 multiples of 128 and M, L > 0";
   }
   const char* c = std::getenv("MXPREC_SM90_BLOCKWISE_CLUSTER");
   const std::string cluster = c != nullptr && *c != '\0' ? c : "1x2";

@@ -430,18 +430,22 @@ __global__ void __launch_bounds__(kThreads, 1)
                                       desc_b0 + ((s * Smem::kBBytes) >> 4));
         return sc;
       };
+      // Releases `stage` in every CTA of the cluster: lane i of each consumer warp arrives on CTA i's empty barrier.
+      auto release = [&](int stage) {
+        if (lane < kClusterSize) {
+          if constexpr (kClusterSize > 1) {
+            mbar_arrive_cluster(empty0 + 8 * stage, lane);
+          } else {
+            mbar_arrive(empty0 + 8 * stage);
+          }
+        }
+      };
       // Promotes the finished k block held in stage `stage` (its WGMMAs complete) and releases the stage.
       auto promote = [&](const KBlockScales& sc, float* part, int stage) {
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_operand(part[i]);
         if constexpr (kRowsB == 128) {
-          if (lane < kClusterSize) {  // release the stage in every CTA of the cluster (lane i -> CTA i)
-            if constexpr (kClusterSize > 1) {
-              mbar_arrive_cluster(empty0 + 8 * stage, lane);
-            } else {
-              mbar_arrive(empty0 + 8 * stage);
-            }
-          }
+          release(stage);
           const float s0 = sc.sa0 * sc.sb, s1 = sc.sa1 * sc.sb;
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
@@ -459,14 +463,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             acc[4 * j + 2] = fmaf(part[4 * j + 2], sc.sa1 * sbv.x, acc[4 * j + 2]);
             acc[4 * j + 3] = fmaf(part[4 * j + 3], sc.sa1 * sbv.y, acc[4 * j + 3]);
           }
-          __syncwarp();
-          if (lane < kClusterSize) {
-            if constexpr (kClusterSize > 1) {
-              mbar_arrive_cluster(empty0 + 8 * stage, lane);
-            } else {
-              mbar_arrive(empty0 + 8 * stage);
-            }
-          }
+          __syncwarp();  // every lane has read the stage's B scales
+          release(stage);
         }
       };
       auto advance = [&]() {
