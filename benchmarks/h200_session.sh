@@ -21,6 +21,8 @@
 #   gemm-ab:SHAPES  benchmarks/gemm.py --backend ffi per library (GEMM_RECIPES, default fp8_block)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
 #                merge the per-arm JSONs afterwards with `python -m mxprec.bench llama --merge ...`
+#   llama-kernels:ARMS each arm per block-GEMM kernel (LLAMA_KERNELS, default "cutlass persistent"), interleaved,
+#                LLAMA_PAIRS rounds (default 2)
 #   llama-ab:ARMS each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so), same call
 #   forms:FORMS  benchmarks/xla_fp8_forms.py: which HLO form of the XLA per-tensor FP8 GEMM becomes one
 #                cuBLASLt call (and compile/step times of one dot_general step per form)
@@ -32,7 +34,10 @@
 #   cuda-gemm-tests tests/test_cuda.py alone
 #   blockwise    benchmarks/blockwise_gemm.py (mxprec's persistent block GEMM vs CUTLASS's and torch), then the block
 #                GEMM tests on the persistent kernel
+#   blockwise-ab blockwise_gemm.py once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so; BW_SHAPES,
+#                BW_KERNELS), then the block GEMM tests on each ab library's persistent kernel (BW_AB_TESTS=0 skips them)
 #   ncu-blockwise:SHAPE ncu --set full of one 128x128-scaled block GEMM, ours (persistent) and CUTLASS's
+#                (BW_NCU_KERNELS, default "persistent cutlass"; MXPREC_CUDA_LIBRARY picks the library)
 #   transpose    the FP8 code transpose kernel: its GPU tests, then benchmarks/fp8_transpose.py
 #   xla-gpu-numerics the XLA path's numerics on the GPU (quantizer scales, fused quantize + dequantize, oracle)
 #   ncu-src:SHAPE ncu --set full with per-SASS-instruction stall samples, ours and cuBLASLt, one e4m3 GEMM of SHAPE
@@ -133,6 +138,19 @@ for stage in "$@"; do
       step test_blockwise_persistent env MXPREC_SM90_BLOCKWISE_KERNEL=persistent \
         ${BW_CLUSTER:+MXPREC_SM90_BLOCKWISE_CLUSTER=$BW_CLUSTER} "$PY" -m pytest -q -rfE \
         -p no:cacheprovider tests/test_cuda.py -k "block" ;;
+    blockwise-ab)  # blockwise_gemm.py per library, same call; then each build-cuda/ab/*.so's persistent block tests
+      for lib in "${AB_LIBS[@]}"; do
+        name="$(basename "$lib" .so)"
+        step "blockwise_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/blockwise_gemm.py \
+          ${BW_SHAPES:+--shapes $BW_SHAPES} ${BW_KERNELS:+--kernels $BW_KERNELS} --out "$R/blockwise_$name.json"
+      done
+      if [ "${BW_AB_TESTS:-1}" = 1 ]; then
+        for lib in "${AB_LIBS[@]:1}"; do
+          name="$(basename "$lib" .so)"
+          step "test_blockwise_$name" env MXPREC_CUDA_LIBRARY="$lib" MXPREC_SM90_BLOCKWISE_KERNEL=persistent \
+            "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py -k "block"
+        done
+      fi ;;
     cuda-gemm-tests)  # tests/test_cuda.py only (the GEMM kernels, FFI contract, auto routing)
       step test_cuda "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py ;;
     cuda-new)
@@ -171,8 +189,9 @@ for stage in "$@"; do
       # (MxKxN): mxprec's own kernel (MXPREC_SM90_BLOCKWISE_KERNEL=persistent, default cluster), then CUTLASS's;
       # the report, its details page and its per-instruction CSV (benchmarks/ncu_sass_regions.py reads it)
       shape="${stage#ncu-blockwise:}"
-      for who in "persistent blockwise_gemm_kernel" "cutlass device_kernel"; do
-        read -r kern kname <<< "$who"
+      for kern in ${BW_NCU_KERNELS:-persistent cutlass}; do  # MXPREC_SM90_BLOCKWISE_KERNEL values
+        kname=device_kernel
+        [ "$kern" = persistent ] && kname=blockwise_gemm_kernel
         ncu_full "ncublk_$kern" "$kname" 3 "$PY" benchmarks/blockwise_gemm.py --shapes "$shape" --kernels "$kern" --iters 3
       done ;;
     raster1:*)  # the default per-tensor kernel at one SHAPE x (raster, swizzle) in RASTERS (default m:1 m:8 n:1 n:8)
@@ -250,6 +269,16 @@ for stage in "$@"; do
         name="$(basename "$lib" .so)"
         LLAMA_ENV=(MXPREC_CUDA_LIBRARY="$lib" ${LLAMA_XLA_FLAGS:+"XLA_FLAGS=$LLAMA_XLA_FLAGS"} "${AQ_ENV[@]}")
         for arm in "${arms[@]}"; do llama_step "llama_${arm}_$name${TAG:-}" "$arm"; done
+      done
+      LLAMA_ENV=() ;;
+    llama-kernels:*)  # llama-kernels:ARMS: each arm per MXPREC_SM90_BLOCKWISE_KERNEL value in LLAMA_KERNELS (default
+      # "cutlass persistent"), interleaved, LLAMA_PAIRS (default 2) rounds; MXPREC_CUDA_LIBRARY picks the library
+      IFS=, read -r -a arms <<< "${stage#llama-kernels:}"
+      for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
+        for kern in ${LLAMA_KERNELS:-cutlass persistent}; do
+          LLAMA_ENV=(MXPREC_SM90_BLOCKWISE_KERNEL="$kern" "${AQ_ENV[@]}")
+          for arm in "${arms[@]}"; do llama_step "llama_${arm}_${kern}_$round${TAG:-}" "$arm"; done
+        done
       done
       LLAMA_ENV=() ;;
     forms:*)  # forms:FORM,FORM,... one process per form

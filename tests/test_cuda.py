@@ -346,9 +346,9 @@ def test_family_shapes_bf16_bias(family, shape):
 
 
 # ----------------------------------------------------------------------------- GPU: the two block-scaled kernels
-# MXPREC_SM90_BLOCKWISE_KERNEL picks CUTLASS's block-scaled kernel (default) or mxprec's own persistent one
-# (sm90_fp8_gemm_persistent.cu), MXPREC_SM90_BLOCKWISE_CLUSTER the latter's cluster; both are read when the FFI
-# call runs.
+# MXPREC_SM90_BLOCKWISE_KERNEL picks mxprec's own persistent block-scaled kernel (sm90_fp8_gemm_persistent.cu; the
+# default since the twentieth session) or CUTLASS's, MXPREC_SM90_BLOCKWISE_CLUSTER the former's cluster; both are
+# read when the FFI call runs.
 
 
 def _block_gemm(monkeypatch, kernel, cluster, lhs, rhs, out_dtype, bias):
@@ -377,6 +377,27 @@ def test_persistent_block_kernel_against_cutlass(monkeypatch, family, cluster, o
     _check(ours, lhs, rhs, 2, 2, out_dtype, bias=bias)
     if family == "block":
         np.testing.assert_array_equal(np.asarray(ours.astype(jnp.float32)), np.asarray(theirs.astype(jnp.float32)))
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["block", "block1d"])
+@pytest.mark.parametrize("k", [128, 1024])
+def test_block_default_kernel_is_persistent(monkeypatch, family, k):
+    """With MXPREC_SM90_BLOCKWISE_KERNEL unset the block-scaled pairs run the persistent kernel: its output bit for
+    bit, within the reference bound. K = 128 (one k block) and 1024 (an even count: the pipelined loop's paired
+    tail; the test above has 9). With 1x128 B scales CUTLASS's kernel rounds sa[m] * sb[n] differently, so its
+    output differs, which shows which kernel ran."""
+    b, m, n = 1, 256, 384
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(35 + k), b, m, n, k, "e4m3", "e4m3")
+    ours = _block_gemm(monkeypatch, "persistent", "1x2", lhs, rhs, jnp.float32, None)
+    theirs = _block_gemm(monkeypatch, "cutlass", "1x2", lhs, rhs, jnp.float32, None)
+    monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_KERNEL")
+    monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_CLUSTER")
+    default = jax.block_until_ready(cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32))
+    _check(default, lhs, rhs, 2, 2, jnp.float32)
+    np.testing.assert_array_equal(np.asarray(default), np.asarray(ours))
+    if family == "block1d":
+        assert not np.array_equal(np.asarray(default), np.asarray(theirs))
 
 
 @needs_gpu

@@ -296,7 +296,7 @@ def test_sm90_persistent_blockwise_sass():
     """mxprec's own block-scaled kernel (sm90_fp8_gemm_persistent.cu, 24 kernels: 3 pairs x 2 outputs x 2 B scale
     shapes x clusters 1x1 / 1x2): 64x128 FP8 wgmma for the 3 pairs, an FFMA per accumulator register per k block
     (the scaled promotion), TMA loads (multicast ones for the 1x2 cluster's shared A tile) and TMA stores (the
-    bf16 epilogue), the 232-register consumer warpgroups."""
+    bf16 epilogue), the 232-register consumer warpgroups, and the pipelined k loop of the 128x128-scaled ones."""
     sass = _sass(_first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o"))
     kernels = re.findall(r"Function : \S*blockwise_gemm_kernel", sass)
     assert len(kernels) == 24, len(kernels)
@@ -305,6 +305,12 @@ def test_sm90_persistent_blockwise_sass():
     assert len(re.findall(r"\bFFMA\b", sass)) >= 24 * 64
     for op in ("UTMALDG.3D.MULTICAST", "UTMASTG.3D", "USETMAXREG"):
         assert op in sass, op
+    # 128x128 B scales: the software-pipelined k loop (the older of two WGMMA groups awaited, wait_group 1);
+    # 1x128 B scales: one group at a time (wait_group 0 only).
+    for body in re.split(r"\n\s*Function : ", sass)[1:]:
+        name = body.split("\n", 1)[0]
+        pipelined = re.search(r"blockwise_gemm_kernelILi\dELi\dELi128E", name) is not None
+        assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == pipelined, name
 
 
 # The first per-tensor tile (128x256, FP32 promotion) spilled: STACK:248 and ~390 TFLOP/s on the H200.

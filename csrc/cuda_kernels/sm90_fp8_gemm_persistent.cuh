@@ -12,7 +12,7 @@
 // TMA loads of A, B and the A scales (with kRowsB == 1 also the B scales) into a kStages-deep ring of shared-memory
 // stages. Warpgroups 1 and 2 (232 registers) each own 64 rows of the tile: per k block a warpgroup waits for the
 // stage, issues its 4 WGMMAs, waits for them, releases the stage (one arrive per warp, on every CTA of the
-// cluster) and adds the scaled partial sum. The two consumer warpgroups never synchronise with each other, so one's
+// cluster) and adds the scaled partial sum (with 128x128 B scales while the next k block's WGMMAs run). The two consumer warpgroups never synchronise with each other, so one's
 // promotion and epilogue can overlap the other's WGMMAs. Epilogue: bias in FP32, then bf16 through per-warpgroup
 // staging buffers and TMA stores, f32 from registers. Persistent: as many clusters as fit on the device, each
 // walking cluster tiles cluster_id, cluster_id + clusters, ... of a raster grouped by kGroupM row blocks.
@@ -191,7 +191,7 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr) {
 // d (kBlockN / 2 floats per thread) [+]= A(64 x 32) * B(kBlockN x 32)^T for the operand pair kPair.
 template <int kPair, int kBlockN>
 __device__ __forceinline__ void wgmma_fp8(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
-  static_assert(kBlockN == 128, "WGMMA width built: 128 (a wider one needs more than 168 registers per thread)");
+  static_assert(kBlockN == 128, "WGMMA width built: 128");
   if constexpr (kPair == 0) {
     MXPREC_WGMMA_64x128x32(".e4m3.e4m3", d, desc_a, desc_b, accumulate);
   } else if constexpr (kPair == 1) {
@@ -205,6 +205,10 @@ __device__ __forceinline__ void wgmma_fp8(float* d, uint64_t desc_a, uint64_t de
 // Shared memory: kStages x (A tile, B tile, A scales[, B scales]) and the full / empty barriers.
 // bf16 output leaves through shared memory and TMA stores (MXPREC_PERSISTENT_TMA_STORE, default on): per consumer
 // warpgroup two 64 x 32 staging buffers (4 KB, 64-byte swizzle); f32 output is stored from registers.
+#ifndef MXPREC_PERSISTENT_SB_AHEAD
+#define MXPREC_PERSISTENT_SB_AHEAD 4
+#endif
+constexpr int kSbAhead = MXPREC_PERSISTENT_SB_AHEAD;  // k blocks between a 128x128 B scale's load and its use
 #ifndef MXPREC_PERSISTENT_TMA_STORE
 #define MXPREC_PERSISTENT_TMA_STORE 1
 #endif
@@ -286,10 +290,11 @@ struct KBlockScales {
 // and multicasts them, so every A and B byte leaves L2 once per cluster; a stage is refilled only after the consumers of every CTA of the cluster released it
 // (their warps arrive on each CTA's empty barrier).
 //
-// Per k block a consumer warpgroup waits for its WGMMAs, releases the stage, then promotes (CUTLASS's and
-// DeepGEMM's loop): the other warpgroup's WGMMAs fill the tensor pipe meanwhile. (Issuing k block kb + 1 before
-// promoting kb needs a second 64-register partial sum: over the 168-register cap of 384 threads, ptxas spills and
-// serialises the WGMMAs, C7514.)
+// Per k block a consumer warpgroup waits for its WGMMAs, releases the stage, then promotes; the other warpgroup's
+// WGMMAs fill the tensor pipe meanwhile. With 128x128 B scales the loop is software-pipelined over a second
+// 64-register partial sum (kPipelined): k block kb + 1's WGMMAs are issued before kb is promoted, so the warpgroup's
+// own WGMMAs run under its promotion too (+3-7 % measured, twentieth session). ptxas reports 168 registers for a
+// 384-thread kernel but allocates up to the setmaxnreg count (232) after the increase: the consumer code uses ~214.
 template <int kPair, int kOut, int kRowsB, int kBlockN, int kStages, int kClusterM, int kClusterN>
 __global__ void __launch_bounds__(kThreads, 1)
     blockwise_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -299,6 +304,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kTmaStore = MXPREC_PERSISTENT_TMA_STORE && kOut == 0;
   using Smem = SmemLayout<kBlockN, kRowsB, kStages, kTmaStore>;
   constexpr int kAcc = kBlockN / 2;  // accumulator floats per thread (64 x kBlockN over 128 threads)
+  // 128x128 B scales: the k loop keeps two partial sums in flight. 1x128 B scales: one (pipelined as well, with the
+  // B scales read per column pair, it measured no faster, twentieth session).
+  constexpr bool kPipelined = kRowsB == 128;
   constexpr int kClusterSize = kClusterM * kClusterN;
   constexpr int kARows = kBlockM / kClusterN;  // rows of the A tile this CTA loads (and multicasts)
   constexpr int kBRows = kBlockN / kClusterM;  // rows of the B tile this CTA loads (and multicasts)
@@ -397,6 +405,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     float part0[kAcc];  // the k block's partial sum (fresh each k block)
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) part0[i] = 0.f;
+    float part1[kAcc];  // the next k block's (kPipelined)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) part1[i] = 0.f;
 
     int s = 0;
     uint32_t phase = 0;
@@ -408,11 +419,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
       const float* sfb_tile =
           sfb + static_cast<size_t>(c.l) * num_kb * nb_count + (n_valid ? (n_blk * kBlockN) / 128 : 0);
-      // The B scale of k block kb comes from global memory (L2) two k blocks ahead of its use.
-      float sb_next[2] = {0.f, 0.f};
-      if constexpr (kRowsB == 128) {
-        sb_next[0] = __ldg(sfb_tile);
-        if (num_kb > 1) sb_next[1] = __ldg(sfb_tile + nb_count);
+      // The B scale of k block kb comes from global memory (L2) kSbAhead k blocks ahead of its use.
+      float sb_next[kSbAhead];
+#pragma unroll
+      for (int i = 0; i < kSbAhead; ++i) {
+        sb_next[i] = 0.f;
+        if (kRowsB == 128 && i < num_kb) sb_next[i] = __ldg(sfb_tile + static_cast<size_t>(i) * nb_count);
       }
 
       // Waits for stage s, reads its scales and issues its WGMMAs into `part`; kb is the k block it holds.
@@ -420,8 +432,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         KBlockScales sc;
         sc.sb = sb_next[0];
         if constexpr (kRowsB == 128) {
-          sb_next[0] = sb_next[1];
-          if (kb + 2 < num_kb) sb_next[1] = __ldg(sfb_tile + static_cast<size_t>(kb + 2) * nb_count);
+#pragma unroll
+          for (int i = 0; i + 1 < kSbAhead; ++i) sb_next[i] = sb_next[i + 1];
+          if (kb + kSbAhead < num_kb) {
+            sb_next[kSbAhead - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count);
+          }
         }
         mbar_wait(full0 + 8 * s, phase);
         sc.sa0 = lds_f32(sfa0 + s * Smem::kSfaBytes);
@@ -474,11 +489,44 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       };
 
-      for (int kb = 0; kb < num_kb; ++kb) {
-        const KBlockScales sc = issue(kb, part0);
-        wgmma_wait<0>();
-        promote(sc, part0, s);
+      if constexpr (kPipelined) {
+        // Software-pipelined over two partial sums: k block kb + 1's WGMMAs run while kb is promoted, and the
+        // warpgroup waits only for the older group (wait_group 1); across the back edge one group is in flight.
+        int s_cur = s;
+        KBlockScales sc_cur = issue(0, part0);
         advance();
+        int kb = 0;
+        for (; kb + 2 < num_kb; kb += 2) {
+          int s_nxt = s;
+          KBlockScales sc_nxt = issue(kb + 1, part1);
+          advance();
+          wgmma_wait<1>();
+          promote(sc_cur, part0, s_cur);
+          s_cur = s;
+          sc_cur = issue(kb + 2, part0);
+          advance();
+          wgmma_wait<1>();
+          promote(sc_nxt, part1, s_nxt);
+        }
+        if (kb + 1 < num_kb) {
+          const int s_nxt = s;
+          const KBlockScales sc_nxt = issue(kb + 1, part1);
+          advance();
+          wgmma_wait<1>();
+          promote(sc_cur, part0, s_cur);
+          wgmma_wait<0>();
+          promote(sc_nxt, part1, s_nxt);
+        } else {
+          wgmma_wait<0>();
+          promote(sc_cur, part0, s_cur);
+        }
+      } else {
+        for (int kb = 0; kb < num_kb; ++kb) {
+          const KBlockScales sc = issue(kb, part0);
+          wgmma_wait<0>();
+          promote(sc, part0, s);
+          advance();
+        }
       }
 
       // Epilogue: D = acc (+ bias[n]) rounded once; rows >= m (TMA's zero fill of A) are not stored.

@@ -163,14 +163,15 @@ struct Rowwise {
   static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_rowwise_run<P, O>(a, ws, s); }
 };
 // Which block-scaled kernel runs, read from MXPREC_SM90_BLOCKWISE_KERNEL at every call (under XLA's command
-// buffers: when the call is captured): "cutlass" (CUTLASS's KernelTmaWarpSpecializedCooperativeFP8Blockwise,
-// sm90_fp8_gemm_blockwise.h; the default) or "persistent" (ours, sm90_fp8_gemm_persistent.h). Anything else is an
-// error, not a fallback.
+// buffers: when the call is captured): "persistent" (ours, sm90_fp8_gemm_persistent.h; the default since the
+// twentieth session, faster in the Llama step) or "cutlass" (CUTLASS's
+// KernelTmaWarpSpecializedCooperativeFP8Blockwise, sm90_fp8_gemm_blockwise.h). Anything else is an error, not a
+// fallback.
 enum class BlockwiseKernel { kCutlass, kPersistent, kUnknown };
 BlockwiseKernel blockwise_kernel_choice() {
   const char* v = std::getenv("MXPREC_SM90_BLOCKWISE_KERNEL");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "cutlass") == 0) return BlockwiseKernel::kCutlass;
-  if (std::strcmp(v, "persistent") == 0) return BlockwiseKernel::kPersistent;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "persistent") == 0) return BlockwiseKernel::kPersistent;
+  if (std::strcmp(v, "cutlass") == 0) return BlockwiseKernel::kCutlass;
   return BlockwiseKernel::kUnknown;
 }
 
