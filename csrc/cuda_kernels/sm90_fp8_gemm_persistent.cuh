@@ -282,6 +282,7 @@ __device__ __forceinline__ void issue_k_block(float* part, uint64_t desc_a, uint
 struct KBlockScales {
   float sa0, sa1;  // A scales of this thread's two rows
   float sb;        // B scale of the 128x128 tile (kRowsB == 128)
+  int stage;       // the shared-memory stage holding the k block (released after its promotion)
 };
 
 // Cluster of kClusterM x kClusterN CTAs (rank r: m_rank = r % kClusterM, n_rank = r / kClusterM) working on
@@ -430,6 +431,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Waits for stage s, reads its scales and issues its WGMMAs into `part`; kb is the k block it holds.
       auto issue = [&](int kb, float* part) -> KBlockScales {
         KBlockScales sc;
+        sc.stage = s;
         sc.sb = sb_next[0];
         if constexpr (kRowsB == 128) {
 #pragma unroll
@@ -455,8 +457,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      // Promotes the finished k block held in stage `stage` (its WGMMAs complete) and releases the stage.
-      auto promote = [&](const KBlockScales& sc, float* part, int stage) {
+      // Promotes the finished k block (its WGMMAs complete) and releases its stage.
+      auto promote = [&](const KBlockScales& sc, float* part) {
+        const int stage = sc.stage;
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_operand(part[i]);
         if constexpr (kRowsB == 128) {
@@ -492,39 +495,35 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kPipelined) {
         // Software-pipelined over two partial sums: k block kb + 1's WGMMAs run while kb is promoted, and the
         // warpgroup waits only for the older group (wait_group 1); across the back edge one group is in flight.
-        int s_cur = s;
         KBlockScales sc_cur = issue(0, part0);
         advance();
         int kb = 0;
         for (; kb + 2 < num_kb; kb += 2) {
-          int s_nxt = s;
-          KBlockScales sc_nxt = issue(kb + 1, part1);
-          advance();
-          wgmma_wait<1>();
-          promote(sc_cur, part0, s_cur);
-          s_cur = s;
-          sc_cur = issue(kb + 2, part0);
-          advance();
-          wgmma_wait<1>();
-          promote(sc_nxt, part1, s_nxt);
-        }
-        if (kb + 1 < num_kb) {
-          const int s_nxt = s;
           const KBlockScales sc_nxt = issue(kb + 1, part1);
           advance();
           wgmma_wait<1>();
-          promote(sc_cur, part0, s_cur);
+          promote(sc_cur, part0);
+          sc_cur = issue(kb + 2, part0);
+          advance();
+          wgmma_wait<1>();
+          promote(sc_nxt, part1);
+        }
+        if (kb + 1 < num_kb) {
+          const KBlockScales sc_nxt = issue(kb + 1, part1);
+          advance();
+          wgmma_wait<1>();
+          promote(sc_cur, part0);
           wgmma_wait<0>();
-          promote(sc_nxt, part1, s_nxt);
+          promote(sc_nxt, part1);
         } else {
           wgmma_wait<0>();
-          promote(sc_cur, part0, s_cur);
+          promote(sc_cur, part0);
         }
       } else {
         for (int kb = 0; kb < num_kb; ++kb) {
           const KBlockScales sc = issue(kb, part0);
           wgmma_wait<0>();
-          promote(sc, part0, s);
+          promote(sc, part0);
           advance();
         }
       }
