@@ -5,8 +5,8 @@
 
 Per shape M x K x N (A (M, K), B (N, K), K contiguous, bf16 out), in one process: torch._scaled_mm blockwise
 (1x128 / 128x128, cuBLASLt; if torch with CUDA is importable), then mxprec's ``scaled_gemm`` (backend ffi) with
-MXPREC_SM90_BLOCKWISE_KERNEL set to each of --kernels (``persistent:MxN`` also sets MXPREC_SM90_BLOCKWISE_CLUSTER;
-the handler reads both when the FFI call runs), for the Fprop pair (B in 128x128 tiles, "2d") and the Wgrad pair
+MXPREC_SM90_BLOCKWISE_KERNEL set to each of --kernels (``persistent:MxN:TILE_N`` also sets
+MXPREC_SM90_BLOCKWISE_CLUSTER and _TILE_N; the handler reads them when the FFI call runs), for the Fprop pair (B in 128x128 tiles, "2d") and the Wgrad pair
 (B in 1x128 tiles, "1d"). Timing as benchmarks/gemm.py: mean over --iters back-to-back calls after 3 warmups,
 TFLOP/s = 2 M N K / t. Prints and writes JSON rows {shape, impl, scaling, tflops, ratio_vs_torch_block} and, per
 scaling, every kernel's max |difference| to the first kernel's output. Results: benchmarks/results/
@@ -42,13 +42,16 @@ def torch_block(m, k, n, iters):
 
 
 def mxprec_block(m, k, n, iters, kernel, rows_b):
-    """kernel: cutlass | persistent | persistent:MxN (MXPREC_SM90_BLOCKWISE_CLUSTER)."""
-    name, _, cluster = kernel.partition(":")
+    """kernel: auto | cutlass | persistent[:CLUSTER[:TILE_N]], with the persistent kernel's environment
+    (MXPREC_SM90_BLOCKWISE_CLUSTER MxN, MXPREC_SM90_BLOCKWISE_TILE_N); a missing field leaves the variable unset."""
+    name, *fields = kernel.split(":")
+    fields = (fields + ["", ""])[:2]
     os.environ["MXPREC_SM90_BLOCKWISE_KERNEL"] = name
-    if cluster:
-        os.environ["MXPREC_SM90_BLOCKWISE_CLUSTER"] = cluster
-    else:
-        os.environ.pop("MXPREC_SM90_BLOCKWISE_CLUSTER", None)
+    for var, value in zip(("MXPREC_SM90_BLOCKWISE_CLUSTER", "MXPREC_SM90_BLOCKWISE_TILE_N"), fields):
+        if value:
+            os.environ[var] = value
+        else:
+            os.environ.pop(var, None)
     e4m3 = formats.E4M3
     kx, kw = jax.random.split(jax.random.PRNGKey(m + k + n))
     x = jax.random.normal(kx, (m, k), jnp.float32)

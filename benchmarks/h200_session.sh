@@ -21,7 +21,8 @@
 #   gemm-ab:SHAPES  benchmarks/gemm.py --backend ffi per library (GEMM_RECIPES, default fp8_block)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
 #                merge the per-arm JSONs afterwards with `python -m mxprec.bench llama --merge ...`
-#   llama-kernels:ARMS each arm per block-GEMM kernel (LLAMA_KERNELS, default "cutlass persistent"), interleaved,
+#   llama-kernels:ARMS each arm per block-GEMM kernel (LLAMA_KERNELS, default "cutlass persistent"; "persistent:192"
+#                also sets MXPREC_SM90_BLOCKWISE_TILE_N), interleaved,
 #                LLAMA_PAIRS rounds (default 2)
 #   llama-ab:ARMS each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so), same call
 #   forms:FORMS  benchmarks/xla_fp8_forms.py: which HLO form of the XLA per-tensor FP8 GEMM becomes one
@@ -275,8 +276,11 @@ for stage in "$@"; do
       # "cutlass persistent"), interleaved, LLAMA_PAIRS (default 2) rounds; MXPREC_CUDA_LIBRARY picks the library
       IFS=, read -r -a arms <<< "${stage#llama-kernels:}"
       for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
-        for kern in ${LLAMA_KERNELS:-cutlass persistent}; do
-          LLAMA_ENV=(MXPREC_SM90_BLOCKWISE_KERNEL="$kern" "${AQ_ENV[@]}")
+        for kern in ${LLAMA_KERNELS:-cutlass persistent}; do  # KERNEL[:TILE_N]
+          IFS=: read -r kname ktile <<< "$kern"
+          LLAMA_ENV=(MXPREC_SM90_BLOCKWISE_KERNEL="$kname" "${AQ_ENV[@]}")
+          [ -n "$ktile" ] && LLAMA_ENV+=(MXPREC_SM90_BLOCKWISE_TILE_N="$ktile")
+          kern="${kern//:/_}"
           for arm in "${arms[@]}"; do llama_step "llama_${arm}_${kern}_$round${TAG:-}" "$arm"; done
         done
       done

@@ -346,9 +346,9 @@ def test_family_shapes_bf16_bias(family, shape):
 
 
 # ----------------------------------------------------------------------------- GPU: the two block-scaled kernels
-# MXPREC_SM90_BLOCKWISE_KERNEL picks mxprec's own persistent block-scaled kernel (sm90_fp8_gemm_persistent.cu; the
-# default since the twentieth session) or CUTLASS's, MXPREC_SM90_BLOCKWISE_CLUSTER the former's cluster; both are
-# read when the FFI call runs.
+# MXPREC_SM90_BLOCKWISE_KERNEL picks mxprec's own persistent block-scaled kernel (sm90_fp8_gemm_persistent.cu),
+# CUTLASS's, or (auto, the default) one of them per shape; MXPREC_SM90_BLOCKWISE_CLUSTER and _TILE_N set the
+# former's cluster and tile width. All are read when the FFI call runs.
 
 
 def _block_gemm(monkeypatch, kernel, cluster, lhs, rhs, out_dtype, bias):
@@ -380,29 +380,78 @@ def test_persistent_block_kernel_against_cutlass(monkeypatch, family, cluster, o
 
 
 @needs_gpu
-@pytest.mark.parametrize("family", ["block", "block1d"])
-@pytest.mark.parametrize("k", [128, 1024])
-def test_block_default_kernel_is_persistent(monkeypatch, family, k):
-    """With MXPREC_SM90_BLOCKWISE_KERNEL unset the block-scaled pairs run the persistent kernel: its output bit for
-    bit, within the reference bound. K = 128 (one k block) and 1024 (an even count: the pipelined loop's paired
-    tail; the test above has 9). With 1x128 B scales CUTLASS's kernel rounds sa[m] * sb[n] differently, so its
-    output differs, which shows which kernel ran."""
-    b, m, n = 1, 256, 384
-    lhs, rhs = _family_operands(family, jax.random.PRNGKey(35 + k), b, m, n, k, "e4m3", "e4m3")
-    ours = _block_gemm(monkeypatch, "persistent", "1x2", lhs, rhs, jnp.float32, None)
-    theirs = _block_gemm(monkeypatch, "cutlass", "1x2", lhs, rhs, jnp.float32, None)
-    monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_KERNEL")
+@pytest.mark.parametrize(
+    "family,m,n,k,expected",
+    [
+        ("block1d", 256, 384, 1024, "cutlass"),  # output of 2^17 elements < 2^25
+        ("block1d", 8192, 4096, 128, "persistent"),  # 2^25 elements: the persistent kernel's 192-column tiles
+        ("block", 256, 384, 1024, "cutlass"),  # N < 8192
+        ("block", 256, 8192, 1024, "persistent"),  # N >= 8192, K <= 8192; K = 1024: the pipelined loop's paired tail
+        ("block", 256, 8192, 128, "persistent"),  # one k block
+    ],
+)
+@pytest.mark.parametrize("setting", [None, "auto"])
+def test_block_default_kernel_is_auto(monkeypatch, family, m, n, k, expected, setting):
+    """MXPREC_SM90_BLOCKWISE_KERNEL unset or "auto": per shape, the kernel that measured faster (the persistent one
+    for 1x128 B scales with M * N >= 2^25, for 128x128 B scales with N >= 8192 and K <= 8192; CUTLASS's
+    otherwise). The output is that kernel's bit for bit, within the reference bound. With 128x128 B scales the two
+    kernels agree bit for bit anyway; with 1x128 B scales they round sa[m] * sb[n] differently, so the output
+    shows which kernel ran."""
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(35 + k + n), 1, m, n, k, "e4m3", "e4m3")
+    outs = {kern: _block_gemm(monkeypatch, kern, "1x2", lhs, rhs, jnp.float32, None) for kern in ("persistent", "cutlass")}
     monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_CLUSTER")
+    if setting is None:
+        monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_KERNEL")
+    else:
+        monkeypatch.setenv("MXPREC_SM90_BLOCKWISE_KERNEL", setting)
     default = jax.block_until_ready(cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32))
     _check(default, lhs, rhs, 2, 2, jnp.float32)
-    np.testing.assert_array_equal(np.asarray(default), np.asarray(ours))
+    np.testing.assert_array_equal(np.asarray(default), np.asarray(outs[expected]))
     if family == "block1d":
-        assert not np.array_equal(np.asarray(default), np.asarray(theirs))
+        other = "cutlass" if expected == "persistent" else "persistent"
+        assert not np.array_equal(np.asarray(default), np.asarray(outs[other]))
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["block", "block1d"])
+@pytest.mark.parametrize("tile_n", ["160", "192"])
+@pytest.mark.parametrize("n", [128, 896])
+@pytest.mark.parametrize(
+    "pair,cluster,out_dtype,with_bias",
+    [
+        (("e4m3", "e4m3"), "1x2", jnp.bfloat16, True),
+        (("e5m2", "e4m3"), "1x1", jnp.float32, False),
+        (("e4m3", "e5m2"), "1x2", jnp.float32, True),
+    ],
+)
+def test_persistent_wide_tiles_match_the_128_column_tile(
+    monkeypatch, family, tile_n, n, pair, cluster, out_dtype, with_bias
+):
+    """MXPREC_SM90_BLOCKWISE_TILE_N=160 / 192: CTA tiles that straddle two 128x128 B scale tiles (the columns past
+    the boundary take the second tile's scale) and, with N % tile != 0, a partial last column tile (zero B rows
+    from TMA, no stores past N). Per element the arithmetic is the 128-column tile's (the same WGMMA k32 partial
+    sums, promoted in the same order), so the outputs are bit-identical, and within the reference bound. N = 128:
+    one partial tile; N = 896: 4.7 / 5.6 tiles; M not a multiple of 128; 9 k blocks (odd, unpipelined loop)."""
+    b, m, k = 2, 333, 1152
+    key = jax.random.PRNGKey(41 + n + int(tile_n) + len(family))
+    lhs, rhs = _family_operands(family, key, b, m, n, k, *pair)
+    bias = jax.random.normal(jax.random.PRNGKey(42), (n,), jnp.float32) * 4.0 if with_bias else None
+    monkeypatch.setenv("MXPREC_SM90_BLOCKWISE_TILE_N", "128")
+    narrow = _block_gemm(monkeypatch, "persistent", cluster, lhs, rhs, out_dtype, bias)
+    monkeypatch.setenv("MXPREC_SM90_BLOCKWISE_TILE_N", tile_n)
+    wide = _block_gemm(monkeypatch, "persistent", cluster, lhs, rhs, out_dtype, bias)
+    _check(wide, lhs, rhs, 2, 2, out_dtype, bias=bias)
+    np.testing.assert_array_equal(np.asarray(wide.astype(jnp.float32)), np.asarray(narrow.astype(jnp.float32)))
 
 
 @needs_gpu
 @pytest.mark.parametrize(
-    "var,value", [("MXPREC_SM90_BLOCKWISE_KERNEL", "fastest"), ("MXPREC_SM90_BLOCKWISE_CLUSTER", "2x2")]
+    "var,value",
+    [
+        ("MXPREC_SM90_BLOCKWISE_KERNEL", "fastest"),
+        ("MXPREC_SM90_BLOCKWISE_CLUSTER", "2x2"),
+        ("MXPREC_SM90_BLOCKWISE_TILE_N", "256"),
+    ],
 )
 def test_block_kernel_choice_rejects_unknown_values(monkeypatch, var, value):
     """An unknown kernel or cluster name is an error from the FFI call, not a silent fallback."""

@@ -293,23 +293,25 @@ def test_sm90_blockwise_sass_has_qgmma_and_scaled_promotion(fam, out):
 
 
 def test_sm90_persistent_blockwise_sass():
-    """mxprec's own block-scaled kernel (sm90_fp8_gemm_persistent.cu, 24 kernels: 3 pairs x 2 outputs x 2 B scale
-    shapes x clusters 1x1 / 1x2): 64x128 FP8 wgmma for the 3 pairs, an FFMA per accumulator register per k block
-    (the scaled promotion), TMA loads (multicast ones for the 1x2 cluster's shared A tile) and TMA stores (the
-    bf16 epilogue), the 232-register consumer warpgroups, and the pipelined k loop of the 128x128-scaled ones."""
+    """mxprec's own block-scaled kernel (sm90_fp8_gemm_persistent.cu, 72 kernels: 3 pairs x 2 outputs x 2 B scale
+    shapes x clusters 1x1 / 1x2 x CTA tiles 128 x 128 / 160 / 192): 64x128 / 64x160 / 64x192 FP8 wgmma for the 3
+    pairs, an FFMA per accumulator register per k block (the scaled promotion), TMA loads (multicast ones for the
+    1x2 cluster's shared A tile) and TMA stores (the bf16 epilogue), the 232-register consumer warpgroups, and the
+    pipelined k loop of the 128x128-scaled 128-column ones."""
     sass = _sass(_first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o"))
     kernels = re.findall(r"Function : \S*blockwise_gemm_kernel", sass)
-    assert len(kernels) == 24, len(kernels)
+    assert len(kernels) == 72, len(kernels)
     for pair in _SM90_PAIRS:
-        assert re.search(rf"QGMMA\.64x128x32\.F32\.{pair}", sass), pair
-    assert len(re.findall(r"\bFFMA\b", sass)) >= 24 * 64
+        for width in (128, 160, 192):
+            assert re.search(rf"QGMMA\.64x{width}x32\.F32\.{pair}", sass), (pair, width)
+    assert len(re.findall(r"\bFFMA\b", sass)) >= 24 * (64 + 80 + 96)
     for op in ("UTMALDG.3D.MULTICAST", "UTMASTG.3D", "USETMAXREG"):
         assert op in sass, op
-    # 128x128 B scales: the software-pipelined k loop (the older of two WGMMA groups awaited, wait_group 1);
-    # 1x128 B scales: one group at a time (wait_group 0 only).
+    # 128x128 B scales, 128-column tiles: the software-pipelined k loop (the older of two WGMMA groups awaited,
+    # wait_group 1); 1x128 B scales and the wider tiles: one group at a time (wait_group 0 only).
     for body in re.split(r"\n\s*Function : ", sass)[1:]:
         name = body.split("\n", 1)[0]
-        pipelined = re.search(r"blockwise_gemm_kernelILi\dELi\dELi128E", name) is not None
+        pipelined = re.search(r"blockwise_gemm_kernelILi\dELi\dELi128ELi128E", name) is not None
         assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == pipelined, name
 
 

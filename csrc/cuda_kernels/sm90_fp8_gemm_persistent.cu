@@ -12,8 +12,8 @@ namespace cuda {
 namespace persistent {
 namespace {
 
-constexpr int kBlockN = 128;  // one B scale tile per CTA column block
-constexpr int kStages = 6;    // 6 x 32.5-33 KB of the 227 KB of shared memory
+// Shared-memory stages per CTA tile width: 6 x 32.5-33 KB at 128 columns, 5 x 37-41 KB at 160 / 192 (of 227 KB).
+constexpr int stages_for(int block_n) { return block_n == 128 ? 6 : 5; }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -44,8 +44,9 @@ bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, uin
                 swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int kPair, int kOut, int kRowsB, int kClusterM, int kClusterN>
+template <int kPair, int kOut, int kRowsB, int kBlockN, int kClusterM, int kClusterN>
 const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
+  constexpr int kStages = stages_for(kBlockN);
   using Smem = SmemLayout<kBlockN, kRowsB, kStages, kOut == 0 && MXPREC_PERSISTENT_TMA_STORE>;
   static_assert(Smem::kAlloc <= 227 * 1024, "shared memory per CTA");
   constexpr int kClusterSize = kClusterM * kClusterN;
@@ -102,17 +103,29 @@ const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
     }
     max_clusters = c;
   }
-  const int64_t num_m = (p.m + kBlockM - 1) / kBlockM, num_n = p.n / kBlockN;
+  const int64_t num_m = (p.m + kBlockM - 1) / kBlockM, num_n = (p.n + kBlockN - 1) / kBlockN;
   const int64_t cluster_tiles =
       ((num_m + kClusterM - 1) / kClusterM) * ((num_n + kClusterN - 1) / kClusterN) * static_cast<int64_t>(p.l);
   const int64_t clusters = cluster_tiles < max_clusters ? cluster_tiles : max_clusters;
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * kClusterSize), 1, 1);
   if (cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_sfa, map_sfb, map_d, p.sfb, p.bias, p.d, p.m, p.n, p.k,
-                         p.l) !=
-      cudaSuccess) {
+                         p.l) != cudaSuccess) {
     return "persistent block-scaled GEMM: kernel launch failed";
   }
   return nullptr;
+}
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+template <int kPair, int kOut, int kRowsB, int kBlockN>
+const char* launch_cluster(const BlockwiseGemmArgs& p, cudaStream_t stream) {
+  const std::string cluster = env_or("MXPREC_SM90_BLOCKWISE_CLUSTER", "1x2");
+  if (cluster == "1x1") return launch<kPair, kOut, kRowsB, kBlockN, 1, 1>(p, stream);
+  if (cluster == "1x2") return launch<kPair, kOut, kRowsB, kBlockN, 1, 2>(p, stream);
+  return "MXPREC_SM90_BLOCKWISE_CLUSTER must be 1x2 or 1x1";
 }
 
 }  // namespace
@@ -121,18 +134,23 @@ const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
 // MXPREC_SM90_BLOCKWISE_CLUSTER = "MxN" (CTAs per cluster along M x along N): 1x2 (default: the two CTAs of a
 // cluster share the A tile, multicast) or 1x1. The kernel template also takes clusters along M (B multicast);
 // they measured no faster (benchmarks/results/h200_blockwise_persistent.md) and are not instantiated.
+// MXPREC_SM90_BLOCKWISE_TILE_N = CTA tile columns: auto (default), 128, 160 or 192 (the wider tiles: no second
+// partial sum, a partial last column tile when N % tile != 0, two B scale tiles per CTA tile).
 template <int kPair, int kOut, int kRowsB>
 const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, cudaStream_t stream) {
   using namespace persistent;
-  static_assert(kBlockN == kBlockwiseRowsB && kBlockK == kBlockwiseK, "tiles = the shapes sm90_blockwise_aligned checks");
+  static_assert(kBlockK == kBlockwiseK, "k blocks = the scale blocks sm90_blockwise_aligned checks");
   if (!sm90_blockwise_aligned(p.m, p.n, p.k) || p.m <= 0 || p.l <= 0) {
     return "persistent block-scaled GEMM: needs N, K > 0 multiples of 128 and M, L > 0";
   }
-  const char* c = std::getenv("MXPREC_SM90_BLOCKWISE_CLUSTER");
-  const std::string cluster = c != nullptr && *c != '\0' ? c : "1x2";
-  if (cluster == "1x1") return launch<kPair, kOut, kRowsB, 1, 1>(p, stream);
-  if (cluster == "1x2") return launch<kPair, kOut, kRowsB, 1, 2>(p, stream);
-  return "MXPREC_SM90_BLOCKWISE_CLUSTER must be 1x2 or 1x1";
+  std::string tile_n = env_or("MXPREC_SM90_BLOCKWISE_TILE_N", "auto");
+  if (tile_n == "auto") {  // 1x128 B scales on large outputs: 192 columns (+3-8 % measured); else 128
+    tile_n = kRowsB == 1 && static_cast<int64_t>(p.m) * p.n >= (int64_t{1} << 25) ? "192" : "128";
+  }
+  if (tile_n == "128") return launch_cluster<kPair, kOut, kRowsB, 128>(p, stream);
+  if (tile_n == "160") return launch_cluster<kPair, kOut, kRowsB, 160>(p, stream);
+  if (tile_n == "192") return launch_cluster<kPair, kOut, kRowsB, 192>(p, stream);
+  return "MXPREC_SM90_BLOCKWISE_TILE_N must be auto, 128, 160 or 192";
 }
 
 #define MXPREC_INSTANTIATE_PERSISTENT(P, O)                                                                   \

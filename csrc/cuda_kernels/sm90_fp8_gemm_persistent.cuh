@@ -186,20 +186,79 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr) {
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])  \
       : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
+// The wider tiles (MXPREC_SM90_BLOCKWISE_TILE_N): 80 / 96 accumulator registers per thread.
+#define MXPREC_WGMMA_64x160x32(TYPES, d, desc_a, desc_b, scale_d)  \
+  asm volatile(  \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n160k32.f32" TYPES " "  \
+      "{"  \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"  \
+      "}, %80, %81, p, 1, 1;\n}\n"  \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),  \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),  \
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),  \
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),  \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),  \
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),  \
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])  \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+#define MXPREC_WGMMA_64x192x32(TYPES, d, desc_a, desc_b, scale_d)  \
+  asm volatile(  \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"  \
+      "wgmma.mma_async.sync.aligned.m64n192k32.f32" TYPES " "  \
+      "{"  \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"  \
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"  \
+      "}, %96, %97, p, 1, 1;\n}\n"  \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),  \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),  \
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),  \
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),  \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),  \
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),  \
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),  \
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),  \
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])  \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
 // clang-format on
 
 // d (kBlockN / 2 floats per thread) [+]= A(64 x 32) * B(kBlockN x 32)^T for the operand pair kPair.
+#define MXPREC_WGMMA_PAIR(N, d, desc_a, desc_b, accumulate)                  \
+  if constexpr (kPair == 0) {                                                 \
+    MXPREC_WGMMA_64x##N##x32(".e4m3.e4m3", d, desc_a, desc_b, accumulate);    \
+  } else if constexpr (kPair == 1) {                                          \
+    MXPREC_WGMMA_64x##N##x32(".e5m2.e4m3", d, desc_a, desc_b, accumulate);    \
+  } else {                                                                    \
+    MXPREC_WGMMA_64x##N##x32(".e4m3.e5m2", d, desc_a, desc_b, accumulate);    \
+  }
 template <int kPair, int kBlockN>
 __device__ __forceinline__ void wgmma_fp8(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
-  static_assert(kBlockN == 128, "WGMMA width built: 128");
-  if constexpr (kPair == 0) {
-    MXPREC_WGMMA_64x128x32(".e4m3.e4m3", d, desc_a, desc_b, accumulate);
-  } else if constexpr (kPair == 1) {
-    MXPREC_WGMMA_64x128x32(".e5m2.e4m3", d, desc_a, desc_b, accumulate);
+  static_assert(kBlockN == 128 || kBlockN == 160 || kBlockN == 192, "WGMMA widths built: 128, 160, 192");
+  if constexpr (kBlockN == 128) {
+    MXPREC_WGMMA_PAIR(128, d, desc_a, desc_b, accumulate)
+  } else if constexpr (kBlockN == 160) {
+    MXPREC_WGMMA_PAIR(160, d, desc_a, desc_b, accumulate)
   } else {
-    MXPREC_WGMMA_64x128x32(".e4m3.e5m2", d, desc_a, desc_b, accumulate);
+    MXPREC_WGMMA_PAIR(192, d, desc_a, desc_b, accumulate)
   }
 }
+#undef MXPREC_WGMMA_PAIR
 
 // ---------------------------------------------------------------------------------------------------------------
 // Shared memory: kStages x (A tile, B tile, A scales[, B scales]) and the full / empty barriers.
@@ -226,7 +285,7 @@ struct SmemLayout {
   static constexpr int kB = kA + kStages * kABytes;
   static constexpr int kSfa = kB + kStages * kBBytes;
   static constexpr int kSfb = kSfa + kStages * kSfaBytes;
-  static constexpr int kEpi = kSfb + kStages * kSfbBytes;
+  static constexpr int kEpi = (kSfb + kStages * kSfbBytes + 511) / 512 * 512;
   static constexpr int kEpiBytes = kTmaStore ? 2 * 2 * kEpiBufBytes : 0;  // 2 warpgroups x 2 buffers
   static constexpr int kBars = kEpi + kEpiBytes;
   static constexpr int kBytes = kBars + 2 * kStages * 8;
@@ -278,10 +337,45 @@ __device__ __forceinline__ void issue_k_block(float* part, uint64_t desc_a, uint
   wgmma_commit();
 }
 
+// acc += part * s per 8-column group j of the thread's two rows (s0: row0, s1: row0 + 8), s = the first 128-column
+// B scale tile's product for groups j < kLo, the second's for the rest (tiles wider than 128 columns).
+template <int kAcc, int kLo>
+__device__ __forceinline__ void promote_split(float* acc, const float* part, float s0_lo, float s1_lo, float s0_hi,
+                                              float s1_hi) {
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; ++j) {
+    const float s0 = j < kLo ? s0_lo : s0_hi, s1 = j < kLo ? s1_lo : s1_hi;
+    acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
+    acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+    acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+    acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+  }
+}
+// The same, for a tile whose first column lies `off` (a multiple of 32) past a 128-column B scale boundary: its
+// first (128 - off) columns take the first scale. One uniform branch per k block picks the unrolled copy.
+template <int kAcc, int kBlockN>
+__device__ __forceinline__ void promote_two_scale_tiles(float* acc, const float* part, int off, float s0_lo,
+                                                        float s1_lo, float s0_hi, float s1_hi) {
+  static_assert(kBlockN % 32 == 0 && kBlockN + 128 - (kBlockN % 64 == 0 ? 64 : 32) <= 256,
+                "at most two B scale tiles per CTA tile");
+  if (off == 0) {
+    promote_split<kAcc, 16>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
+  } else if (off == 64) {
+    promote_split<kAcc, 8>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
+  } else if constexpr (kBlockN % 64 != 0) {  // off is a multiple of 64 when kBlockN is
+    if (off == 32) {
+      promote_split<kAcc, 12>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
+    } else {
+      promote_split<kAcc, 4>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
+    }
+  }
+}
+
 // Consumer state of one k block between its WGMMA issue and its promotion.
 struct KBlockScales {
   float sa0, sa1;  // A scales of this thread's two rows
-  float sb;        // B scale of the 128x128 tile (kRowsB == 128)
+  float sb;        // B scale of the 128x128 tile (kRowsB == 128) of the CTA tile's first 128 columns
+  float sb_hi;     // and of the next 128 columns (kBlockN > 128: the tile straddles two B scale tiles)
   int stage;       // the shared-memory stage holding the k block (released after its promotion)
 };
 
@@ -307,7 +401,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kAcc = kBlockN / 2;  // accumulator floats per thread (64 x kBlockN over 128 threads)
   // 128x128 B scales: the k loop keeps two partial sums in flight. 1x128 B scales: one (pipelined as well, with the
   // B scales read per column pair, it measured no faster, twentieth session).
-  constexpr bool kPipelined = kRowsB == 128;
+  // Tiles wider than 128 columns (96 + 96 registers at 192) leave no room for a second partial sum.
+  constexpr bool kPipelined = kRowsB == 128 && kBlockN == 128;
+  constexpr bool kWide = kBlockN > 128;  // N % kBlockN may be nonzero: the last column tile is partial
   constexpr int kClusterSize = kClusterM * kClusterN;
   constexpr int kARows = kBlockM / kClusterN;  // rows of the A tile this CTA loads (and multicasts)
   constexpr int kBRows = kBlockN / kClusterM;  // rows of the B tile this CTA loads (and multicasts)
@@ -317,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t full0 = base + Smem::kBars, empty0 = full0 + 8 * kStages;
 
   const int num_m = (m + kBlockM - 1) / kBlockM;
-  const int num_n = n / kBlockN;
+  const int num_n = kWide ? (n + kBlockN - 1) / kBlockN : n / kBlockN;
   const int num_kb = k / kBlockK;
   const int num_cm = (num_m + kClusterM - 1) / kClusterM, num_cn = (num_n + kClusterN - 1) / kClusterN;
   const int num_cluster_tiles = num_cm * num_cn * l;
@@ -418,14 +514,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       const bool n_valid = n_blk < num_n;  // a cluster's last column block may lie beyond N (zero B, not stored)
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
-      const float* sfb_tile =
-          sfb + static_cast<size_t>(c.l) * num_kb * nb_count + (n_valid ? (n_blk * kBlockN) / 128 : 0);
-      // The B scale of k block kb comes from global memory (L2) kSbAhead k blocks ahead of its use.
-      float sb_next[kSbAhead];
+      const int nb_first = n_valid ? (n_blk * kBlockN) / 128 : 0;
+      const float* sfb_tile = sfb + static_cast<size_t>(c.l) * num_kb * nb_count + nb_first;
+      // Wide tiles: the tile's first column lies off_b past a B scale tile boundary; the columns from 128 - off_b on
+      // take the next B scale tile's scale (hi_b = 1), or none exists (the rest of the tile lies beyond N).
+      const int off_b = kWide ? (n_blk * kBlockN) % 128 : 0;
+      const int hi_b = kWide && nb_first + 1 < nb_count ? 1 : 0;
+      // The B scales of k block kb come from global memory (L2) kSbAhead k blocks ahead of their use.
+      float sb_next[kSbAhead], sb_hi_next[kSbAhead];
 #pragma unroll
       for (int i = 0; i < kSbAhead; ++i) {
         sb_next[i] = 0.f;
-        if (kRowsB == 128 && i < num_kb) sb_next[i] = __ldg(sfb_tile + static_cast<size_t>(i) * nb_count);
+        sb_hi_next[i] = 0.f;
+        if (kRowsB == 128 && i < num_kb) {
+          sb_next[i] = __ldg(sfb_tile + static_cast<size_t>(i) * nb_count);
+          if (kWide) sb_hi_next[i] = __ldg(sfb_tile + static_cast<size_t>(i) * nb_count + hi_b);
+        }
       }
 
       // Waits for stage s, reads its scales and issues its WGMMAs into `part`; kb is the k block it holds.
@@ -433,11 +537,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         KBlockScales sc;
         sc.stage = s;
         sc.sb = sb_next[0];
+        sc.sb_hi = sb_hi_next[0];
         if constexpr (kRowsB == 128) {
 #pragma unroll
           for (int i = 0; i + 1 < kSbAhead; ++i) sb_next[i] = sb_next[i + 1];
+          if constexpr (kWide) {
+#pragma unroll
+            for (int i = 0; i + 1 < kSbAhead; ++i) sb_hi_next[i] = sb_hi_next[i + 1];
+          }
           if (kb + kSbAhead < num_kb) {
             sb_next[kSbAhead - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count);
+            if (kWide) sb_hi_next[kSbAhead - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count + hi_b);
           }
         }
         mbar_wait(full0 + 8 * s, phase);
@@ -465,12 +575,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kRowsB == 128) {
           release(stage);
           const float s0 = sc.sa0 * sc.sb, s1 = sc.sa1 * sc.sb;
+          if constexpr (kWide) {
+            promote_two_scale_tiles<kAcc, kBlockN>(acc, part, off_b, s0, s1, sc.sa0 * sc.sb_hi, sc.sa1 * sc.sb_hi);
+          } else {
 #pragma unroll
-          for (int j = 0; j < kAcc / 4; ++j) {
-            acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+            for (int j = 0; j < kAcc / 4; ++j) {
+              acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
+              acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
+              acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
+              acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+            }
           }
         } else {
 #pragma unroll
@@ -534,6 +648,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (bias != nullptr) {  // bias added in FP32 before the one rounding; without it D = acc exactly
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
+            if (kWide && n0 + 8 * j >= n) continue;  // columns beyond N (N % 128 == 0, so both or neither)
             const float2 bv = __ldg(reinterpret_cast<const float2*>(bias + n0 + 8 * j));
             acc[4 * j + 0] += bv.x;
             acc[4 * j + 1] += bv.y;
@@ -577,6 +692,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
             const int col = n0 + 8 * j;
+            if (kWide && col >= n) continue;
             if (r0 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r0) * n + col, acc[4 * j], acc[4 * j + 1]);
             if (r1 < m) {
               store_pair<kOut>(d, base_l + static_cast<size_t>(r1) * n + col, acc[4 * j + 2], acc[4 * j + 3]);

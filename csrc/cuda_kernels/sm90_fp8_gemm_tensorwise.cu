@@ -163,16 +163,26 @@ struct Rowwise {
   static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_rowwise_run<P, O>(a, ws, s); }
 };
 // Which block-scaled kernel runs, read from MXPREC_SM90_BLOCKWISE_KERNEL at every call (under XLA's command
-// buffers: when the call is captured): "persistent" (ours, sm90_fp8_gemm_persistent.h; the default since the
-// twentieth session, faster in the Llama step) or "cutlass" (CUTLASS's
-// KernelTmaWarpSpecializedCooperativeFP8Blockwise, sm90_fp8_gemm_blockwise.h). Anything else is an error, not a
-// fallback.
-enum class BlockwiseKernel { kCutlass, kPersistent, kUnknown };
+// buffers: when the call is captured): "persistent" (ours, sm90_fp8_gemm_persistent.h), "cutlass" (CUTLASS's
+// KernelTmaWarpSpecializedCooperativeFP8Blockwise, sm90_fp8_gemm_blockwise.h) or "auto" (unset: per shape, the one
+// that measured faster, blockwise_auto_choice). Anything else is an error, not a fallback.
+enum class BlockwiseKernel { kCutlass, kPersistent, kAuto, kUnknown };
 BlockwiseKernel blockwise_kernel_choice() {
   const char* v = std::getenv("MXPREC_SM90_BLOCKWISE_KERNEL");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "persistent") == 0) return BlockwiseKernel::kPersistent;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return BlockwiseKernel::kAuto;
+  if (std::strcmp(v, "persistent") == 0) return BlockwiseKernel::kPersistent;
   if (std::strcmp(v, "cutlass") == 0) return BlockwiseKernel::kCutlass;
   return BlockwiseKernel::kUnknown;
+}
+// "auto": the persistent kernel where it measured faster than CUTLASS's on the H200 (twenty-first session, two
+// calls, benchmarks/results/h200_blockwise_persistent.md), CUTLASS's elsewhere. 128x128 B scales: N >= 8192 with
+// K <= 8192 (16384x4096x14336: +7 %; K = 14336-16384 or N <= 4096: CUTLASS's by 4-11 %). 1x128 B scales: outputs
+// of at least 2^25 elements (where the persistent kernel takes 192-column tiles: +7-11 %; below, CUTLASS's by 2-3 %).
+template <int kRowsB>
+BlockwiseKernel blockwise_auto_choice(const BlockwiseGemmArgs& a) {
+  const bool persistent = kRowsB == 1 ? static_cast<int64_t>(a.m) * a.n >= (int64_t{1} << 25)
+                                      : a.n >= 8192 && a.k <= 8192;
+  return persistent ? BlockwiseKernel::kPersistent : BlockwiseKernel::kCutlass;
 }
 
 template <int kRowsB>
@@ -182,10 +192,12 @@ struct Blockwise {
   static size_t workspace(const Args& a) { return sm90_blockwise_workspace<P, O, kRowsB>(a); }
   template <int P, int O>
   static const char* run(const Args& a, void* ws, cudaStream_t s) {
-    switch (blockwise_kernel_choice()) {
+    BlockwiseKernel choice = blockwise_kernel_choice();
+    if (choice == BlockwiseKernel::kAuto) choice = blockwise_auto_choice<kRowsB>(a);
+    switch (choice) {
       case BlockwiseKernel::kCutlass: return sm90_blockwise_run<P, O, kRowsB>(a, ws, s);
       case BlockwiseKernel::kPersistent: return sm90_blockwise_persistent_run<P, O, kRowsB>(a, s);
-      default: return "MXPREC_SM90_BLOCKWISE_KERNEL must be 'cutlass' or 'persistent'";
+      default: return "MXPREC_SM90_BLOCKWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'";
     }
   }
 };
