@@ -383,8 +383,8 @@ def test_persistent_block_kernel_against_cutlass(monkeypatch, family, cluster, o
 @pytest.mark.parametrize(
     "family,m,n,k,expected",
     [
-        ("block1d", 256, 384, 1024, "cutlass"),  # output of 2^17 elements < 2^25
-        ("block1d", 8192, 4096, 128, "persistent"),  # 2^25 elements: the persistent kernel's 192-column tiles
+        ("block1d", 256, 384, 1024, "persistent"),  # 1x128 B scales: always (128-column tiles below 2^25 outputs)
+        ("block1d", 8192, 4096, 128, "persistent"),  # 2^25 output elements: its 192-column tiles
         ("block", 256, 384, 1024, "cutlass"),  # N < 8192
         ("block", 256, 8192, 1024, "persistent"),  # N >= 8192, K <= 8192; K = 1024: the pipelined loop's paired tail
         ("block", 256, 8192, 128, "persistent"),  # one k block
@@ -393,10 +393,10 @@ def test_persistent_block_kernel_against_cutlass(monkeypatch, family, cluster, o
 @pytest.mark.parametrize("setting", [None, "auto"])
 def test_block_default_kernel_is_auto(monkeypatch, family, m, n, k, expected, setting):
     """MXPREC_SM90_BLOCKWISE_KERNEL unset or "auto": per shape, the kernel that measured faster (the persistent one
-    for 1x128 B scales with M * N >= 2^25, for 128x128 B scales with N >= 8192 and K <= 8192; CUTLASS's
-    otherwise). The output is that kernel's bit for bit, within the reference bound. With 128x128 B scales the two
-    kernels agree bit for bit anyway; with 1x128 B scales they round sa[m] * sb[n] differently, so the output
-    shows which kernel ran."""
+    for 1x128 B scales, and for 128x128 B scales with N >= 8192 and K <= 8192; CUTLASS's otherwise). The output is
+    that kernel's bit for bit, within the reference bound. With 1x128 B scales the two kernels round
+    sa[m] * sb[n] differently, so the output shows that the persistent kernel ran; with 128x128 B scales they agree
+    bit for bit, so these cases check the output only."""
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(35 + k + n), 1, m, n, k, "e4m3", "e4m3")
     outs = {kern: _block_gemm(monkeypatch, kern, "1x2", lhs, rhs, jnp.float32, None) for kern in ("persistent", "cutlass")}
     monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_CLUSTER")

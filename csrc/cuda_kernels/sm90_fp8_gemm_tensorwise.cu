@@ -174,14 +174,14 @@ BlockwiseKernel blockwise_kernel_choice() {
   if (std::strcmp(v, "cutlass") == 0) return BlockwiseKernel::kCutlass;
   return BlockwiseKernel::kUnknown;
 }
-// "auto": the persistent kernel where it measured faster than CUTLASS's on the H200 (twenty-first session, two
-// calls, benchmarks/results/h200_blockwise_persistent.md), CUTLASS's elsewhere. 128x128 B scales: N >= 8192 with
-// K <= 8192 (16384x4096x14336: +7 %; K = 14336-16384 or N <= 4096: CUTLASS's by 4-11 %). 1x128 B scales: outputs
-// of at least 2^25 elements (where the persistent kernel takes 192-column tiles: +7-11 %; below, CUTLASS's by 2-3 %).
+// "auto": per shape, the kernel that measured faster on the H200 (twenty-first session, three calls,
+// benchmarks/results/h200_blockwise_persistent.md). 128x128 B scales: the persistent kernel for N >= 8192 with
+// K <= 8192 (16384x4096x14336: +7 %), CUTLASS's otherwise (N <= 4096 or K >= 14336: by 4-17 %). 1x128 B scales
+// (Wgrad): always the persistent kernel (+4-13 % on outputs of 2^25 elements or more, its 192-column tiles; within
+// -3..+6 % below, ahead at the K = 16384 of Wgrad's token dimension).
 template <int kRowsB>
 BlockwiseKernel blockwise_auto_choice(const BlockwiseGemmArgs& a) {
-  const bool persistent = kRowsB == 1 ? static_cast<int64_t>(a.m) * a.n >= (int64_t{1} << 25)
-                                      : a.n >= 8192 && a.k <= 8192;
+  const bool persistent = kRowsB == 1 || (a.n >= 8192 && a.k <= 8192);
   return persistent ? BlockwiseKernel::kPersistent : BlockwiseKernel::kCutlass;
 }
 
