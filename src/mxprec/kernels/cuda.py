@@ -153,8 +153,9 @@ def _family(lspec, rspec) -> tuple[str, str]:
 # * "block": CUTLASS's block-scaled GEMM 1138 TFLOP/s at 8192^3 against 674 for XLA's exact path
 #   (dequantize to BF16 + BF16 dot), faster on all ten shapes; the fp8_block Llama step 227 ms on these
 #   kernels against 273 ms on XLA's path (209 ms since its TileScaling quantization runs here too). Since the
-#   twentieth session the block pairs run mxprec's own persistent kernel by default (1148 against CUTLASS's
-#   1102 TFLOP/s at 8192^3 in one call; fp8_block 196.5 ms, h200_blockwise_persistent.md).
+#   twenty-first session each block GEMM runs, per shape, mxprec's own persistent kernel or CUTLASS's,
+#   whichever measured faster (MXPREC_SM90_BLOCKWISE_KERNEL=auto; fp8_block 195.0 ms against bf16 228.6,
+#   h200_blockwise_persistent.md).
 # * "row" (ninth session): with the overlapped FP32 promotion, the row-wise GEMM is faster than XLA's
 #   row-wise path (cuBLASLt FP8 dot + output scaling) on all ten shapes, 1353 vs 1227 TFLOP/s at 8192^3,
 #   1264 vs 1085 at 16384x4096x14336 (+0.4 % to +16.5 %); tenth session, nine of ten (1260 vs 1329 at
