@@ -398,7 +398,9 @@ def test_block_default_kernel_is_auto(monkeypatch, family, m, n, k, expected, se
     sa[m] * sb[n] differently, so the output shows that the persistent kernel ran; with 128x128 B scales they agree
     bit for bit, so these cases check the output only."""
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(35 + k + n), 1, m, n, k, "e4m3", "e4m3")
-    outs = {kern: _block_gemm(monkeypatch, kern, "1x2", lhs, rhs, jnp.float32, None) for kern in ("persistent", "cutlass")}
+    outs = {
+        kern: _block_gemm(monkeypatch, kern, "1x2", lhs, rhs, jnp.float32, None) for kern in ("persistent", "cutlass")
+    }
     monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_CLUSTER")
     if setting is None:
         monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_KERNEL")

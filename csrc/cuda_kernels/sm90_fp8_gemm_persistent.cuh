@@ -8,11 +8,12 @@
 // CUTLASS kernel: every 128 of K (4 WGMMAs of k32) the tensor core's partial sum (fresh registers) is promoted into
 // the FP32 accumulator as acc = fma(partial, sa * sb, acc), the product sa * sb rounded to FP32 once.
 //
-// CTA: 384 threads, a 128 x 128 output tile. Warpgroup 0 (40 registers) is the producer: one thread issues the
-// TMA loads of A, B and the A scales (with kRowsB == 1 also the B scales) into a kStages-deep ring of shared-memory
-// stages. Warpgroups 1 and 2 (232 registers) each own 64 rows of the tile: per k block a warpgroup waits for the
-// stage, issues its 4 WGMMAs, waits for them, releases the stage (one arrive per warp, on every CTA of the
-// cluster) and adds the scaled partial sum (with 128x128 B scales while the next k block's WGMMAs run). The two consumer warpgroups never synchronise with each other, so one's
+// CTA: 384 threads, a 128 x kBlockN output tile (kBlockN = 128, 160 or 192). Warpgroup 0 (40 registers) is the
+// producer: one thread issues the TMA loads of A, B and the A scales (with kRowsB == 1 also the B scales) into a
+// kStages-deep ring of shared-memory stages. Warpgroups 1 and 2 (232 registers) each own 64 rows of the tile: per
+// k block a warpgroup waits for the stage, issues its 4 WGMMAs, waits for them, releases the stage (one arrive per
+// warp, on every CTA of the cluster) and adds the scaled partial sum (with 128x128 B scales and 128 columns while
+// the next k block's WGMMAs run). The two consumer warpgroups never synchronise with each other, so one's
 // promotion and epilogue can overlap the other's WGMMAs. Epilogue: bias in FP32, then bf16 through per-warpgroup
 // staging buffers and TMA stores, f32 from registers. Persistent: as many clusters as fit on the device, each
 // walking cluster tiles cluster_id, cluster_id + clusters, ... of a raster grouped by kGroupM row blocks.
@@ -208,9 +209,9 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr) {
   MXPREC_WGMMA_ASM("m64n160k32", TYPES, MXPREC_WGMMA_REGS_0_63 "," MXPREC_WGMMA_REGS_64_79, 80, 81, 82, desc_a,  \
                    desc_b, scale_d, MXPREC_WGMMA_D_0_63(d), MXPREC_WGMMA_D_64_79(d))
 #define MXPREC_WGMMA_64x192x32(TYPES, d, desc_a, desc_b, scale_d)  \
-  MXPREC_WGMMA_ASM("m64n192k32", TYPES, MXPREC_WGMMA_REGS_0_63 "," MXPREC_WGMMA_REGS_64_79 "," MXPREC_WGMMA_REGS_80_95,  \
-                   96, 97, 98, desc_a, desc_b, scale_d, MXPREC_WGMMA_D_0_63(d), MXPREC_WGMMA_D_64_79(d),  \
-                   MXPREC_WGMMA_D_80_95(d))
+  MXPREC_WGMMA_ASM("m64n192k32", TYPES,  \
+                   MXPREC_WGMMA_REGS_0_63 "," MXPREC_WGMMA_REGS_64_79 "," MXPREC_WGMMA_REGS_80_95, 96, 97, 98,  \
+                   desc_a, desc_b, scale_d, MXPREC_WGMMA_D_0_63(d), MXPREC_WGMMA_D_64_79(d), MXPREC_WGMMA_D_80_95(d))
 
 // clang-format on
 
@@ -358,7 +359,8 @@ struct KBlockScales {
 // Cluster of kClusterM x kClusterN CTAs (rank r: m_rank = r % kClusterM, n_rank = r / kClusterM) working on
 // neighbouring tiles: the kClusterN CTAs of one row block share its A tile, the kClusterM CTAs of one column block
 // its B tile. Each CTA loads the n_rank-th part of the shared A tile and the m_rank-th part of the shared B tile
-// and multicasts them, so every A and B byte leaves L2 once per cluster; a stage is refilled only after the consumers of every CTA of the cluster released it
+// and multicasts them, so every A and B byte leaves L2 once per cluster; a stage is refilled only after the
+// consumers of every CTA of the cluster released it
 // (their warps arrive on each CTA's empty barrier).
 //
 // Per k block a consumer warpgroup waits for its WGMMAs, releases the stage, then promotes; the other warpgroup's
@@ -523,7 +525,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           if (kb + kSbAhead < num_kb) {
             sb_next[kSbAhead - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count);
-            if (kWide) sb_hi_next[kSbAhead - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count + hi_b);
+            if (kWide) {
+              sb_hi_next[kSbAhead - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count + hi_b);
+            }
           }
         }
         mbar_wait(full0 + 8 * s, phase);
