@@ -558,7 +558,8 @@ def test_weight_operands_are_marked_for_the_quantizer(monkeypatch, recipe):
 @pytest.mark.parametrize("recipe", ["fp8_current", "fp8_delayed", "fp8_block"])
 def test_wide_residuals_keep_the_per_tensor_copies_the_backward_would_recompute(monkeypatch, recipe):
     """residuals="wide": a per-tensor X / W copy whose backward spec is the same is kept from Fprop, not
-    requantized (same codes, one pass fewer); block-scaled copies (other tiles per GEMM) are requantized."""
+    requantized (same codes, one pass fewer); so is fp8_block's 128x128 W copy (the same tiles whichever of its
+    two axes is contracted); fp8_block's 1x128 X copy (other tiles per GEMM) is requantized."""
     calls = _record_quantizer_calls(monkeypatch)
     r = mxprec.recipes.get(recipe)
     assert r.residuals == "wide"
@@ -573,4 +574,4 @@ def test_wide_residuals_keep_the_per_tensor_copies_the_backward_would_recompute(
     seen = [size for size, _ in calls]
     per_tensor = recipe != "fp8_block"
     assert seen.count(x.size) == (1 if per_tensor else 2), seen
-    assert seen.count(w.size) == (1 if per_tensor else 2), seen
+    assert seen.count(w.size) == 1, seen

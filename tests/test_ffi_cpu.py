@@ -280,6 +280,45 @@ def test_compiled_hlo_contains_custom_calls():
     assert "dot(" not in hlo.replace("dot_general", "")  # no XLA dot left: all GEMMs are custom calls
 
 
+@pytest.mark.parametrize("shape", [(256, 384), (1, 256, 384), (2, 128, 256)])
+@pytest.mark.parametrize("impl", ["xla", "ffi"])
+def test_square_tiles_are_the_same_along_either_last_axis(shape, impl):
+    """128x128 tiles quantized along axis -2 or -1 cover the same tiles: equal codes and scale arrays (in the
+    source's axis order). dot_general relies on it to give fp8_block's Dgrad the Fprop weight copy."""
+    x = jnp.asarray(_normal(17, shape))
+    spec = TileScaling(E4M3, (128, 128))
+    q = (lambda x, a: ffi.quantize(x, spec, a)) if impl == "ffi" else (lambda x, a: quantize(x, spec, axis=a))
+    a, b = jax.jit(lambda x: (q(x, -2), q(x, -1)))(x)
+    np.testing.assert_array_equal(np.asarray(a.data, np.float32), np.asarray(b.data, np.float32))
+    np.testing.assert_array_equal(np.asarray(a.scale), np.asarray(b.scale))
+
+
+def _fp8_block_grads(x, w):
+    recipe = recipes.get("fp8_block", backend="ffi")
+    dn = (((1,), (0,)), ((), ()))
+    loss = lambda x, w: jnp.sum(mxprec.dot_general(x, w, dn, recipe=recipe).astype(jnp.float32) ** 2)
+    return jax.jit(jax.grad(loss, argnums=(0, 1)))
+
+
+def test_fp8_block_weight_is_quantized_once_for_fprop_and_dgrad(monkeypatch):
+    """fp8_block's 128x128 weight copy serves both Fprop (contracting K) and Dgrad (contracting N): five
+    quantize calls per dot_general (X twice, dY twice, W once), not six, and the gradients are bit-identical to
+    requantizing W for Dgrad."""
+    dg = sys.modules["mxprec.dot_general"]  # the module (mxprec.dot_general is also the function's name)
+
+    x = jnp.asarray(_normal(21, (256, 384)))
+    w = jnp.asarray(_normal(22, (384, 256)) * 0.05)
+    grads = _fp8_block_grads(x, w)
+    assert grads.lower(x, w).compile().as_text().count('custom_call_target="mxprec_quantize"') == 5
+    dx, dw = grads(x, w)
+    monkeypatch.setattr(dg, "_square_tiles_on_last_two_axes", lambda q_prev, axis: False)
+    requantized = _fp8_block_grads(x, w)
+    assert requantized.lower(x, w).compile().as_text().count('custom_call_target="mxprec_quantize"') == 6
+    dx6, dw6 = requantized(x, w)
+    np.testing.assert_array_equal(np.asarray(dx), np.asarray(dx6))
+    np.testing.assert_array_equal(np.asarray(dw), np.asarray(dw6))
+
+
 def test_library_paths_and_missing_library_message(monkeypatch):
     paths = ffi.library_search_paths("cpu")
     assert paths and paths[0].name == "libmxprec_cpu.so" and paths[0].parent.name == "_lib"

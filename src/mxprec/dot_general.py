@@ -10,7 +10,9 @@ runs
 * Wgrad ``dW = Q(X)ᵀ · Q(dY)``   (X along M, dY along M),
 
 each operand quantized from its *wide* source along that GEMM's contraction axis, all through
-:func:`mxprec.kernels.scaled_gemm` with FP32 accumulation.
+:func:`mxprec.kernels.scaled_gemm` with FP32 accumulation. Where quantizing along the other axis gives exactly
+the same codes and scales, the Fprop copy is reused instead (:func:`_reusable`): per-tensor scaled X and W, and
+square FP8 tiles such as fp8_block's 128x128 W (one weight quantization fewer per dot_general; bit-identical).
 
 Delayed scaling: pass ``state=DotGeneralState`` (see :meth:`DotGeneralState.init`). The forward
 uses the scales in ``state``; the backward returns the *updated* state as the cotangent of
@@ -40,7 +42,7 @@ from mxprec import kernels
 from mxprec.quantize import QTensor, quantize, tensor_amax
 from mxprec.recipes import Recipe
 from mxprec.recipes import get as get_recipe
-from mxprec.scaling import DelayedScaling, DelayedScalingState, TensorScaling, update_delayed_state
+from mxprec.scaling import DelayedScaling, DelayedScalingState, TensorScaling, TileScaling, update_delayed_state
 
 __all__ = ["CHECKPOINT_NAME", "DotGeneralState", "canonicalize", "dot_general", "max_combining"]
 
@@ -183,20 +185,38 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
     return quantize(t, spec, axis=axis, key=key)
 
 
-def _reusable(q_prev, spec, key=None) -> bool:
-    """Whether quantizing the same source per ``spec`` (unkeyed) gives exactly ``q_prev``'s codes and scale:
-    per-tensor scaled copies are layout-free, so only the spec must match."""
+def _square_tiles_on_last_two_axes(q_prev: QTensor, axis: int) -> bool:
+    """Square FP8 tiles (e.g. 128x128 weight tiles) of a tensor quantized along one of its last two axes: the
+    tiles cover the same two axes whichever of them is the quantization axis (the row axis is the other one), so
+    the codes and the scale array (in the source's axis order) are the same for both; FP8 codes are not packed."""
+    spec, n = q_prev.spec, len(q_prev.shape)
+    return (
+        isinstance(spec, TileScaling)
+        and spec.tile[0] == spec.tile[1]
+        and spec.fmt.bits == 8
+        and n >= 2
+        and {q_prev.axis % n, axis % n} <= {n - 2, n - 1}
+    )
+
+
+def _reusable(q_prev, spec, key=None, axis=None) -> bool:
+    """Whether quantizing the same source per ``spec`` (unkeyed) along ``axis`` gives exactly ``q_prev``'s codes
+    and scale: per-tensor scaled copies are layout-free, so only the spec must match; square FP8 tiles are the
+    same along either of the last two axes (the fp8_block weight's Fprop and Dgrad copies)."""
     return (
         isinstance(q_prev, QTensor)
         and spec == q_prev.spec
-        and isinstance(spec, (TensorScaling, DelayedScaling))
         and key is None
+        and (
+            isinstance(spec, (TensorScaling, DelayedScaling))
+            or (axis is not None and _square_tiles_on_last_two_axes(q_prev, axis))
+        )
     )
 
 
 def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None, backend="xla", weight=False):
-    """Per-tensor scaled copies are layout-free: reuse the other GEMM's copy instead of requantizing."""
-    if _reusable(q_prev, spec, key):
+    """Reuse the other GEMM's copy instead of requantizing where it is exactly the same (:func:`_reusable`)."""
+    if _reusable(q_prev, spec, key, axis):
         return dataclasses.replace(q_prev, axis=axis)
     return _q(src, spec, axis, recipe, state, key, backend, weight)
 
@@ -204,7 +224,7 @@ def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None, ba
 def _reuse_or_keep(src, q_prev, spec, axis):
     """``residuals="wide"``: the wide source, unless the backward would requantize it to ``q_prev``'s
     exact codes (:func:`_reusable`); then the 1-byte copy (smaller, and no second quantize pass)."""
-    return dataclasses.replace(q_prev, axis=axis) if _reusable(q_prev, spec) else src
+    return dataclasses.replace(q_prev, axis=axis) if _reusable(q_prev, spec, axis=axis) else src
 
 
 def _amax_of(q, src):
