@@ -8,9 +8,9 @@ Per shape M x K x N (A (M, K), B (N, K), K contiguous, bf16 out), in one process
 MXPREC_SM90_BLOCKWISE_KERNEL set to each of --kernels (``persistent:MxN:TILE_N`` also sets
 MXPREC_SM90_BLOCKWISE_CLUSTER and _TILE_N; the handler reads them when the FFI call runs), for the Fprop pair
 (B in 128x128 tiles, "2d") and the Wgrad pair (B in 1x128 tiles, "1d"). Timing as benchmarks/gemm.py: mean over
---iters back-to-back calls after 3 warmups, TFLOP/s = 2 M N K / t. Prints and writes JSON rows {shape, impl, scaling, tflops, ratio_vs_torch_block} and, per
-scaling, every kernel's max |difference| to the first kernel's output. Results: benchmarks/results/
-h200_blockwise_persistent.md.
+--iters back-to-back calls after 3 warmups, TFLOP/s = 2 M N K / t. Prints and writes JSON rows {shape, impl,
+scaling, tflops, ratio_vs_torch_block} and, per scaling, every kernel's max |difference| to the first kernel's
+output. Results: benchmarks/results/h200_blockwise_persistent.md.
 """
 
 from __future__ import annotations
