@@ -177,7 +177,7 @@ BlockwiseKernel blockwise_kernel_choice() {
 // "auto": per shape, the kernel that measured faster on the H200 (twenty-first session, three calls,
 // benchmarks/results/h200_blockwise_persistent.md). 128x128 B scales: the persistent kernel for N >= 8192 with
 // K <= 8192 (16384x4096x14336: +7 %), CUTLASS's otherwise (N <= 4096 or K >= 14336: by 4-17 %). 1x128 B scales
-// (Wgrad): always the persistent kernel (+4-13 % on outputs of 2^25 elements or more, its 192-column tiles; within
+// (Wgrad): always the persistent kernel (+0-13 % on outputs of 2^25 elements or more, its 192-column tiles; within
 // -3..+6 % below, ahead at the K = 16384 of Wgrad's token dimension).
 template <int kRowsB>
 BlockwiseKernel blockwise_auto_choice(const BlockwiseGemmArgs& a) {
