@@ -5,8 +5,7 @@
 
 Lowers and compiles the step of ``mxprec.bench llama`` for ARM on abstract inputs (``jax.eval_shape``: nothing is
 allocated) and counts the ``mxprec_quantize`` custom calls in XLA's optimized HLO. The layers are one scanned body,
-so a call inside it runs once per layer; calls on the output head (operands with the vocabulary as a dimension)
-run once. Traffic per call: operand elements x (operand bytes + 1 byte of codes); scales are left out. ``--list``
+so a call inside a while loop's body runs once per layer; the others (the output head) run once. Traffic per call: operand elements x (operand bytes + 1 byte of codes); scales are left out. ``--list``
 prints every call (operand shape, dtype, quantization axis of the kernel's 3-D view, FP8 format code).
 The ``ffi`` backend needs libmxprec_cpu.so (``pip install .``, or CMake into build/).
 """
@@ -22,7 +21,7 @@ _BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 
 
 def quantize_calls(arm: str, config: str, batch: int) -> list[dict]:
-    """One dict per mxprec_quantize call of the compiled step: shape, dtype, axis, fmt, head, bytes."""
+    """One dict per mxprec_quantize call of the compiled step: shape, dtype, axis, fmt, in_loop, bytes."""
     import jax
 
     from mxprec.bench import llama as bl
@@ -35,12 +34,17 @@ def quantize_calls(arm: str, config: str, batch: int) -> list[dict]:
     data = jax.eval_shape(lambda: bl.synthetic_batch(cfg, batch))
     text = jax.jit(bl.make_train_step(model, tx)).lower(state, data).compile().as_text()
     defs = {}
+    loop_bodies = set(re.findall(r"body=(%[\w.\-]+)", text))
     for line in text.splitlines():
         m = re.match(r"\s*(?:ROOT )?(%\S+) = (\w+)\[([0-9,]*)\]", line)
         if m:
             defs[m.group(1)] = (m.group(2), tuple(int(d) for d in m.group(3).split(",") if d))
     calls = []
+    computation = None
     for line in text.splitlines():
+        m = re.match(r"(?:ENTRY )?(%[\w.\-]+) .*\{$", line)
+        if m:
+            computation = m.group(1)
         if 'custom_call_target="mxprec_quantize"' not in line:
             continue
         operand = re.search(r"custom-call\(([^,)]*)", line).group(1).strip()
@@ -48,7 +52,7 @@ def quantize_calls(arm: str, config: str, batch: int) -> list[dict]:
         elems = math.prod(shape) if shape else 0
         calls.append(dict(
             shape=shape, dtype=dtype, axis=int(re.search(r"axis = (\d+)", line).group(1)),
-            fmt=int(re.search(r"fmt = (\d+)", line).group(1)), head=cfg.vocab in shape,
+            fmt=int(re.search(r"fmt = (\d+)", line).group(1)), in_loop=computation in loop_bodies,
             bytes=elems * (_BYTES.get(dtype, 0) + 1)))
     return calls
 
@@ -65,17 +69,17 @@ def main(argv=None):
     layers = get_config(args.config).n_layers
     calls = quantize_calls(args.arm, args.config, args.batch)
     if args.list:
-        for (shape, dtype, axis, fmt, head), n in collections.Counter(
-            (c["shape"], c["dtype"], c["axis"], c["fmt"], c["head"]) for c in calls
+        for (shape, dtype, axis, fmt, in_loop), n in collections.Counter(
+            (c["shape"], c["dtype"], c["axis"], c["fmt"], c["in_loop"]) for c in calls
         ).most_common():
-            print(f"{n} x {dtype}{list(shape)} axis {axis} fmt {fmt}{' (head)' if head else ''}")
-    body = [c for c in calls if not c["head"]]
-    head = [c for c in calls if c["head"]]
+            print(f"{n} x {dtype}{list(shape)} axis {axis} fmt {fmt}{'' if in_loop else ' (outside the layers)'}")
+    body = [c for c in calls if c["in_loop"]]
+    head = [c for c in calls if not c["in_loop"]]
     per_layer = sum(c["bytes"] for c in body) / 1e9
     head_gb = sum(c["bytes"] for c in head) / 1e9
     print(f"{args.arm}, {args.config}, batch {args.batch}: {len(calls)} quantize calls in the compiled step "
-          f"({len(body)} in the layer body, {len(head)} on the head); {per_layer:.2f} GB per layer, "
-          f"{head_gb:.2f} GB on the head, {layers * per_layer + head_gb:.1f} GB per step")
+          f"({len(body)} in the scanned layer body, {len(head)} outside it); {per_layer:.2f} GB per layer, "
+          f"{head_gb:.2f} GB outside, {layers * per_layer + head_gb:.1f} GB per step")
 
 
 if __name__ == "__main__":

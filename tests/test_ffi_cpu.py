@@ -319,6 +319,20 @@ def test_fp8_block_weight_is_quantized_once_for_fprop_and_dgrad(monkeypatch):
     np.testing.assert_array_equal(np.asarray(dw), np.asarray(dw6))
 
 
+def test_quantize_traffic_script_counts_the_step_s_quantize_calls():
+    """benchmarks/quantize_traffic.py on the micro config: every quantize call of the compiled fp8_block step is
+    found with its operand (bf16 here), inside the scanned layers or outside them, and the weight reuse above
+    shows: no weight is quantized along its N axis (axis 2 of the (1, K, N) view) inside the layers."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import quantize_traffic
+
+    calls = quantize_traffic.quantize_calls("fp8_block:ffi", "micro", 2)
+    assert calls and all(c["dtype"] == "bf16" and c["bytes"] > 0 for c in calls)
+    assert {c["in_loop"] for c in calls} == {True, False}
+    weights = [c for c in calls if c["in_loop"] and c["fmt"] == 0 and c["shape"][1] != 2 * 64]  # not X (B*S rows)
+    assert weights and all(c["axis"] == 1 for c in weights), weights
+
+
 def test_library_paths_and_missing_library_message(monkeypatch):
     paths = ffi.library_search_paths("cpu")
     assert paths and paths[0].name == "libmxprec_cpu.so" and paths[0].parent.name == "_lib"
