@@ -5,9 +5,9 @@
 
 Lowers and compiles the step of ``mxprec.bench llama`` for ARM on abstract inputs (``jax.eval_shape``: nothing is
 allocated) and counts the ``mxprec_quantize`` custom calls in XLA's optimized HLO. The layers are one scanned body,
-so a call inside a while loop's body runs once per layer; the others (the output head) run once. Traffic per call: operand elements x (operand bytes + 1 byte of codes); scales are left out. ``--list``
-prints every call (operand shape, dtype, quantization axis of the kernel's 3-D view, FP8 format code).
-The ``ffi`` backend needs libmxprec_cpu.so (``pip install .``, or CMake into build/).
+so a call inside a while loop's body runs once per layer; the others (the output head) run once. Traffic per call:
+operand elements x (operand bytes + 1 byte of codes); scales are left out. ``--list`` prints every call (operand
+shape, dtype, quantization axis of the kernel's 3-D view, FP8 format code). The ``ffi`` backend needs libmxprec_cpu.so (``pip install .``, or CMake into build/).
 """
 
 from __future__ import annotations
@@ -33,18 +33,15 @@ def quantize_calls(arm: str, config: str, batch: int) -> list[dict]:
     state = jax.eval_shape(lambda: bl.init_train_state(model, cfg, tx, batch=batch))
     data = jax.eval_shape(lambda: bl.synthetic_batch(cfg, batch))
     text = jax.jit(bl.make_train_step(model, tx)).lower(state, data).compile().as_text()
-    defs = {}
     loop_bodies = set(re.findall(r"body=(%[\w.\-]+)", text))
-    for line in text.splitlines():
-        m = re.match(r"\s*(?:ROOT )?(%\S+) = (\w+)\[([0-9,]*)\]", line)
-        if m:
-            defs[m.group(1)] = (m.group(2), tuple(int(d) for d in m.group(3).split(",") if d))
-    calls = []
-    computation = None
+    defs, calls, computation = {}, [], None  # HLO lists an instruction's operands before it
     for line in text.splitlines():
         m = re.match(r"(?:ENTRY )?(%[\w.\-]+) .*\{$", line)
         if m:
             computation = m.group(1)
+        m = re.match(r"\s*(?:ROOT )?(%\S+) = (\w+)\[([0-9,]*)\]", line)
+        if m:
+            defs[m.group(1)] = (m.group(2), tuple(int(d) for d in m.group(3).split(",") if d))
         if 'custom_call_target="mxprec_quantize"' not in line:
             continue
         operand = re.search(r"custom-call\(([^,)]*)", line).group(1).strip()

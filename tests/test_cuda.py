@@ -409,9 +409,8 @@ def test_block_default_kernel_is_auto(monkeypatch, family, m, n, k, expected, se
     default = jax.block_until_ready(cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32))
     _check(default, lhs, rhs, 2, 2, jnp.float32)
     np.testing.assert_array_equal(np.asarray(default), np.asarray(outs[expected]))
-    if family == "block1d":
-        other = "cutlass" if expected == "persistent" else "persistent"
-        assert not np.array_equal(np.asarray(default), np.asarray(outs[other]))
+    if family == "block1d":  # always the persistent kernel: CUTLASS's output differs
+        assert not np.array_equal(np.asarray(default), np.asarray(outs["cutlass"]))
 
 
 @needs_gpu

@@ -557,14 +557,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           const float s0 = sc.sa0 * sc.sb, s1 = sc.sa1 * sc.sb;
           if constexpr (kWide) {
             promote_two_scale_tiles<kAcc, kBlockN>(acc, part, off_b, s0, s1, sc.sa0 * sc.sb_hi, sc.sa1 * sc.sb_hi);
-          } else {
-#pragma unroll
-            for (int j = 0; j < kAcc / 4; ++j) {
-              acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-              acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-              acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-              acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
-            }
+          } else {  // one B scale tile: every column group takes the first scale
+            promote_split<kAcc, kAcc / 4>(acc, part, s0, s1, s0, s1);
           }
         } else {
 #pragma unroll
