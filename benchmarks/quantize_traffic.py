@@ -7,7 +7,8 @@ Lowers and compiles the step of ``mxprec.bench llama`` for ARM on abstract input
 allocated) and counts the ``mxprec_quantize`` custom calls in XLA's optimized HLO. The layers are one scanned body,
 so a call inside a while loop's body runs once per layer; the others (the output head) run once. Traffic per call:
 operand elements x (operand bytes + 1 byte of codes); scales are left out. ``--list`` prints every call (operand
-shape, dtype, quantization axis of the kernel's 3-D view, FP8 format code). The ``ffi`` backend needs libmxprec_cpu.so (``pip install .``, or CMake into build/).
+shape, dtype, quantization axis of the kernel's 3-D view, FP8 format code). The ``ffi`` backend needs
+libmxprec_cpu.so (``pip install .``, or CMake into build/).
 """
 
 from __future__ import annotations
