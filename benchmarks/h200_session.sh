@@ -35,6 +35,8 @@
 #   cuda-gemm-tests tests/test_cuda.py alone
 #   blockwise    benchmarks/blockwise_gemm.py (mxprec's persistent block GEMM vs CUTLASS's and torch), then the block
 #                GEMM tests on the persistent kernel
+#   epilogue-scaled blockwise_gemm.py for the per-tensor and row-wise families (BW_SCALINGS, default tensor,row;
+#                BW_SHAPES, BW_KERNELS), then their persistent-kernel GPU tests (-k epilogue_scaled)
 #   blockwise-ab blockwise_gemm.py once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so; BW_SHAPES,
 #                BW_KERNELS), then the block GEMM tests on each ab library's persistent kernel (BW_AB_TESTS=0 skips them)
 #   ncu-blockwise:SHAPE ncu --set full of one 128x128-scaled block GEMM, ours (persistent) and CUTLASS's
@@ -135,10 +137,14 @@ for stage in "$@"; do
       # same process; BW_SHAPES, BW_KERNELS), then the block GEMM tests on ours (MXPREC_SM90_BLOCKWISE_KERNEL=persistent;
       # BW_CLUSTER: MXPREC_SM90_BLOCKWISE_CLUSTER of the tests)
       step blockwise_gemm "$PY" benchmarks/blockwise_gemm.py ${BW_SHAPES:+--shapes $BW_SHAPES} \
-        ${BW_KERNELS:+--kernels $BW_KERNELS} --out "$R/blockwise_gemm.json"
+        ${BW_KERNELS:+--kernels $BW_KERNELS} ${BW_SCALINGS:+--scalings $BW_SCALINGS} --out "$R/blockwise_gemm.json"
       step test_blockwise_persistent env MXPREC_SM90_BLOCKWISE_KERNEL=persistent \
         ${BW_CLUSTER:+MXPREC_SM90_BLOCKWISE_CLUSTER=$BW_CLUSTER} "$PY" -m pytest -q -rfE \
         -p no:cacheprovider tests/test_cuda.py -k "block" ;;
+    epilogue-scaled)  # per-tensor / row-wise: the persistent kernel's epilogue-scaled mode against CUTLASS and torch
+      step epilogue_scaled_gemm "$PY" benchmarks/blockwise_gemm.py ${BW_SHAPES:+--shapes $BW_SHAPES} \
+        ${BW_KERNELS:+--kernels $BW_KERNELS} --scalings "${BW_SCALINGS:-tensor,row}" --out "$R/epilogue_scaled_gemm.json"
+      step test_epilogue_scaled "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py -k "epilogue_scaled" ;;
     blockwise-ab)  # blockwise_gemm.py per library, same call; then each build-cuda/ab/*.so's persistent block tests
       for lib in "${AB_LIBS[@]}"; do
         name="$(basename "$lib" .so)"

@@ -465,6 +465,99 @@ def test_block_kernel_choice_rejects_unknown_values(monkeypatch, var, value):
         )
 
 
+# ----------------------------------------------------------------------------- GPU: per-tensor / row-wise kernels
+# MXPREC_SM90_TENSORWISE_KERNEL / MXPREC_SM90_ROWWISE_KERNEL pick the persistent kernel's epilogue-scaled mode
+# (sm90_fp8_gemm_persistent.cuh, kRowsB == 0: acc += partial every 128 of K, the scales applied in the epilogue) or
+# the family's CUTLASS kernel; _CLUSTER (1x2, 1x1, 2x1) and _TILE_N (auto, 128, 160, 192) configure the former.
+
+_EPI_VAR = {"tensor": "MXPREC_SM90_TENSORWISE", "row": "MXPREC_SM90_ROWWISE"}
+
+
+def _epilogue_scaled_gemm(monkeypatch, family, kernel, lhs, rhs, out_dtype, bias, cluster=None, tile_n=None):
+    var = _EPI_VAR[family]
+    monkeypatch.setenv(f"{var}_KERNEL", kernel)
+    for name, value in (("CLUSTER", cluster), ("TILE_N", tile_n)):
+        if value is None:
+            monkeypatch.delenv(f"{var}_{name}", raising=False)
+        else:
+            monkeypatch.setenv(f"{var}_{name}", value)
+    out = cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=out_dtype, bias=bias)
+    return jax.block_until_ready(out)
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["tensor", "row"])
+@pytest.mark.parametrize("cluster", ["1x2", "1x1", "2x1"])
+@pytest.mark.parametrize("tile_n", ["128", "160", "192"])
+@pytest.mark.parametrize(
+    "pair,out_dtype,with_bias",
+    [
+        (("e4m3", "e4m3"), jnp.bfloat16, False),
+        (("e5m2", "e4m3"), jnp.float32, True),
+        (("e4m3", "e5m2"), jnp.bfloat16, True),
+    ],
+)
+def test_persistent_epilogue_scaled_kernel_against_cutlass(
+    monkeypatch, family, cluster, tile_n, pair, out_dtype, with_bias
+):
+    """The persistent kernel's per-tensor / row-wise mode against the family's CUTLASS kernel on the same operands:
+    the same per-element arithmetic (k32 WGMMA partial sums over 128 of K, acc += partial in k order; then
+    alpha * acc or fma(alpha, acc, bias[n]), resp. (acc * sa[m]) * sb[n] or fma(acc * sa[m], sb[n], bias[n])), so
+    bit-identical outputs, within the reference bound. M = 333 (a 2x1 cluster's partner tile lies beyond M); N = 640
+    (5 / 4 / 3.3 column tiles: a 1x2 partner beyond N, a partial 192 tile); 9 k blocks (the pipelined loop's
+    tail); two batch entries."""
+    b, m, n, k = 2, 333, 640, 1152
+    key = jax.random.PRNGKey(51 + len(family) + int(tile_n) + len(cluster) * ord(cluster[0]))
+    lhs, rhs = _family_operands(family, key, b, m, n, k, *pair)
+    bias = jax.random.normal(jax.random.PRNGKey(52), (n,), jnp.float32) * 4.0 if with_bias else None
+    ours = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, out_dtype, bias, cluster, tile_n)
+    theirs = _epilogue_scaled_gemm(monkeypatch, family, "cutlass", lhs, rhs, out_dtype, bias)
+    _check(ours, lhs, rhs, 2, 2, out_dtype, bias=bias)
+    np.testing.assert_array_equal(np.asarray(ours.astype(jnp.float32)), np.asarray(theirs.astype(jnp.float32)))
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["tensor", "row"])
+@pytest.mark.parametrize("shape", [(1, 1, 128, 128), (1, 8, 128, 256), (3, 136, 256, 384), (1, 2048, 4096, 4096)])
+def test_persistent_epilogue_scaled_shapes(monkeypatch, family, shape):
+    """Single rows, one k block, batches, a large problem (persistent tile loop): within the bound, and equal to
+    CUTLASS's output; delayed per-tensor scales (a state's scale, not the amax) take the same path."""
+    b, m, n, k = shape
+    if family == "tensor":
+        lhs, rhs = _operands(jax.random.PRNGKey(m + n), b, m, n, k, "e4m3", "e4m3", delayed=True)
+    else:
+        lhs, rhs = _family_operands(family, jax.random.PRNGKey(m + n + k), b, m, n, k, "e4m3", "e4m3")
+    ours = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.bfloat16, None)
+    theirs = _epilogue_scaled_gemm(monkeypatch, family, "cutlass", lhs, rhs, jnp.bfloat16, None)
+    _check(ours, lhs, rhs, 2, 2, jnp.bfloat16)
+    np.testing.assert_array_equal(np.asarray(ours.astype(jnp.float32)), np.asarray(theirs.astype(jnp.float32)))
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["tensor", "row"])
+def test_persistent_epilogue_scaled_kernel_needs_128_multiples(monkeypatch, family):
+    """N = 200 (a multiple of 8, not of 128): CUTLASS's kernel runs it, the persistent one is an error naming the
+    shape rule, not a fallback."""
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(61), 1, 64, 200, 256, "e4m3", "e4m3")
+    _check(_epilogue_scaled_gemm(monkeypatch, family, "cutlass", lhs, rhs, jnp.bfloat16, None), lhs, rhs, 2, 2,
+           jnp.bfloat16)
+    with pytest.raises(Exception, match="multiples of 128"):
+        _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.bfloat16, None)
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["tensor", "row"])
+@pytest.mark.parametrize("var,value", [("KERNEL", "fastest"), ("CLUSTER", "2x2"), ("TILE_N", "256")])
+def test_epilogue_scaled_kernel_choice_rejects_unknown_values(monkeypatch, family, var, value):
+    """An unknown kernel, cluster or tile name is an error from the FFI call, not a silent fallback."""
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(62), 1, 128, 128, 128, "e4m3", "e4m3")
+    name = f"{_EPI_VAR[family]}_{var}"
+    monkeypatch.setenv(f"{_EPI_VAR[family]}_KERNEL", "persistent")
+    monkeypatch.setenv(name, value)
+    with pytest.raises(Exception, match=name):
+        jax.block_until_ready(cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=jnp.bfloat16))
+
+
 @needs_gpu
 @pytest.mark.parametrize("family", ["tensor", "row", "block", "block1d"])
 @pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32])

@@ -293,25 +293,29 @@ def test_sm90_blockwise_sass_has_qgmma_and_scaled_promotion(fam, out):
 
 
 def test_sm90_persistent_blockwise_sass():
-    """mxprec's own block-scaled kernel (sm90_fp8_gemm_persistent.cu, 72 kernels: 3 pairs x 2 outputs x 2 B scale
-    shapes x clusters 1x1 / 1x2 x CTA tiles 128 x 128 / 160 / 192): 64x128 / 64x160 / 64x192 FP8 wgmma for the 3
-    pairs, an FFMA per accumulator register per k block (the scaled promotion), TMA loads (multicast ones for the
-    1x2 cluster's shared A tile) and TMA stores (the bf16 epilogue), the 232-register consumer warpgroups, and the
-    pipelined k loop of the 128x128-scaled 128-column ones."""
+    """mxprec's own persistent kernel (sm90_fp8_gemm_persistent.cu). Block-scaled: 72 kernels (3 pairs x 2 outputs
+    x 2 B scale shapes x clusters 1x1 / 1x2 x CTA tiles 128 x 128 / 160 / 192); per-tensor / row-wise (kRowsB 0,
+    the scales in the epilogue): 54 (3 pairs x 2 outputs x clusters 1x1 / 1x2 / 2x1 x the 3 tiles). 64x128 /
+    64x160 / 64x192 FP8 wgmma for the 3 pairs, an FFMA per accumulator register per k block in the block-scaled
+    ones (the scaled promotion) and an FADD in the others (acc += partial), TMA loads (multicast ones for the clusters' shared
+    tiles) and TMA stores (the bf16 epilogue), the 232-register consumer warpgroups, and the pipelined k loop of
+    the 128-column tiles except with 1x128 B scales."""
     sass = _sass(_first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o"))
-    kernels = re.findall(r"Function : \S*blockwise_gemm_kernel", sass)
-    assert len(kernels) == 72, len(kernels)
+    bodies = re.split(r"\n\s*Function : ", sass)[1:]
+    names = [body.split("\n", 1)[0] for body in bodies]
+    assert sum("blockwise_gemm_kernel" in nm for nm in names) == 126, names
     for pair in _SM90_PAIRS:
         for width in (128, 160, 192):
             assert re.search(rf"QGMMA\.64x{width}x32\.F32\.{pair}", sass), (pair, width)
-    assert len(re.findall(r"\bFFMA\b", sass)) >= 24 * (64 + 80 + 96)
     for op in ("UTMALDG.3D.MULTICAST", "UTMASTG.3D", "USETMAXREG"):
         assert op in sass, op
-    # 128x128 B scales, 128-column tiles: the software-pipelined k loop (the older of two WGMMA groups awaited,
-    # wait_group 1); 1x128 B scales and the wider tiles: one group at a time (wait_group 0 only).
-    for body in re.split(r"\n\s*Function : ", sass)[1:]:
-        name = body.split("\n", 1)[0]
-        pipelined = re.search(r"blockwise_gemm_kernelILi\dELi\dELi128ELi128E", name) is not None
+    for name, body in zip(names, bodies):
+        rows_b, width = (int(v) for v in re.search(r"blockwise_gemm_kernelILi\dELi\dELi(\d+)ELi(\d+)E", name).groups())
+        promote = r"\bFADD\b" if rows_b == 0 else r"\bFFMA\b"
+        assert len(re.findall(promote, body)) >= width // 2, name
+        # The software-pipelined k loop (the older of two WGMMA groups awaited, wait_group 1) with 128x128 B scales
+        # or none and 128 columns; 1x128 B scales and the wider tiles: one group at a time (wait_group 0 only).
+        pipelined = rows_b != 1 and width == 128
         assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == pipelined, name
 
 

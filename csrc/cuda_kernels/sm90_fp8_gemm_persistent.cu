@@ -1,5 +1,6 @@
 // Host side of mxprec's own persistent block-scaled FP8 GEMM (sm90_fp8_gemm_persistent.cuh): TMA descriptors,
-// launch, and the explicit instantiations for the three operand pairs x two output dtypes x both B scale shapes.
+// launch, and the explicit instantiations for the three operand pairs x two output dtypes x both B scale shapes,
+// and of the epilogue-scaled (per-tensor, row-wise) families.
 #include "sm90_fp8_gemm_persistent.h"
 
 #include "sm90_fp8_gemm_persistent.cuh"
@@ -44,8 +45,9 @@ bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, uin
                 swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// p.sfa / p.sfb: the mainloop's block scales (kRowsB 128 or 1); unused with kRowsB == 0, whose scales are `es`.
 template <int kPair, int kOut, int kRowsB, int kBlockN, int kClusterM, int kClusterN>
-const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
+const char* launch(const BlockwiseGemmArgs& p, const EpilogueScales& es, cudaStream_t stream) {
   constexpr int kStages = stages_for(kBlockN);
   using Smem = SmemLayout<kBlockN, kRowsB, kStages, kOut == 0 && MXPREC_PERSISTENT_TMA_STORE>;
   static_assert(Smem::kAlloc <= 227 * 1024, "shared memory per CTA");
@@ -57,28 +59,32 @@ const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
   bool ok = encode_3d(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a, k, m, l, k, m * k, kBlockK, kBlockM / kClusterN,
                       sw128) &&
             encode_3d(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.b, k, n, l, k, n * k, kBlockK, kBlockN / kClusterM,
-                      sw128) &&
-            encode_3d(&map_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.sfa, mp, kb, l, mp * 4, mp * kb * 4, kBlockM, 1,
-                      none);
+                      sw128);
+  if (kRowsB != 0) {
+    ok = ok && encode_3d(&map_sfa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.sfa, mp, kb, l, mp * 4, mp * kb * 4, kBlockM, 1,
+                         none);
+  } else {
+    map_sfa = map_a;  // unused
+  }
   if (kRowsB == 1) {
     ok = ok && encode_3d(&map_sfb, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.sfb, n, kb, l, n * 4, n * kb * 4, kBlockN, 1,
                          none);
   } else {
-    map_sfb = map_sfa;  // unused
+    map_sfb = map_a;  // unused
   }
   CUtensorMap map_d;  // bf16 output: the epilogue's TMA stores of 64-row x 32-column slices
   if (kOut == 0 && MXPREC_PERSISTENT_TMA_STORE) {
     ok = ok && encode_3d(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, n, m, l, n * 2, m * n * 2, kEpiCols, 64,
                          CU_TENSOR_MAP_SWIZZLE_64B);
   } else {
-    map_d = map_sfa;  // unused
+    map_d = map_a;  // unused
   }
-  if (!ok) return "persistent block-scaled GEMM: cuTensorMapEncodeTiled failed (operand not 16-byte aligned?)";
+  if (!ok) return "persistent FP8 GEMM: cuTensorMapEncodeTiled failed (operand not 16-byte aligned?)";
 
   auto kernel = blockwise_gemm_kernel<kPair, kOut, kRowsB, kBlockN, kStages, kClusterM, kClusterN>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem::kAlloc) != cudaSuccess) {
     (void)cudaGetLastError();
-    return "persistent block-scaled GEMM: cudaFuncSetAttribute (shared memory) failed";
+    return "persistent FP8 GEMM: cudaFuncSetAttribute (shared memory) failed";
   }
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1];
@@ -109,8 +115,8 @@ const char* launch(const BlockwiseGemmArgs& p, cudaStream_t stream) {
   const int64_t clusters = cluster_tiles < max_clusters ? cluster_tiles : max_clusters;
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * kClusterSize), 1, 1);
   if (cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_sfa, map_sfb, map_d, p.sfb, p.bias, p.d, p.m, p.n, p.k,
-                         p.l) != cudaSuccess) {
-    return "persistent block-scaled GEMM: kernel launch failed";
+                         p.l, es) != cudaSuccess) {
+    return "persistent FP8 GEMM: kernel launch failed";
   }
   return nullptr;
 }
@@ -120,12 +126,55 @@ std::string env_or(const char* name, const char* fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
+// The environment variables that configure the kernel for one family, and their error messages.
+struct FamilyEnv {
+  const char* cluster_var;
+  const char* cluster_error;
+  const char* tile_var;
+  const char* tile_error;
+};
+constexpr FamilyEnv kBlockEnv{"MXPREC_SM90_BLOCKWISE_CLUSTER", "MXPREC_SM90_BLOCKWISE_CLUSTER must be 1x2 or 1x1",
+                              "MXPREC_SM90_BLOCKWISE_TILE_N",
+                              "MXPREC_SM90_BLOCKWISE_TILE_N must be auto, 128, 160 or 192"};
+constexpr FamilyEnv kTensorEnv{"MXPREC_SM90_TENSORWISE_CLUSTER",
+                               "MXPREC_SM90_TENSORWISE_CLUSTER must be 1x2, 1x1 or 2x1", "MXPREC_SM90_TENSORWISE_TILE_N",
+                               "MXPREC_SM90_TENSORWISE_TILE_N must be auto, 128, 160 or 192"};
+constexpr FamilyEnv kRowEnv{"MXPREC_SM90_ROWWISE_CLUSTER", "MXPREC_SM90_ROWWISE_CLUSTER must be 1x2, 1x1 or 2x1",
+                            "MXPREC_SM90_ROWWISE_TILE_N", "MXPREC_SM90_ROWWISE_TILE_N must be auto, 128, 160 or 192"};
+
+// Clusters: 1x2 (default) and 1x1 for every family; 2x1 (the two CTAs share the B tile) for the epilogue-scaled ones.
 template <int kPair, int kOut, int kRowsB, int kBlockN>
-const char* launch_cluster(const BlockwiseGemmArgs& p, cudaStream_t stream) {
-  const std::string cluster = env_or("MXPREC_SM90_BLOCKWISE_CLUSTER", "1x2");
-  if (cluster == "1x1") return launch<kPair, kOut, kRowsB, kBlockN, 1, 1>(p, stream);
-  if (cluster == "1x2") return launch<kPair, kOut, kRowsB, kBlockN, 1, 2>(p, stream);
-  return "MXPREC_SM90_BLOCKWISE_CLUSTER must be 1x2 or 1x1";
+const char* launch_cluster(const BlockwiseGemmArgs& p, const EpilogueScales& es, const FamilyEnv& env,
+                           cudaStream_t stream) {
+  const std::string cluster = env_or(env.cluster_var, "1x2");
+  if (cluster == "1x1") return launch<kPair, kOut, kRowsB, kBlockN, 1, 1>(p, es, stream);
+  if (cluster == "1x2") return launch<kPair, kOut, kRowsB, kBlockN, 1, 2>(p, es, stream);
+  if constexpr (kRowsB == 0) {
+    if (cluster == "2x1") return launch<kPair, kOut, kRowsB, kBlockN, 2, 1>(p, es, stream);
+  }
+  return env.cluster_error;
+}
+
+// tile: "128", "160" or "192" columns per CTA tile.
+template <int kPair, int kOut, int kRowsB>
+const char* launch_tile(const std::string& tile, const BlockwiseGemmArgs& p, const EpilogueScales& es,
+                        const FamilyEnv& env, cudaStream_t stream) {
+  if (tile == "128") return launch_cluster<kPair, kOut, kRowsB, 128>(p, es, env, stream);
+  if (tile == "160") return launch_cluster<kPair, kOut, kRowsB, 160>(p, es, env, stream);
+  if (tile == "192") return launch_cluster<kPair, kOut, kRowsB, 192>(p, es, env, stream);
+  return env.tile_error;
+}
+
+// The per-tensor and row-wise families: A, B, D, bias and extents as BlockwiseGemmArgs, scales in `es`.
+template <int kPair, int kOut>
+const char* run_epilogue_scaled(const BlockwiseGemmArgs& p, const EpilogueScales& es, const FamilyEnv& env,
+                                cudaStream_t stream) {
+  if (!sm90_blockwise_aligned(p.m, p.n, p.k) || p.m <= 0 || p.l <= 0) {
+    return "persistent per-tensor / row-wise FP8 GEMM: needs N, K > 0 multiples of 128 and M, L > 0";
+  }
+  std::string tile_n = env_or(env.tile_var, "auto");
+  if (tile_n == "auto") tile_n = "128";
+  return launch_tile<kPair, kOut, 0>(tile_n, p, es, env, stream);
 }
 
 }  // namespace
@@ -143,20 +192,37 @@ const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, cudaStream
   if (!sm90_blockwise_aligned(p.m, p.n, p.k) || p.m <= 0 || p.l <= 0) {
     return "persistent block-scaled GEMM: needs N, K > 0 multiples of 128 and M, L > 0";
   }
-  std::string tile_n = env_or("MXPREC_SM90_BLOCKWISE_TILE_N", "auto");
+  std::string tile_n = env_or(kBlockEnv.tile_var, "auto");
   if (tile_n == "auto") {  // 1x128 B scales on large outputs: 192 columns (+1-8 % measured); else 128
     tile_n = kRowsB == 1 && static_cast<int64_t>(p.m) * p.n >= (int64_t{1} << 25) ? "192" : "128";
   }
-  if (tile_n == "128") return launch_cluster<kPair, kOut, kRowsB, 128>(p, stream);
-  if (tile_n == "160") return launch_cluster<kPair, kOut, kRowsB, 160>(p, stream);
-  if (tile_n == "192") return launch_cluster<kPair, kOut, kRowsB, 192>(p, stream);
-  return "MXPREC_SM90_BLOCKWISE_TILE_N must be auto, 128, 160 or 192";
+  return launch_tile<kPair, kOut, kRowsB>(tile_n, p, EpilogueScales{}, kBlockEnv, stream);
+}
+
+// MXPREC_SM90_TENSORWISE_CLUSTER / _TILE_N and MXPREC_SM90_ROWWISE_CLUSTER / _TILE_N: as the block-scaled
+// family's, plus the 2x1 cluster; TILE_N auto = 128.
+template <int kPair, int kOut>
+const char* sm90_tensorwise_persistent_run(const TensorwiseGemmArgs& p, cudaStream_t stream) {
+  using namespace persistent;
+  const BlockwiseGemmArgs a{p.a, p.b, p.d, nullptr, nullptr, p.bias, p.m, p.n, p.k, p.l, p.m, p.sm_count};
+  return run_epilogue_scaled<kPair, kOut>(a, EpilogueScales{p.alpha, nullptr, nullptr},
+                                                      kTensorEnv, stream);
+}
+template <int kPair, int kOut>
+const char* sm90_rowwise_persistent_run(const RowwiseGemmArgs& p, cudaStream_t stream) {
+  using namespace persistent;
+  const BlockwiseGemmArgs a{p.a, p.b, p.d, nullptr, nullptr, p.bias, p.m, p.n, p.k, p.l, p.m, p.sm_count};
+  return run_epilogue_scaled<kPair, kOut>(a, EpilogueScales{nullptr, p.scale_a, p.scale_b},
+                                                      kRowEnv, stream);
 }
 
 #define MXPREC_INSTANTIATE_PERSISTENT(P, O)                                                                   \
   template const char* sm90_blockwise_persistent_run<P, O, kBlockwiseRowsB>(const BlockwiseGemmArgs&,        \
                                                                              cudaStream_t);                  \
-  template const char* sm90_blockwise_persistent_run<P, O, kBlockwiseRowsB1D>(const BlockwiseGemmArgs&, cudaStream_t);
+  template const char* sm90_blockwise_persistent_run<P, O, kBlockwiseRowsB1D>(const BlockwiseGemmArgs&,       \
+                                                                               cudaStream_t);                 \
+  template const char* sm90_tensorwise_persistent_run<P, O>(const TensorwiseGemmArgs&, cudaStream_t);         \
+  template const char* sm90_rowwise_persistent_run<P, O>(const RowwiseGemmArgs&, cudaStream_t);
 MXPREC_INSTANTIATE_PERSISTENT(0, 0)
 MXPREC_INSTANTIATE_PERSISTENT(1, 0)
 MXPREC_INSTANTIATE_PERSISTENT(2, 0)

@@ -8,6 +8,10 @@
 // CUTLASS kernel: every 128 of K (4 WGMMAs of k32) the tensor core's partial sum (fresh registers) is promoted into
 // the FP32 accumulator as acc = fma(partial, sa * sb, acc), the product sa * sb rounded to FP32 once.
 //
+// kRowsB == 0 (kEpilogueScaled): the per-tensor and row-wise families. No scales in the mainloop: every 128 of K
+// the partial sum is promoted as acc += partial, and the epilogue applies the scales (EpilogueScales), as the
+// CUTLASS per-tensor / row-wise kernels do (sm90_fp8_gemm_tensorwise.h, sm90_fp8_gemm_rowwise.h).
+//
 // CTA: 384 threads, a 128 x kBlockN output tile (kBlockN = 128, 160 or 192). Warpgroup 0 (40 registers) is the
 // producer: one thread issues the TMA loads of A, B and the A scales (with kRowsB == 1 also the B scales) into a
 // kStages-deep ring of shared-memory stages. Warpgroups 1 and 2 (232 registers) each own 64 rows of the tile: per
@@ -255,7 +259,7 @@ template <int kBlockN, int kRowsB, int kStages, bool kTmaStore = false>
 struct SmemLayout {
   static constexpr int kABytes = kBlockM * kBlockK;           // e4m3/e5m2: one byte per element
   static constexpr int kBBytes = kBlockN * kBlockK;
-  static constexpr int kSfaBytes = kBlockM * 4;
+  static constexpr int kSfaBytes = kRowsB == 0 ? 0 : kBlockM * 4;  // kRowsB == 0: no scales in the mainloop
   static constexpr int kSfbBytes = kRowsB == 1 ? kBlockN * 4 : 0;  // per-row B scales ride in shared memory
   static constexpr int kStageTx = kABytes + kBBytes + kSfaBytes + kSfbBytes;
   static constexpr int kA = 0;
@@ -348,6 +352,63 @@ __device__ __forceinline__ void promote_two_scale_tiles(float* acc, const float*
   }
 }
 
+// The epilogue's scales when kRowsB == 0. Per-tensor (row == nullptr): D = alpha * acc, or fma(alpha, acc,
+// bias[n]). Row-wise: D = (acc * row[l, m]) * col[l, n], or fma(acc * row[l, m], col[l, n], bias[n]). The same
+// expressions as the CUTLASS kernels' epilogues, so for the same acc the outputs agree bit for bit.
+struct EpilogueScales {
+  const float* alpha;  // per-tensor: one float (scale_a * scale_b); unused when row != nullptr
+  const float* row;    // row-wise: (L, M) scales of A's rows, or nullptr (per-tensor)
+  const float* col;    // row-wise: (L, N) scales of B's rows (the output columns)
+};
+
+// D values of one thread's accumulators (rows r0 and r0 + 8, columns n0 + 8 j, + 1) under EpilogueScales, in
+// place. Rows >= m and, in a partial last column tile (kWide), columns >= n are not stored: their scales are not read.
+template <int kAcc, bool kWide>
+__device__ __forceinline__ void apply_epilogue_scales(float* acc, const EpilogueScales& es, const float* bias,
+                                                      int l, int m, int n, int r0, int n0) {
+  if (es.row == nullptr) {
+    const float alpha = __ldg(es.alpha);
+#pragma unroll
+    for (int j = 0; j < kAcc / 4; ++j) {
+      if (bias != nullptr) {
+        if (kWide && n0 + 8 * j >= n) continue;
+        const float2 bv = __ldg(reinterpret_cast<const float2*>(bias + n0 + 8 * j));
+        acc[4 * j + 0] = fmaf(alpha, acc[4 * j + 0], bv.x);
+        acc[4 * j + 1] = fmaf(alpha, acc[4 * j + 1], bv.y);
+        acc[4 * j + 2] = fmaf(alpha, acc[4 * j + 2], bv.x);
+        acc[4 * j + 3] = fmaf(alpha, acc[4 * j + 3], bv.y);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[4 * j + i] *= alpha;
+      }
+    }
+    return;
+  }
+  const float* row = es.row + static_cast<size_t>(l) * m;
+  const float sa0 = r0 < m ? __ldg(row + r0) : 0.f, sa1 = r0 + 8 < m ? __ldg(row + r0 + 8) : 0.f;
+  const float* col = es.col + static_cast<size_t>(l) * n;
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; ++j) {
+    const int c = n0 + 8 * j;
+    if (kWide && c >= n) continue;
+    const float2 sb = __ldg(reinterpret_cast<const float2*>(col + c));
+    const float t0 = acc[4 * j + 0] * sa0, t1 = acc[4 * j + 1] * sa0;
+    const float t2 = acc[4 * j + 2] * sa1, t3 = acc[4 * j + 3] * sa1;
+    if (bias != nullptr) {
+      const float2 bv = __ldg(reinterpret_cast<const float2*>(bias + c));
+      acc[4 * j + 0] = fmaf(t0, sb.x, bv.x);
+      acc[4 * j + 1] = fmaf(t1, sb.y, bv.y);
+      acc[4 * j + 2] = fmaf(t2, sb.x, bv.x);
+      acc[4 * j + 3] = fmaf(t3, sb.y, bv.y);
+    } else {
+      acc[4 * j + 0] = t0 * sb.x;
+      acc[4 * j + 1] = t1 * sb.y;
+      acc[4 * j + 2] = t2 * sb.x;
+      acc[4 * j + 3] = t3 * sb.y;
+    }
+  }
+}
+
 // Consumer state of one k block between its WGMMA issue and its promotion.
 struct KBlockScales {
   float sa0, sa1;  // A scales of this thread's two rows
@@ -373,14 +434,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     blockwise_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                           const __grid_constant__ CUtensorMap map_sfa, const __grid_constant__ CUtensorMap map_sfb,
                           const __grid_constant__ CUtensorMap map_d, const float* __restrict__ sfb,
-                          const float* __restrict__ bias, void* __restrict__ d, int m, int n, int k, int l) {
+                          const float* __restrict__ bias, void* __restrict__ d, int m, int n, int k, int l,
+                          const EpilogueScales epi_scales) {
   constexpr bool kTmaStore = MXPREC_PERSISTENT_TMA_STORE && kOut == 0;
   using Smem = SmemLayout<kBlockN, kRowsB, kStages, kTmaStore>;
   constexpr int kAcc = kBlockN / 2;  // accumulator floats per thread (64 x kBlockN over 128 threads)
   // 128x128 B scales: the k loop keeps two partial sums in flight. 1x128 B scales: one (pipelined as well, with the
   // B scales read per column pair, it measured no faster, twentieth session).
   // Tiles wider than 128 columns (96 + 96 registers at 192) leave no room for a second partial sum.
-  constexpr bool kPipelined = kRowsB == 128 && kBlockN == 128;
+  constexpr bool kEpilogueScaled = kRowsB == 0;  // per-tensor / row-wise: scales in the epilogue only
+  constexpr bool kPipelined = (kRowsB == 128 || kEpilogueScaled) && kBlockN == 128;
   constexpr bool kWide = kBlockN > 128;  // N % kBlockN may be nonzero: the last column tile is partial
   constexpr int kClusterSize = kClusterM * kClusterN;
   constexpr int kARows = kBlockM / kClusterN;  // rows of the A tile this CTA loads (and multicasts)
@@ -421,7 +484,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) {
       tma_prefetch_descriptor(&map_a);
       tma_prefetch_descriptor(&map_b);
-      tma_prefetch_descriptor(&map_sfa);
+      if constexpr (!kEpilogueScaled) tma_prefetch_descriptor(&map_sfa);
       if constexpr (kRowsB == 1) tma_prefetch_descriptor(&map_sfb);
       uint16_t mask_a = 0, mask_b = 0;  // CTAs sharing this CTA's A rows (same m_rank) / B rows (same n_rank)
       for (int j = 0; j < kClusterN; ++j) mask_a |= uint16_t(1u << (m_rank + kClusterM * j));
@@ -448,7 +511,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           } else {
             tma_load_3d(b_part + s * Smem::kBBytes, &map_b, full, kb * kBlockK, b_row, c.l);
           }
-          tma_load_3d(base + Smem::kSfa + s * Smem::kSfaBytes, &map_sfa, full, m_blk * kBlockM, kb, c.l);
+          if constexpr (!kEpilogueScaled) {
+            tma_load_3d(base + Smem::kSfa + s * Smem::kSfaBytes, &map_sfa, full, m_blk * kBlockM, kb, c.l);
+          }
           if constexpr (kRowsB == 1) {
             tma_load_3d(base + Smem::kSfb + s * Smem::kSfbBytes, &map_sfb, full, n_blk * kBlockN, kb, c.l);
           }
@@ -531,8 +596,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         mbar_wait(full0 + 8 * s, phase);
-        sc.sa0 = lds_f32(sfa0 + s * Smem::kSfaBytes);
-        sc.sa1 = lds_f32(sfa0 + s * Smem::kSfaBytes + 32);
+        if constexpr (!kEpilogueScaled) {
+          sc.sa0 = lds_f32(sfa0 + s * Smem::kSfaBytes);
+          sc.sa1 = lds_f32(sfa0 + s * Smem::kSfaBytes + 32);
+        }
         issue_k_block<kPair, kBlockN>(part, desc_a0 + ((s * Smem::kABytes) >> 4),
                                       desc_b0 + ((s * Smem::kBBytes) >> 4));
         return sc;
@@ -552,7 +619,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int stage = sc.stage;
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_operand(part[i]);
-        if constexpr (kRowsB == 128) {
+        if constexpr (kEpilogueScaled) {
+          release(stage);
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
+        } else if constexpr (kRowsB == 128) {
           release(stage);
           const float s0 = sc.sa0 * sc.sb, s1 = sc.sa1 * sc.sb;
           if constexpr (kWide) {
@@ -619,7 +690,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Epilogue: D = acc (+ bias[n]) rounded once; rows >= m (TMA's zero fill of A) are not stored.
       if (n_valid) {
         const int n0 = n_blk * kBlockN + col0;
-        if (bias != nullptr) {  // bias added in FP32 before the one rounding; without it D = acc exactly
+        if constexpr (kEpilogueScaled) {
+          apply_epilogue_scales<kAcc, kWide>(acc, epi_scales, bias, c.l, m, n, m_blk * kBlockM + row0, n0);
+        } else if (bias != nullptr) {  // bias added in FP32 before the one rounding; without it D = acc exactly
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
             if (kWide && n0 + 8 * j >= n) continue;  // columns beyond N (N % 128 == 0, so both or neither)

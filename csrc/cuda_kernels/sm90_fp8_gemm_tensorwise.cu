@@ -148,41 +148,65 @@ ffi::Error unimplemented(const std::string& msg) {
 }
 
 // The three kernel families behind one dispatch: Args type, workspace query and launch.
+// Which kernel of a family runs, read from MXPREC_SM90_{TENSORWISE,ROWWISE,BLOCKWISE}_KERNEL at every call (under
+// XLA's command buffers: when the call is captured): "persistent" (ours, sm90_fp8_gemm_persistent.h), "cutlass"
+// (the family's CUTLASS kernel) or "auto" (unset: per shape, the one that measured faster, *_auto_choice).
+// Anything else is an error, not a fallback.
+enum class GemmKernel { kCutlass, kPersistent, kAuto, kUnknown };
+GemmKernel kernel_choice(const char* var) {
+  const char* v = std::getenv(var);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return GemmKernel::kAuto;
+  if (std::strcmp(v, "persistent") == 0) return GemmKernel::kPersistent;
+  if (std::strcmp(v, "cutlass") == 0) return GemmKernel::kCutlass;
+  return GemmKernel::kUnknown;
+}
+// "auto" for the per-tensor and row-wise families: CUTLASS's kernels (the persistent ones not yet measured).
+GemmKernel epilogue_scaled_auto_choice(int64_t m, int64_t n, int64_t k) {
+  (void)m;
+  (void)n;
+  (void)k;
+  return GemmKernel::kCutlass;
+}
+
 struct Tensorwise {
   using Args = TensorwiseGemmArgs;
   template <int P, int O>
   static size_t workspace(const Args& a) { return sm90_tensorwise_workspace<P, O>(a); }
   template <int P, int O>
-  static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_tensorwise_run<P, O>(a, ws, s); }
+  static const char* run(const Args& a, void* ws, cudaStream_t s) {
+    GemmKernel choice = kernel_choice("MXPREC_SM90_TENSORWISE_KERNEL");
+    if (choice == GemmKernel::kAuto) choice = epilogue_scaled_auto_choice(a.m, a.n, a.k);
+    switch (choice) {
+      case GemmKernel::kCutlass: return sm90_tensorwise_run<P, O>(a, ws, s);
+      case GemmKernel::kPersistent: return sm90_tensorwise_persistent_run<P, O>(a, s);
+      default: return "MXPREC_SM90_TENSORWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'";
+    }
+  }
 };
 struct Rowwise {
   using Args = RowwiseGemmArgs;
   template <int P, int O>
   static size_t workspace(const Args& a) { return sm90_rowwise_workspace<P, O>(a); }
   template <int P, int O>
-  static const char* run(const Args& a, void* ws, cudaStream_t s) { return sm90_rowwise_run<P, O>(a, ws, s); }
+  static const char* run(const Args& a, void* ws, cudaStream_t s) {
+    GemmKernel choice = kernel_choice("MXPREC_SM90_ROWWISE_KERNEL");
+    if (choice == GemmKernel::kAuto) choice = epilogue_scaled_auto_choice(a.m, a.n, a.k);
+    switch (choice) {
+      case GemmKernel::kCutlass: return sm90_rowwise_run<P, O>(a, ws, s);
+      case GemmKernel::kPersistent: return sm90_rowwise_persistent_run<P, O>(a, s);
+      default: return "MXPREC_SM90_ROWWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'";
+    }
+  }
 };
-// Which block-scaled kernel runs, read from MXPREC_SM90_BLOCKWISE_KERNEL at every call (under XLA's command
-// buffers: when the call is captured): "persistent" (ours, sm90_fp8_gemm_persistent.h), "cutlass" (CUTLASS's
-// KernelTmaWarpSpecializedCooperativeFP8Blockwise, sm90_fp8_gemm_blockwise.h) or "auto" (unset: per shape, the one
-// that measured faster, blockwise_auto_choice). Anything else is an error, not a fallback.
-enum class BlockwiseKernel { kCutlass, kPersistent, kAuto, kUnknown };
-BlockwiseKernel blockwise_kernel_choice() {
-  const char* v = std::getenv("MXPREC_SM90_BLOCKWISE_KERNEL");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return BlockwiseKernel::kAuto;
-  if (std::strcmp(v, "persistent") == 0) return BlockwiseKernel::kPersistent;
-  if (std::strcmp(v, "cutlass") == 0) return BlockwiseKernel::kCutlass;
-  return BlockwiseKernel::kUnknown;
-}
 // "auto": per shape, the kernel that measured faster on the H200 (twenty-first session, three calls,
 // benchmarks/results/h200_blockwise_persistent.md). 128x128 B scales: the persistent kernel for N >= 8192 with
 // K <= 8192 (16384x4096x14336: +7 %), CUTLASS's otherwise (N <= 4096 or K >= 14336: by 4-17 %). 1x128 B scales
 // (Wgrad): always the persistent kernel (+0-13 % on outputs of 2^25 elements or more, its 192-column tiles; within
 // -3..+6 % below, ahead at the K = 16384 of Wgrad's token dimension).
 template <int kRowsB>
-BlockwiseKernel blockwise_auto_choice(const BlockwiseGemmArgs& a) {
+GemmKernel blockwise_auto_choice(const BlockwiseGemmArgs& a) {
   const bool persistent = kRowsB == 1 || (a.n >= 8192 && a.k <= 8192);
-  return persistent ? BlockwiseKernel::kPersistent : BlockwiseKernel::kCutlass;
+  return persistent ? GemmKernel::kPersistent : GemmKernel::kCutlass;
 }
 
 template <int kRowsB>
@@ -192,11 +216,11 @@ struct Blockwise {
   static size_t workspace(const Args& a) { return sm90_blockwise_workspace<P, O, kRowsB>(a); }
   template <int P, int O>
   static const char* run(const Args& a, void* ws, cudaStream_t s) {
-    BlockwiseKernel choice = blockwise_kernel_choice();
-    if (choice == BlockwiseKernel::kAuto) choice = blockwise_auto_choice<kRowsB>(a);
+    GemmKernel choice = kernel_choice("MXPREC_SM90_BLOCKWISE_KERNEL");
+    if (choice == GemmKernel::kAuto) choice = blockwise_auto_choice<kRowsB>(a);
     switch (choice) {
-      case BlockwiseKernel::kCutlass: return sm90_blockwise_run<P, O, kRowsB>(a, ws, s);
-      case BlockwiseKernel::kPersistent: return sm90_blockwise_persistent_run<P, O, kRowsB>(a, s);
+      case GemmKernel::kCutlass: return sm90_blockwise_run<P, O, kRowsB>(a, ws, s);
+      case GemmKernel::kPersistent: return sm90_blockwise_persistent_run<P, O, kRowsB>(a, s);
       default: return "MXPREC_SM90_BLOCKWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'";
     }
   }
