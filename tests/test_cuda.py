@@ -546,6 +546,39 @@ def test_persistent_epilogue_scaled_kernel_needs_128_multiples(monkeypatch, fami
 
 
 @needs_gpu
+@pytest.mark.parametrize(
+    "family,m,n,k,persistent",
+    [
+        ("tensor", 64, 256, 512, True),
+        ("tensor", 64, 200, 512, False),  # N % 128 != 0: CUTLASS's kernel
+        ("tensor", 8, 128, 14336, True),
+        ("row", 64, 256, 512, True),
+        ("row", 8, 128, 14336, False),  # row-wise with K >= 14336: CUTLASS's kernel
+    ],
+)
+@pytest.mark.parametrize("setting", [None, "auto"])
+def test_epilogue_scaled_default_kernel_is_auto(monkeypatch, family, m, n, k, persistent, setting):
+    """MXPREC_SM90_{TENSORWISE,ROWWISE}_KERNEL unset or "auto": the persistent kernel where N and K are multiples
+    of 128, except row-wise with K >= 14336; CUTLASS's otherwise. The two give the same bits, so the choice is
+    observed through the persistent kernel's own setting: an unknown _CLUSTER is an error only when it runs."""
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(63 + m + n), 1, m, n, k, "e4m3", "e4m3")
+    var = _EPI_VAR[family]
+    if setting is None:
+        monkeypatch.delenv(f"{var}_KERNEL", raising=False)
+    else:
+        monkeypatch.setenv(f"{var}_KERNEL", setting)
+    monkeypatch.setenv(f"{var}_CLUSTER", "3x3")
+    run = lambda: jax.block_until_ready(  # noqa: E731
+        cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32)
+    )
+    if persistent:
+        with pytest.raises(Exception, match=f"{var}_CLUSTER"):
+            run()
+    else:
+        _check(run(), lhs, rhs, 2, 2, jnp.float32)
+
+
+@needs_gpu
 @pytest.mark.parametrize("family", ["tensor", "row"])
 @pytest.mark.parametrize("var,value", [("KERNEL", "fastest"), ("CLUSTER", "2x2"), ("TILE_N", "256")])
 def test_epilogue_scaled_kernel_choice_rejects_unknown_values(monkeypatch, family, var, value):
@@ -657,6 +690,26 @@ def test_auto_quantize_kinds_env_override(monkeypatch):
     monkeypatch.setenv("MXPREC_AUTO_QUANTIZE", "tile")  # without "weights": weights follow the named kinds
     assert not cuda.auto_quantizes(TensorScaling(formats.E4M3), weight=True)
     assert cuda.auto_quantize_kinds(weight=True) == (TileScaling,)
+
+
+def test_auto_families_env_override(monkeypatch):
+    """MXPREC_AUTO_FAMILIES replaces AUTO_FAMILIES (which GEMM families backend="auto" runs on the CUDA kernels)."""
+    tensor = (_quantized(TensorScaling(formats.E4M3)), _quantized(TensorScaling(formats.E4M3)))
+    monkeypatch.delenv("MXPREC_AUTO_FAMILIES", raising=False)
+    assert cuda.auto_families() == cuda.AUTO_FAMILIES == ("block", "row")
+    assert not cuda.auto_prefers(*tensor)
+    monkeypatch.setenv("MXPREC_AUTO_FAMILIES", "tensor, row,block")
+    assert cuda.auto_families() == ("tensor", "row", "block")
+    assert cuda.auto_prefers(*tensor)
+    monkeypatch.setenv("MXPREC_AUTO_FAMILIES", "tensor,mx")
+    with pytest.raises(ValueError, match=r"MXPREC_AUTO_FAMILIES names \['mx'\]"):
+        cuda.auto_families()
+
+
+def _quantized(spec):
+    """A (1, 128, 128) QTensor of `spec`."""
+    x = jax.random.normal(jax.random.PRNGKey(3), (1, 128, 128), jnp.float32)
+    return mxprec.quantize(x, spec, axis=2)
 
 
 @needs_gpu

@@ -88,7 +88,7 @@ def backend_report(recipe) -> str:
         kinds = "/".join(k.__name__ for k in base)
         weights = "/".join(k.__name__ for k in cuda.auto_quantize_kinds(weight=True) if k not in base)
         weights = f" (+ {weights} for weights)" if weights else ""
-        return (f"backend: auto on gpu: CUDA kernels for the {'/'.join(cuda.AUTO_FAMILIES)} FP8 families and "
+        return (f"backend: auto on gpu: CUDA kernels for the {'/'.join(cuda.auto_families())} FP8 families and "
                 f"{kinds}{weights} quantization, exact XLA path (cuBLASLt FP8) for the rest")
     if ffi_available(platform):
         return f"backend: xla exact path on {platform} (auto; the C++ custom call runs with backend='ffi')"

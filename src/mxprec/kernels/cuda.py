@@ -65,6 +65,7 @@ __all__ = [
     "SYMBOL",
     "TARGET",
     "TRANSPOSE_TARGET",
+    "auto_families",
     "auto_prefers",
     "auto_quantize_kinds",
     "auto_quantizes",
@@ -164,6 +165,20 @@ def _family(lspec, rspec) -> tuple[str, str]:
 # two tie, four lose in the tenth's), and XLA fuses the per-tensor quantization into the producers, which a
 # custom call cannot (h200_llama.md: fp8_current on XLA against fp8_current:ffi).
 AUTO_FAMILIES = ("block", "row")
+_FAMILY_NAMES = ("tensor", "row", "block")
+
+
+def auto_families() -> tuple[str, ...]:
+    """The kernel families backend="auto" runs on the CUDA kernels: AUTO_FAMILIES, or as ``MXPREC_AUTO_FAMILIES``
+    (comma-separated of tensor, row, block; a measurement knob like MXPREC_AUTO_QUANTIZE) names them."""
+    env = os.environ.get("MXPREC_AUTO_FAMILIES")
+    if env is None:
+        return AUTO_FAMILIES
+    names = tuple(n.strip() for n in env.split(",") if n.strip())
+    unknown = sorted(set(names) - set(_FAMILY_NAMES))
+    if unknown:
+        raise ValueError(f"MXPREC_AUTO_FAMILIES names {unknown}; known: {list(_FAMILY_NAMES)}")
+    return names
 
 
 # Scaling kinds whose quantization backend="auto" runs on the CUDA kernels (mxprec_quantize) rather than
@@ -233,10 +248,10 @@ def auto_quantizes(spec, weight: bool = False) -> bool:
 
 
 def auto_prefers(lhs, rhs) -> bool:
-    """Whether backend="auto" sends this operand pair to the CUDA kernels (its family is in AUTO_FAMILIES)."""
+    """Whether backend="auto" sends this operand pair to the CUDA kernels (its family is in auto_families())."""
     if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
         return False
-    return _family(lhs.spec, rhs.spec)[0] in AUTO_FAMILIES
+    return _family(lhs.spec, rhs.spec)[0] in auto_families()
 
 
 def why_unsupported(
