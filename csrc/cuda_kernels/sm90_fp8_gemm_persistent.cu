@@ -168,8 +168,10 @@ const char* launch_tile(const std::string& tile, const BlockwiseGemmArgs& p, con
 }
 
 // The per-tensor and row-wise families: A, B, D, bias and extents as BlockwiseGemmArgs, scales in `es`.
-// TILE_N auto: 192 columns for per-tensor outputs of 2^26 elements or more (+2-3 % at 8192^3 and
-// 16384x14336x4096, a tie at 16384x4096x14336), else 128 (192 is 9 % slower at 4096^3 and, row-wise, 2-16 %
+// TILE_N auto (twenty-second session, benchmarks/results/h200_persistent_tensorwise.md, 2x1 clusters): per-tensor,
+// 192 columns where N >= 8192 or K >= 14336 on outputs of 2^25 elements or more (+1-4 % at 8192^3,
+// 16384x4096x32000, 16384x14336x4096, 4096x16384x14336, 14336x16384x4096; a tie at 16384x4096x14336), else 128
+// (192 is 3 % slower at 16384x4096x4096, 8-9 % at 4096^3 and 16384x4096x1024). Row-wise: 128 (192 is 4-18 %
 // slower except at K = 14336).
 template <int kPair, int kOut>
 const char* run_epilogue_scaled(const BlockwiseGemmArgs& p, const EpilogueScales& es, const FamilyEnv& env,
@@ -179,8 +181,8 @@ const char* run_epilogue_scaled(const BlockwiseGemmArgs& p, const EpilogueScales
   }
   std::string tile_n = env_or(env.tile_var, "auto");
   if (tile_n == "auto") {
-    const bool per_tensor = es.row == nullptr;
-    tile_n = per_tensor && static_cast<int64_t>(p.m) * p.n >= (int64_t{1} << 26) ? "192" : "128";
+    const bool per_tensor = es.row == nullptr, large = static_cast<int64_t>(p.m) * p.n >= (int64_t{1} << 25);
+    tile_n = per_tensor && large && (p.n >= 8192 || p.k >= 14336) ? "192" : "128";
   }
   return launch_tile<kPair, kOut, 0>(tile_n, p, es, env, stream);
 }

@@ -163,7 +163,9 @@ def _family(lspec, rspec) -> tuple[str, str]:
 #   8192x28672x8192, K = 28672).
 # Per-tensor pairs stay on XLA: ours win on six shapes and lose on four in the ninth session's run (four win,
 # two tie, four lose in the tenth's), and XLA fuses the per-tensor quantization into the producers, which a
-# custom call cannot (h200_llama.md: fp8_current on XLA against fp8_current:ffi).
+# custom call cannot (h200_llama.md: fp8_current on XLA against fp8_current:ffi). Measured again with the
+# persistent per-tensor kernel (twenty-second session, MXPREC_AUTO_FAMILIES=tensor,row,block): fp8_current 166.5
+# against 165.6 ms on XLA, fp8_delayed 165.1 against 160.6 ms (h200_persistent_tensorwise.md).
 AUTO_FAMILIES = ("block", "row")
 _FAMILY_NAMES = ("tensor", "row", "block")
 
