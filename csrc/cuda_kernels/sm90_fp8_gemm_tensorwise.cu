@@ -169,19 +169,32 @@ GemmKernel epilogue_scaled_auto_choice(bool row_wise, int64_t m, int64_t n, int6
   return GemmKernel::kPersistent;
 }
 
+// Runs the chosen kernel of a family: CUTLASS's (with its workspace) or the persistent one; `error` otherwise.
+template <class Args>
+const char* run_choice(GemmKernel choice, const char* error, const Args& a, void* ws, cudaStream_t s,
+                       const char* (*cutlass)(const Args&, void*, cudaStream_t),
+                       const char* (*persistent)(const Args&, cudaStream_t)) {
+  switch (choice) {
+    case GemmKernel::kCutlass: return cutlass(a, ws, s);
+    case GemmKernel::kPersistent: return persistent(a, s);
+    default: return error;
+  }
+}
+// The per-tensor / row-wise kernel the family's variable names, "auto" resolved per shape.
+GemmKernel epilogue_scaled_choice(const char* var, bool row_wise, int64_t m, int64_t n, int64_t k) {
+  const GemmKernel choice = kernel_choice(var);
+  return choice == GemmKernel::kAuto ? epilogue_scaled_auto_choice(row_wise, m, n, k) : choice;
+}
+
 struct Tensorwise {
   using Args = TensorwiseGemmArgs;
   template <int P, int O>
   static size_t workspace(const Args& a) { return sm90_tensorwise_workspace<P, O>(a); }
   template <int P, int O>
   static const char* run(const Args& a, void* ws, cudaStream_t s) {
-    GemmKernel choice = kernel_choice("MXPREC_SM90_TENSORWISE_KERNEL");
-    if (choice == GemmKernel::kAuto) choice = epilogue_scaled_auto_choice(false, a.m, a.n, a.k);
-    switch (choice) {
-      case GemmKernel::kCutlass: return sm90_tensorwise_run<P, O>(a, ws, s);
-      case GemmKernel::kPersistent: return sm90_tensorwise_persistent_run<P, O>(a, s);
-      default: return "MXPREC_SM90_TENSORWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'";
-    }
+    return run_choice<Args>(epilogue_scaled_choice("MXPREC_SM90_TENSORWISE_KERNEL", false, a.m, a.n, a.k),
+                            "MXPREC_SM90_TENSORWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws, s,
+                            sm90_tensorwise_run<P, O>, sm90_tensorwise_persistent_run<P, O>);
   }
 };
 struct Rowwise {
@@ -190,13 +203,9 @@ struct Rowwise {
   static size_t workspace(const Args& a) { return sm90_rowwise_workspace<P, O>(a); }
   template <int P, int O>
   static const char* run(const Args& a, void* ws, cudaStream_t s) {
-    GemmKernel choice = kernel_choice("MXPREC_SM90_ROWWISE_KERNEL");
-    if (choice == GemmKernel::kAuto) choice = epilogue_scaled_auto_choice(true, a.m, a.n, a.k);
-    switch (choice) {
-      case GemmKernel::kCutlass: return sm90_rowwise_run<P, O>(a, ws, s);
-      case GemmKernel::kPersistent: return sm90_rowwise_persistent_run<P, O>(a, s);
-      default: return "MXPREC_SM90_ROWWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'";
-    }
+    return run_choice<Args>(epilogue_scaled_choice("MXPREC_SM90_ROWWISE_KERNEL", true, a.m, a.n, a.k),
+                            "MXPREC_SM90_ROWWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws, s,
+                            sm90_rowwise_run<P, O>, sm90_rowwise_persistent_run<P, O>);
   }
 };
 // "auto": per shape, the kernel that measured faster on the H200 (twenty-first session, three calls,
@@ -219,11 +228,8 @@ struct Blockwise {
   static const char* run(const Args& a, void* ws, cudaStream_t s) {
     GemmKernel choice = kernel_choice("MXPREC_SM90_BLOCKWISE_KERNEL");
     if (choice == GemmKernel::kAuto) choice = blockwise_auto_choice<kRowsB>(a);
-    switch (choice) {
-      case GemmKernel::kCutlass: return sm90_blockwise_run<P, O, kRowsB>(a, ws, s);
-      case GemmKernel::kPersistent: return sm90_blockwise_persistent_run<P, O, kRowsB>(a, s);
-      default: return "MXPREC_SM90_BLOCKWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'";
-    }
+    return run_choice<Args>(choice, "MXPREC_SM90_BLOCKWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws, s,
+                            sm90_blockwise_run<P, O, kRowsB>, sm90_blockwise_persistent_run<P, O, kRowsB>);
   }
 };
 using Blockwise2D = Blockwise<kBlockwiseRowsB>;    // B in 128x128 tiles
