@@ -1,4 +1,4 @@
-// Host side of mxprec's own persistent block-scaled FP8 GEMM (sm90_fp8_gemm_persistent.cuh): TMA descriptors,
+// Host side of mxprec's own persistent FP8 GEMM (sm90_fp8_gemm_persistent.cuh): TMA descriptors,
 // launch, and the explicit instantiations for the three operand pairs x two output dtypes x both B scale shapes,
 // and of the epilogue-scaled (per-tensor, row-wise) families.
 #include "sm90_fp8_gemm_persistent.h"
@@ -215,15 +215,13 @@ template <int kPair, int kOut>
 const char* sm90_tensorwise_persistent_run(const TensorwiseGemmArgs& p, cudaStream_t stream) {
   using namespace persistent;
   const BlockwiseGemmArgs a{p.a, p.b, p.d, nullptr, nullptr, p.bias, p.m, p.n, p.k, p.l, p.m, p.sm_count};
-  return run_epilogue_scaled<kPair, kOut>(a, EpilogueScales{p.alpha, nullptr, nullptr},
-                                                      kTensorEnv, stream);
+  return run_epilogue_scaled<kPair, kOut>(a, EpilogueScales{p.alpha, nullptr, nullptr}, kTensorEnv, stream);
 }
 template <int kPair, int kOut>
 const char* sm90_rowwise_persistent_run(const RowwiseGemmArgs& p, cudaStream_t stream) {
   using namespace persistent;
   const BlockwiseGemmArgs a{p.a, p.b, p.d, nullptr, nullptr, p.bias, p.m, p.n, p.k, p.l, p.m, p.sm_count};
-  return run_epilogue_scaled<kPair, kOut>(a, EpilogueScales{nullptr, p.scale_a, p.scale_b},
-                                                      kRowEnv, stream);
+  return run_epilogue_scaled<kPair, kOut>(a, EpilogueScales{nullptr, p.scale_a, p.scale_b}, kRowEnv, stream);
 }
 
 #define MXPREC_INSTANTIATE_PERSISTENT(P, O)                                                                   \

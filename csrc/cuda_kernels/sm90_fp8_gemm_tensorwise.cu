@@ -147,7 +147,6 @@ ffi::Error unimplemented(const std::string& msg) {
   return ffi::Error(ffi::ErrorCode::kUnimplemented, "mxprec_scaled_gemm (CUDA): " + msg);
 }
 
-// The three kernel families behind one dispatch: Args type, workspace query and launch.
 // Which kernel of a family runs, read from MXPREC_SM90_{TENSORWISE,ROWWISE,BLOCKWISE}_KERNEL at every call (under
 // XLA's command buffers: when the call is captured): "persistent" (ours, sm90_fp8_gemm_persistent.h), "cutlass"
 // (the family's CUTLASS kernel) or "auto" (unset: per shape, the one that measured faster, *_auto_choice).
@@ -186,6 +185,7 @@ GemmKernel epilogue_scaled_choice(const char* var, bool row_wise, int64_t m, int
   return choice == GemmKernel::kAuto ? epilogue_scaled_auto_choice(row_wise, m, n, k) : choice;
 }
 
+// The three kernel families behind one dispatch: Args type, workspace query and launch.
 struct Tensorwise {
   using Args = TensorwiseGemmArgs;
   template <int P, int O>
