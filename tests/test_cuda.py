@@ -351,11 +351,19 @@ def test_family_shapes_bf16_bias(family, shape):
 # former's cluster and tile width. All are read when the FFI call runs.
 
 
-def _block_gemm(monkeypatch, kernel, cluster, lhs, rhs, out_dtype, bias):
-    monkeypatch.setenv("MXPREC_SM90_BLOCKWISE_KERNEL", kernel)
-    monkeypatch.setenv("MXPREC_SM90_BLOCKWISE_CLUSTER", cluster)
+def _kernel_gemm(monkeypatch, prefix, kernel, lhs, rhs, out_dtype, bias, cluster=None, tile_n=None):
+    """The TN GEMM with PREFIX_KERNEL = kernel and, where given, PREFIX_CLUSTER / PREFIX_TILE_N set (PREFIX: a
+    family's MXPREC_SM90_{BLOCKWISE,TENSORWISE,ROWWISE})."""
+    monkeypatch.setenv(f"{prefix}_KERNEL", kernel)
+    for name, value in (("CLUSTER", cluster), ("TILE_N", tile_n)):
+        if value is not None:
+            monkeypatch.setenv(f"{prefix}_{name}", value)
     out = cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=out_dtype, bias=bias)
     return jax.block_until_ready(out)
+
+
+def _block_gemm(monkeypatch, kernel, cluster, lhs, rhs, out_dtype, bias):
+    return _kernel_gemm(monkeypatch, "MXPREC_SM90_BLOCKWISE", kernel, lhs, rhs, out_dtype, bias, cluster=cluster)
 
 
 @needs_gpu
@@ -474,15 +482,7 @@ _EPI_VAR = {"tensor": "MXPREC_SM90_TENSORWISE", "row": "MXPREC_SM90_ROWWISE"}
 
 
 def _epilogue_scaled_gemm(monkeypatch, family, kernel, lhs, rhs, out_dtype, bias, cluster=None, tile_n=None):
-    var = _EPI_VAR[family]
-    monkeypatch.setenv(f"{var}_KERNEL", kernel)
-    for name, value in (("CLUSTER", cluster), ("TILE_N", tile_n)):
-        if value is None:
-            monkeypatch.delenv(f"{var}_{name}", raising=False)
-        else:
-            monkeypatch.setenv(f"{var}_{name}", value)
-    out = cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=out_dtype, bias=bias)
-    return jax.block_until_ready(out)
+    return _kernel_gemm(monkeypatch, _EPI_VAR[family], kernel, lhs, rhs, out_dtype, bias, cluster, tile_n)
 
 
 @needs_gpu

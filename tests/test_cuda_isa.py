@@ -297,9 +297,9 @@ def test_sm90_persistent_blockwise_sass():
     x 2 B scale shapes x clusters 1x1 / 1x2 x CTA tiles 128 x 128 / 160 / 192); per-tensor / row-wise (kRowsB 0,
     the scales in the epilogue): 54 (3 pairs x 2 outputs x clusters 1x1 / 1x2 / 2x1 x the 3 tiles). 64x128 /
     64x160 / 64x192 FP8 wgmma for the 3 pairs, an FFMA per accumulator register per k block in the block-scaled
-    ones (the scaled promotion) and an FADD in the others (acc += partial), TMA loads (multicast ones for the clusters' shared
-    tiles) and TMA stores (the bf16 epilogue), the 232-register consumer warpgroups, and the pipelined k loop of
-    the 128-column tiles except with 1x128 B scales."""
+    ones (the scaled promotion) and an FADD in the others (acc += partial), TMA loads (multicast ones for the
+    clusters' shared tiles) and TMA stores (the bf16 epilogue), the 232-register consumer warpgroups, and the
+    pipelined k loop of the 128-column tiles except with 1x128 B scales."""
     sass = _sass(_first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o"))
     bodies = re.split(r"\n\s*Function : ", sass)[1:]
     names = [body.split("\n", 1)[0] for body in bodies]
