@@ -149,7 +149,8 @@ for stage in "$@"; do
       for lib in "${AB_LIBS[@]}"; do
         name="$(basename "$lib" .so)"
         step "blockwise_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/blockwise_gemm.py \
-          ${BW_SHAPES:+--shapes $BW_SHAPES} ${BW_KERNELS:+--kernels $BW_KERNELS} --out "$R/blockwise_$name.json"
+          ${BW_SHAPES:+--shapes $BW_SHAPES} ${BW_KERNELS:+--kernels $BW_KERNELS} \
+          ${BW_SCALINGS:+--scalings $BW_SCALINGS} --out "$R/blockwise_$name.json"
       done
       if [ "${BW_AB_TESTS:-1}" = 1 ]; then
         for lib in "${AB_LIBS[@]:1}"; do

@@ -299,7 +299,9 @@ def test_sm90_persistent_blockwise_sass():
     64x160 / 64x192 FP8 wgmma for the 3 pairs, an FFMA per accumulator register per k block in the block-scaled
     ones (the scaled promotion) and an FADD in the others (acc += partial), TMA loads (multicast ones for the
     clusters' shared tiles) and TMA stores (the bf16 epilogue), the 232-register consumer warpgroups, and the
-    pipelined k loop of the 128-column tiles except with 1x128 B scales."""
+    pipelined k loop of the 128-column tiles except with 1x128 B scales. Per-tensor / row-wise 160 / 192-column
+    tiles: the split k loop (64x80 / 64x96 wgmma halves, the first half awaited alone); with bf16 output and 128 /
+    160 columns, the store warps' named-barrier handshake (BAR.ARV)."""
     sass = _sass(_first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o"))
     bodies = re.split(r"\n\s*Function : ", sass)[1:]
     names = [body.split("\n", 1)[0] for body in bodies]
@@ -315,8 +317,14 @@ def test_sm90_persistent_blockwise_sass():
         assert len(re.findall(promote, body)) >= width // 2, name
         # The software-pipelined k loop (the older of two WGMMA groups awaited, wait_group 1) with 128x128 B scales
         # or none and 128 columns; 1x128 B scales and the wider tiles: one group at a time (wait_group 0 only).
+        split = rows_b == 0 and width > 128
         pipelined = rows_b != 1 and width == 128
-        assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == pipelined, name
+        assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == (pipelined or split), name
+        if split:
+            assert re.search(rf"QGMMA\.64x{width // 2}x32\.", body), name
+            assert not re.search(rf"QGMMA\.64x{width}x32\.", body), name
+        out_bf16 = re.search(r"blockwise_gemm_kernelILi\dELi0E", name) is not None
+        assert ("BAR.ARV" in body) == (rows_b == 0 and out_bf16 and width < 192), name
 
 
 # The first per-tensor tile (128x256, FP32 promotion) spilled: STACK:248 and ~390 TFLOP/s on the H200.

@@ -125,6 +125,10 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrive on named barrier `id` without waiting (the other side waits with named_barrier_sync).
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 __device__ __forceinline__ void sts_u32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
@@ -196,6 +200,11 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr) {
 #define MXPREC_WGMMA_D_80_95(d)  \
   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),  \
   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+// The half-width WGMMAs of the split 160 / 192-column tiles: 40 / 48 accumulator registers.
+#define MXPREC_WGMMA_REGS_0_39 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39"
+#define MXPREC_WGMMA_REGS_40_47 "%40, %41, %42, %43, %44, %45, %46, %47"
+#define MXPREC_WGMMA_D_0_39(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+#define MXPREC_WGMMA_D_40_47(d) "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
 // d[0 .. N/2) [+]= A * B^T, one wgmma.mma_async of SHAPE (m64nNk32); IA / IB / IP: the operand numbers of the two
 // descriptors and the accumulate flag (N/2, N/2 + 1, N/2 + 2); the outputs follow the descriptor arguments.
 #define MXPREC_WGMMA_ASM(SHAPE, TYPES, REGS, IA, IB, IP, desc_a, desc_b, scale_d, ...)  \
@@ -208,6 +217,12 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr) {
 #define MXPREC_WGMMA_64x128x32(TYPES, d, desc_a, desc_b, scale_d)  \
   MXPREC_WGMMA_ASM("m64n128k32", TYPES, MXPREC_WGMMA_REGS_0_63, 64, 65, 66, desc_a, desc_b, scale_d,  \
                    MXPREC_WGMMA_D_0_63(d))
+#define MXPREC_WGMMA_64x80x32(TYPES, d, desc_a, desc_b, scale_d)  \
+  MXPREC_WGMMA_ASM("m64n80k32", TYPES, MXPREC_WGMMA_REGS_0_39, 40, 41, 42, desc_a, desc_b, scale_d,  \
+                   MXPREC_WGMMA_D_0_39(d))
+#define MXPREC_WGMMA_64x96x32(TYPES, d, desc_a, desc_b, scale_d)  \
+  MXPREC_WGMMA_ASM("m64n96k32", TYPES, MXPREC_WGMMA_REGS_0_39 "," MXPREC_WGMMA_REGS_40_47, 48, 49, 50, desc_a,  \
+                   desc_b, scale_d, MXPREC_WGMMA_D_0_39(d), MXPREC_WGMMA_D_40_47(d))
 // The wider tiles (MXPREC_SM90_BLOCKWISE_TILE_N): 80 / 96 accumulator registers per thread.
 #define MXPREC_WGMMA_64x160x32(TYPES, d, desc_a, desc_b, scale_d)  \
   MXPREC_WGMMA_ASM("m64n160k32", TYPES, MXPREC_WGMMA_REGS_0_63 "," MXPREC_WGMMA_REGS_64_79, 80, 81, 82, desc_a,  \
@@ -230,8 +245,13 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr) {
   }
 template <int kPair, int kBlockN>
 __device__ __forceinline__ void wgmma_fp8(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
-  static_assert(kBlockN == 128 || kBlockN == 160 || kBlockN == 192, "WGMMA widths built: 128, 160, 192");
-  if constexpr (kBlockN == 128) {
+  static_assert(kBlockN == 80 || kBlockN == 96 || kBlockN == 128 || kBlockN == 160 || kBlockN == 192,
+                "WGMMA widths built: 80, 96 (halves of the split tiles), 128, 160, 192");
+  if constexpr (kBlockN == 80) {
+    MXPREC_WGMMA_PAIR(80, d, desc_a, desc_b, accumulate)
+  } else if constexpr (kBlockN == 96) {
+    MXPREC_WGMMA_PAIR(96, d, desc_a, desc_b, accumulate)
+  } else if constexpr (kBlockN == 128) {
     MXPREC_WGMMA_PAIR(128, d, desc_a, desc_b, accumulate)
   } else if constexpr (kBlockN == 160) {
     MXPREC_WGMMA_PAIR(160, d, desc_a, desc_b, accumulate)
@@ -252,8 +272,24 @@ constexpr int kSbAhead = MXPREC_PERSISTENT_SB_AHEAD;  // k blocks between a 128x
 #ifndef MXPREC_PERSISTENT_TMA_STORE
 #define MXPREC_PERSISTENT_TMA_STORE 1
 #endif
+// Epilogue-scaled 160 / 192-column tiles: split k loop (kSplitN below); 0 selects the one-group loop.
+#ifndef MXPREC_PERSISTENT_SPLIT_N
+#define MXPREC_PERSISTENT_SPLIT_N 1
+#endif
+// Timing experiments only (wrong results): 1 replaces the epilogue-scaled kernels' epilogue by a sum of the accumulators
+// (so the promotion stays), 2 drops their promotion FADDs.
+#ifndef MXPREC_PERSISTENT_EXPERIMENT
+#define MXPREC_PERSISTENT_EXPERIMENT 0
+#endif
 constexpr int kEpiCols = 32;                       // columns per TMA store (64 bytes of bf16)
 constexpr int kEpiBufBytes = 64 * kEpiCols * 2;    // one 64 x 32 bf16 buffer
+// Per-tensor / row-wise bf16 output: a warp of the producer warpgroup per consumer warpgroup issues its TMA stores
+// from staging buffers that hold the warpgroup's whole tile (where they fit next to the stages), so the consumer
+// warpgroup only writes shared memory and goes on to its next tile (0: the consumers store, two 64 x 32 buffers).
+#ifndef MXPREC_PERSISTENT_STORE_WARP
+#define MXPREC_PERSISTENT_STORE_WARP 1
+#endif
+constexpr int kStoreThreads = 128 + 32;  // named barriers between a consumer warpgroup and its store warp
 
 template <int kBlockN, int kRowsB, int kStages, bool kTmaStore = false>
 struct SmemLayout {
@@ -267,7 +303,12 @@ struct SmemLayout {
   static constexpr int kSfa = kB + kStages * kBBytes;
   static constexpr int kSfb = kSfa + kStages * kSfaBytes;
   static constexpr int kEpi = (kSfb + kStages * kSfbBytes + 511) / 512 * 512;
-  static constexpr int kEpiBytes = kTmaStore ? 2 * 2 * kEpiBufBytes : 0;  // 2 warpgroups x 2 buffers
+  // Staging per consumer warpgroup: two 64 x 32 buffers, or (kStoreWarp) one per 32-column slice of its tile.
+  static constexpr int kWholeTileEpiBytes = 2 * (kBlockN / kEpiCols) * kEpiBufBytes;
+  static constexpr bool kStoreWarp = kTmaStore && kRowsB == 0 && MXPREC_PERSISTENT_STORE_WARP &&
+                                     kEpi + kWholeTileEpiBytes + 2 * kStages * 8 + 1024 <= 227 * 1024;
+  static constexpr int kEpiBufs = kStoreWarp ? kBlockN / kEpiCols : 2;  // 64 x 32 buffers per warpgroup
+  static constexpr int kEpiBytes = kTmaStore ? 2 * kEpiBufs * kEpiBufBytes : 0;
   static constexpr int kBars = kEpi + kEpiBytes;
   static constexpr int kBytes = kBars + 2 * kStages * 8;
   static constexpr int kAlloc = kBytes + 1024;  // slack to align the base to 1024 bytes
@@ -445,6 +486,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kEpilogueScaled = kRowsB == 0;  // per-tensor / row-wise: scales in the epilogue only
   constexpr bool kPipelined = (kRowsB == 128 || kEpilogueScaled) && kBlockN == 128;
   constexpr bool kWide = kBlockN > 128;  // N % kBlockN may be nonzero: the last column tile is partial
+  // Epilogue-scaled wide tiles: each k block as two half-width WGMMA groups (columns [0, kBlockN / 2) and the rest)
+  // into the two halves of one partial sum, so that one half's WGMMAs run while the other half is promoted.
+  constexpr bool kSplitN = kEpilogueScaled && kWide && MXPREC_PERSISTENT_SPLIT_N;
   constexpr int kClusterSize = kClusterM * kClusterN;
   constexpr int kARows = kBlockM / kClusterN;  // rows of the A tile this CTA loads (and multicasts)
   constexpr int kBRows = kBlockN / kClusterM;  // rows of the B tile this CTA loads (and multicasts)
@@ -527,6 +571,39 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Lanes 1-31 of warp 0 wait here for the producer lane (blocked, not at the cluster barrier below, which every
     // thread of a warp must reach together).
     __syncwarp();
+    if constexpr (Smem::kStoreWarp) {
+      // Store warps: warp 1 + cw stores consumer warpgroup cw's tiles. Per tile the warpgroup fills its staging
+      // buffers and arrives on barrier 3 + cw; this warp waits there, stores every 32-column slice with TMA, and
+      // once the stores have read the buffers arrives on barrier 5 + cw, where the warpgroup waits before it
+      // rewrites them (one tile later). The first tile's buffers are free from the start.
+      const int warp = threadIdx.x / 32;
+      if (warp == 1 || warp == 2) {
+        const int cw = warp - 1;
+        const uint32_t epi = base + Smem::kEpi + cw * Smem::kEpiBufs * kEpiBufBytes;
+        named_barrier_arrive(5 + cw, kStoreThreads);
+        bool first = true;
+        for (int t = cluster_id; t < num_cluster_tiles; t += num_clusters) {
+          const TileCoord c = tile_coord(t, num_cm, num_cn);
+          const int m_blk = c.m_blk * kClusterM + m_rank, n_blk = c.n_blk * kClusterN + n_rank;
+          if (n_blk >= num_n) continue;  // not stored (the consumers skip it too)
+          if (!first) named_barrier_arrive(5 + cw, kStoreThreads);  // the previous tile's buffers are free
+          first = false;
+          named_barrier_sync(3 + cw, kStoreThreads);
+          if (threadIdx.x % 32 == 0) {
+#pragma unroll
+            for (int slice = 0; slice < kBlockN / kEpiCols; ++slice) {
+              tma_store_3d(&map_d, epi + slice * kEpiBufBytes, n_blk * kBlockN + slice * kEpiCols,
+                           m_blk * kBlockM + cw * 64, c.l);
+            }
+            tma_store_commit();
+            tma_store_wait_read<0>();
+          }
+          __syncwarp();
+        }
+        if (threadIdx.x % 32 == 0) tma_store_wait_all();  // the staging buffers must outlive the stores reading them
+        __syncwarp();
+      }
+    }
   } else {
     setmaxnreg_inc<232>();
     // Consumers: warpgroup 1 -> tile rows 0..63, warpgroup 2 -> rows 64..127.
@@ -622,7 +699,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kEpilogueScaled) {
           release(stage);
 #pragma unroll
-          for (int i = 0; i < kAcc; ++i) acc[i] += part[i];
+          for (int i = 0; i < kAcc; ++i) {
+            if (MXPREC_PERSISTENT_EXPERIMENT != 2) acc[i] += part[i];
+          }
         } else if constexpr (kRowsB == 128) {
           release(stage);
           const float s0 = sc.sa0 * sc.sb, s1 = sc.sa1 * sc.sb;
@@ -678,6 +757,38 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_wait<0>();
           promote(sc_cur, part0);
         }
+      } else if constexpr (kSplitN) {
+        // Per k block: lo = columns [0, kHalfN), hi = the rest, each 4 WGMMAs of 64 x kHalfN x 32 (the B tile's rows
+        // from kHalfN on start kHalfN * 128 bytes, a multiple of the 1024-byte swizzle atom, into it); lo is
+        // promoted while hi runs, and the stage released once both are complete.
+        constexpr int kHalfN = kBlockN / 2, kHalfAcc = kAcc / 2;
+        float* lo = part0;  // the first kHalfAcc registers of each partial sum (the rest stay unused)
+        float* hi = part1;
+        auto issue_half = [&](float* half, int first_col) {
+          issue_k_block<kPair, kHalfN>(half, desc_a0 + ((s * Smem::kABytes) >> 4),
+                                       desc_b0 + ((s * Smem::kBBytes + first_col * kBlockK) >> 4));
+        };
+        auto add_half = [&](const float* half, int first) {
+#pragma unroll
+          for (int i = 0; i < kHalfAcc; ++i) fence_operand(const_cast<float&>(half[i]));
+#pragma unroll
+          for (int i = 0; i < kHalfAcc; ++i) acc[first + i] += half[i];
+        };
+        // Two groups in flight across a loop's back edge, or issued while the other half of the previous k block is
+        // still running, make ptxas serialize every WGMMA (C7514), so each k block's groups complete within its
+        // iteration: only lo's promotion runs under the warpgroup's own WGMMAs (hi's).
+        for (int kb = 0; kb < num_kb; ++kb) {
+          mbar_wait(full0 + 8 * s, phase);
+          issue_half(lo, 0);
+          issue_half(hi, kHalfN);
+          const int stage = s;
+          advance();
+          wgmma_wait<1>();  // lo
+          add_half(lo, 0);
+          wgmma_wait<0>();  // hi
+          release(stage);
+          add_half(hi, kHalfAcc);
+        }
       } else {
         for (int kb = 0; kb < num_kb; ++kb) {
           const KBlockScales sc = issue(kb, part0);
@@ -688,7 +799,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 
       // Epilogue: D = acc (+ bias[n]) rounded once; rows >= m (TMA's zero fill of A) are not stored.
-      if (n_valid) {
+      if (kEpilogueScaled && MXPREC_PERSISTENT_EXPERIMENT == 1) {  // keeps acc (and the promotion) live
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) sum += acc[i];
+        if (sum == 1.2345e-30f) static_cast<float*>(d)[0] = sum;
+      } else if (n_valid) {
         const int n0 = n_blk * kBlockN + col0;
         if constexpr (kEpilogueScaled) {
           apply_epilogue_scales<kAcc, kWide>(acc, epi_scales, bias, c.l, m, n, m_blk * kBlockM + row0, n0);
@@ -703,7 +819,30 @@ __global__ void __launch_bounds__(kThreads, 1)
             acc[4 * j + 3] += bv.y;
           }
         }
-        if constexpr (kTmaStore) {
+        if constexpr (Smem::kStoreWarp) {
+          // The warpgroup's whole 64 x kBlockN bf16 tile into its staging buffers (one 64 x 32 buffer per 32-column
+          // slice, 64-byte swizzle as below), then its store warp stores them (see the producer warpgroup).
+          const uint32_t epi = base + Smem::kEpi + cw * Smem::kEpiBufs * kEpiBufBytes;
+          const int r_lo = warp * 16 + lane / 4;
+          named_barrier_sync(5 + cw, kStoreThreads);  // the previous tile's stores have read the buffers
+#pragma unroll
+          for (int slice = 0; slice < kBlockN / kEpiCols; ++slice) {
+#pragma unroll
+            for (int jj = 0; jj < kEpiCols / 8; ++jj) {
+              const int j = slice * (kEpiCols / 8) + jj;
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int r = r_lo + 8 * h;
+                const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                sts_u32(epi + slice * kEpiBufBytes + r * (kEpiCols * 2) + ((jj ^ ((r >> 1) & 3)) * 16) +
+                            (lane % 4) * 4,
+                        *reinterpret_cast<const uint32_t*>(&v));
+              }
+            }
+          }
+          fence_proxy_async_shared();
+          named_barrier_arrive(3 + cw, kStoreThreads);
+        } else if constexpr (kTmaStore) {
           // Per 32-column slice: the warpgroup writes its 64 x 32 bf16 block into a staging buffer (64-byte swizzle:
           // 16-byte chunk c of row r at c ^ ((r >> 1) & 3), conflict-free), then one thread stores it with TMA. Two
           // buffers alternate; a buffer is rewritten once the store issued from it two slices ago has read it.
@@ -748,7 +887,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    if constexpr (kTmaStore) {
+    if constexpr (kTmaStore && !Smem::kStoreWarp) {
       if (tid == 0) tma_store_wait_all();  // the staging buffers must outlive the stores reading them
     }
   }
