@@ -346,6 +346,23 @@ __device__ __forceinline__ void store_pair(void* d, size_t idx, float x, float y
   }
 }
 
+// Writes 32-column slice `slice` of a consumer warpgroup's accumulators (this thread: rows r_lo and r_lo + 8 of
+// the warpgroup's 64, columns 2 * (lane % 4) and + 1 of each 8-column group) as bf16 into the 64 x 32 staging
+// buffer `buf`, with TMA's 64-byte swizzle: 16-byte chunk c of row r at c ^ ((r >> 1) & 3), conflict-free.
+__device__ __forceinline__ void stage_slice_bf16(const float* acc, int slice, uint32_t buf, int r_lo, int lane) {
+#pragma unroll
+  for (int jj = 0; jj < kEpiCols / 8; ++jj) {
+    const int j = slice * (kEpiCols / 8) + jj;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r_lo + 8 * h;
+      const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      sts_u32(buf + r * (kEpiCols * 2) + ((jj ^ ((r >> 1) & 3)) * 16) + (lane % 4) * 4,
+              *reinterpret_cast<const uint32_t*>(&v));
+    }
+  }
+}
+
 // Issues the 4 WGMMAs (k32 each) of one 128-deep k block into `part` (zeroed by the first) and commits them.
 template <int kPair, int kBlockN>
 __device__ __forceinline__ void issue_k_block(float* part, uint64_t desc_a, uint64_t desc_b) {
@@ -821,31 +838,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if constexpr (Smem::kStoreWarp) {
           // The warpgroup's whole 64 x kBlockN bf16 tile into its staging buffers (one 64 x 32 buffer per 32-column
-          // slice, 64-byte swizzle as below), then its store warp stores them (see the producer warpgroup).
+          // slice), then its store warp stores them (see the producer warpgroup).
           const uint32_t epi = base + Smem::kEpi + cw * Smem::kEpiBufs * kEpiBufBytes;
           const int r_lo = warp * 16 + lane / 4;
           named_barrier_sync(5 + cw, kStoreThreads);  // the previous tile's stores have read the buffers
 #pragma unroll
           for (int slice = 0; slice < kBlockN / kEpiCols; ++slice) {
-#pragma unroll
-            for (int jj = 0; jj < kEpiCols / 8; ++jj) {
-              const int j = slice * (kEpiCols / 8) + jj;
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const int r = r_lo + 8 * h;
-                const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                sts_u32(epi + slice * kEpiBufBytes + r * (kEpiCols * 2) + ((jj ^ ((r >> 1) & 3)) * 16) +
-                            (lane % 4) * 4,
-                        *reinterpret_cast<const uint32_t*>(&v));
-              }
-            }
+            stage_slice_bf16(acc, slice, epi + slice * kEpiBufBytes, r_lo, lane);
           }
           fence_proxy_async_shared();
           named_barrier_arrive(3 + cw, kStoreThreads);
         } else if constexpr (kTmaStore) {
-          // Per 32-column slice: the warpgroup writes its 64 x 32 bf16 block into a staging buffer (64-byte swizzle:
-          // 16-byte chunk c of row r at c ^ ((r >> 1) & 3), conflict-free), then one thread stores it with TMA. Two
-          // buffers alternate; a buffer is rewritten once the store issued from it two slices ago has read it.
+          // Per 32-column slice: the warpgroup writes its 64 x 32 bf16 block into a staging buffer, then one thread
+          // stores it with TMA. Two buffers alternate; a buffer is rewritten once the store issued from it two slices
+          // ago has read it.
           const uint32_t epi = base + Smem::kEpi + cw * 2 * kEpiBufBytes;
           const int r_lo = warp * 16 + lane / 4;  // rows r_lo, r_lo + 8 of the warpgroup's 64
           const bool leader = tid == 0;
@@ -854,17 +860,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const uint32_t buf = epi + (slice & 1) * kEpiBufBytes;
             if (leader) tma_store_wait_read<1>();
             named_barrier_sync(1 + cw, 128);
-#pragma unroll
-            for (int jj = 0; jj < kEpiCols / 8; ++jj) {
-              const int j = slice * (kEpiCols / 8) + jj;
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const int r = r_lo + 8 * h;
-                const __nv_bfloat162 v = __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                sts_u32(buf + r * (kEpiCols * 2) + ((jj ^ ((r >> 1) & 3)) * 16) + (lane % 4) * 4,
-                        *reinterpret_cast<const uint32_t*>(&v));
-              }
-            }
+            stage_slice_bf16(acc, slice, buf, r_lo, lane);
             fence_proxy_async_shared();
             named_barrier_sync(1 + cw, 128);
             if (leader) {
