@@ -10,7 +10,9 @@
 //
 // kRowsB == 0 (kEpilogueScaled): the per-tensor and row-wise families. No scales in the mainloop: every 128 of K
 // the partial sum is promoted as acc += partial, and the epilogue applies the scales (EpilogueScales), as the
-// CUTLASS per-tensor / row-wise kernels do (sm90_fp8_gemm_tensorwise.h, sm90_fp8_gemm_rowwise.h).
+// CUTLASS per-tensor / row-wise kernels do (sm90_fp8_gemm_tensorwise.h, sm90_fp8_gemm_rowwise.h). Their 160 / 192-
+// column tiles split each k block into two half-width WGMMA groups (kSplitN); with bf16 output and 128 / 160 columns
+// two warps of the producer warpgroup issue the TMA stores (kStoreWarp, SmemLayout).
 //
 // CTA: 384 threads, a 128 x kBlockN output tile (kBlockN = 128, 160 or 192). Warpgroup 0 (40 registers) is the
 // producer: one thread issues the TMA loads of A, B and the A scales (with kRowsB == 1 also the B scales) into a
@@ -201,10 +203,20 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr) {
   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),  \
   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
 // The half-width WGMMAs of the split 160 / 192-column tiles: 40 / 48 accumulator registers.
-#define MXPREC_WGMMA_REGS_0_39 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39"
-#define MXPREC_WGMMA_REGS_40_47 "%40, %41, %42, %43, %44, %45, %46, %47"
-#define MXPREC_WGMMA_D_0_39(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
-#define MXPREC_WGMMA_D_40_47(d) "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+#define MXPREC_WGMMA_REGS_0_39  \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+  "%32, %33, %34, %35, %36, %37, %38, %39"
+#define MXPREC_WGMMA_REGS_40_47  \
+  "%40, %41, %42, %43, %44, %45, %46, %47"
+#define MXPREC_WGMMA_D_0_39(d)  \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),  \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+#define MXPREC_WGMMA_D_40_47(d)  \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
 // d[0 .. N/2) [+]= A * B^T, one wgmma.mma_async of SHAPE (m64nNk32); IA / IB / IP: the operand numbers of the two
 // descriptors and the accumulate flag (N/2, N/2 + 1, N/2 + 2); the outputs follow the descriptor arguments.
 #define MXPREC_WGMMA_ASM(SHAPE, TYPES, REGS, IA, IB, IP, desc_a, desc_b, scale_d, ...)  \
@@ -276,8 +288,8 @@ constexpr int kSbAhead = MXPREC_PERSISTENT_SB_AHEAD;  // k blocks between a 128x
 #ifndef MXPREC_PERSISTENT_SPLIT_N
 #define MXPREC_PERSISTENT_SPLIT_N 1
 #endif
-// Timing experiments only (wrong results): 1 replaces the epilogue-scaled kernels' epilogue by a sum of the accumulators
-// (so the promotion stays), 2 drops their promotion FADDs.
+// Timing experiments only (wrong results): 1 replaces the epilogue-scaled kernels' epilogue by a sum of the
+// accumulators (so the promotion stays), 2 drops their promotion FADDs.
 #ifndef MXPREC_PERSISTENT_EXPERIMENT
 #define MXPREC_PERSISTENT_EXPERIMENT 0
 #endif
@@ -504,7 +516,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kPipelined = (kRowsB == 128 || kEpilogueScaled) && kBlockN == 128;
   constexpr bool kWide = kBlockN > 128;  // N % kBlockN may be nonzero: the last column tile is partial
   // Epilogue-scaled wide tiles: each k block as two half-width WGMMA groups (columns [0, kBlockN / 2) and the rest)
-  // into the two halves of one partial sum, so that one half's WGMMAs run while the other half is promoted.
+  // into two partial sums, so that the second half's WGMMAs run while the first half is promoted.
   constexpr bool kSplitN = kEpilogueScaled && kWide && MXPREC_PERSISTENT_SPLIT_N;
   constexpr int kClusterSize = kClusterM * kClusterN;
   constexpr int kARows = kBlockM / kClusterN;  // rows of the A tile this CTA loads (and multicasts)
