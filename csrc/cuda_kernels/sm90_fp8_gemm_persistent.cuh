@@ -534,6 +534,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int cluster_id = blockIdx.x / kClusterSize, num_clusters = gridDim.x / kClusterSize;
   const uint32_t rank = kClusterSize > 1 ? cluster_cta_rank() : 0;
   const int m_rank = rank % kClusterM, n_rank = rank / kClusterM;
+  // This CTA's tile in cluster tile t: its batch entry and row / column blocks (the producer, the consumers and the
+  // store warps walk the same sequence). n_blk may lie beyond N in a cluster's last column block.
+  auto cta_tile = [&](int t) {
+    const TileCoord c = tile_coord(t, num_cm, num_cn);
+    return TileCoord{c.l, c.m_blk * kClusterM + m_rank, c.n_blk * kClusterN + n_rank};
+  };
   // Warp-uniform by construction; the shuffle lets the compiler see it (CUTLASS's canonical_warp_group_idx), so the
   // descriptor and barrier arithmetic below stays in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
@@ -567,8 +573,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       int s = 0;
       uint32_t phase = 0;
       for (int t = cluster_id; t < num_cluster_tiles; t += num_clusters) {
-        const TileCoord c = tile_coord(t, num_cm, num_cn);
-        const int m_blk = c.m_blk * kClusterM + m_rank, n_blk = c.n_blk * kClusterN + n_rank;
+        const TileCoord c = cta_tile(t);
+        const int m_blk = c.m_blk, n_blk = c.n_blk;
         const int a_row = m_blk * kBlockM + n_rank * kARows, b_row = n_blk * kBlockN + m_rank * kBRows;
         for (int kb = 0; kb < num_kb; ++kb) {
           const uint32_t full = full0 + 8 * s;
@@ -612,8 +618,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         named_barrier_arrive(5 + cw, kStoreThreads);
         bool first = true;
         for (int t = cluster_id; t < num_cluster_tiles; t += num_clusters) {
-          const TileCoord c = tile_coord(t, num_cm, num_cn);
-          const int m_blk = c.m_blk * kClusterM + m_rank, n_blk = c.n_blk * kClusterN + n_rank;
+          const TileCoord c = cta_tile(t);
+          const int m_blk = c.m_blk, n_blk = c.n_blk;
           if (n_blk >= num_n) continue;  // not stored (the consumers skip it too)
           if (!first) named_barrier_arrive(5 + cw, kStoreThreads);  // the previous tile's buffers are free
           first = false;
@@ -658,8 +664,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     int s = 0;
     uint32_t phase = 0;
     for (int t = cluster_id; t < num_cluster_tiles; t += num_clusters) {
-      const TileCoord c = tile_coord(t, num_cm, num_cn);
-      const int m_blk = c.m_blk * kClusterM + m_rank, n_blk = c.n_blk * kClusterN + n_rank;
+      const TileCoord c = cta_tile(t);
+      const int m_blk = c.m_blk, n_blk = c.n_blk;
       const bool n_valid = n_blk < num_n;  // a cluster's last column block may lie beyond N (zero B, not stored)
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
@@ -797,9 +803,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           issue_k_block<kPair, kHalfN>(half, desc_a0 + ((s * Smem::kABytes) >> 4),
                                        desc_b0 + ((s * Smem::kBBytes + first_col * kBlockK) >> 4));
         };
-        auto add_half = [&](const float* half, int first) {
+        auto add_half = [&](float* half, int first) {
 #pragma unroll
-          for (int i = 0; i < kHalfAcc; ++i) fence_operand(const_cast<float&>(half[i]));
+          for (int i = 0; i < kHalfAcc; ++i) fence_operand(half[i]);
 #pragma unroll
           for (int i = 0; i < kHalfAcc; ++i) acc[first + i] += half[i];
         };
