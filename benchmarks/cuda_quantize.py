@@ -6,7 +6,9 @@
 Rows, per bf16 input shape (R, C) and quantization axis (-1: along C, contiguous; 0: along R, the
 column-wise copy Wgrad needs): "copy" (``jnp.copy`` in jit: XLA's device-to-device copy), "xla"
 (the pure-JAX mxprec.quantize compiled by XLA, the peer) and "mxprec" (mxprec.kernels.ffi.quantize:
-the custom call) for tensor / delayed / row / tile 1x128 / tile 128x128 / MXFP8 / MXFP4 / NVFP4.
+the custom call) for tensor / delayed / row / tile 1x128 / tile 128x128 / MXFP8 / MXFP4 / NVFP4, and Wgrad's
+K-major 1x128 copy ("tile1x128_e4m3_kmajor": mxprec.kernels.cuda.quantize_transposed against the quantize along
+axis 0 + FP8 code transpose it replaces, "mxprec+transpose").
 Timing: one jitted call quantizes ``--sets`` distinct inputs (together far larger than the 50 MB L2);
 ``--timing kernel`` (default) sums the GPU kernel time of ``--reps`` calls from a jax.profiler trace,
 ``--timing wall`` takes the median wall time of synchronized calls (launch + sync overhead included:
@@ -42,9 +44,36 @@ KERNELS = {
     "mxfp6_e2m3": ("MXScaling(E2M3)", 1, 1),
     "mxfp4_e2m1": ("MXScaling(E2M1)", 1, 1),
     "nvfp4": ("NVFP4Scaling()", 2, 2),
+    # Wgrad's K-major copy (axis 0 only): "mxprec" is mxprec.kernels.cuda.quantize_transposed (codes written
+    # transposed), "mxprec+transpose" the path it replaces (quantize along axis 0, then transpose_codes).
+    "tile1x128_e4m3_kmajor": ("TileScaling(E4M3, (1, 128))", 1, 1),
 }
+KMAJOR = {"tile1x128_e4m3_kmajor"}
 QUICK = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3"]
-AXIS0 = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4_e2m1", "nvfp4"]
+AXIS0 = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4_e2m1", "nvfp4",
+         *KMAJOR]
+
+
+# Input distributions (bf16). The kernels' per-element work depends on the values: an FP8 group whose quotients
+# x / scale all lie in [2**-20, 2**20] takes the straight division, others the per-element checks.
+DISTS = {
+    "normal": "standard normal",
+    "lognormal": "sign * exp(N(0, 3)) (magnitudes over ~10 decades, as gradients)",
+    "zeros": "standard normal with 1 % exact zeros",
+}
+
+
+def _input(key, shape, dist):
+    import jax
+    import jax.numpy as jnp
+
+    k1, k2 = jax.random.split(key)
+    x = jax.random.normal(k1, shape, jnp.float32)
+    if dist == "lognormal":
+        x = jnp.sign(x) * jnp.exp(3.0 * jax.random.normal(k2, shape, jnp.float32))
+    elif dist == "zeros":
+        x = jnp.where(jax.random.uniform(k2, shape) < 0.01, 0.0, x)
+    return x.astype(jnp.bfloat16)
 
 
 def _spec(name):
@@ -140,7 +169,7 @@ def run(args):
         xs = []
         for _ in range(args.sets):
             key, sub = jax.random.split(key)
-            xs.append(jax.random.normal(sub, shape, jnp.bfloat16))
+            xs.append(_input(sub, shape, args.dist))
         xs = tuple(xs)
         x_bytes = xs[0].size * xs[0].dtype.itemsize
 
@@ -166,7 +195,7 @@ def run(args):
         for name in names:
             spec = _spec(name)
             for axis in (-1, 0):
-                if axis == 0 and name not in AXIS0:
+                if (axis == 0 and name not in AXIS0) or (axis == -1 and name in KMAJOR):
                     continue
                 state = None
                 if isinstance(spec, DelayedScaling):
@@ -182,6 +211,16 @@ def run(args):
                     return [quantize(v, spec, axis=axis, state=state) for v in t]
 
                 impls = (("mxprec", ours),) if args.no_peer else (("mxprec", ours), ("xla", peer))
+                if name in KMAJOR:
+
+                    def ours(*t, spec=spec):
+                        return [cuda.quantize_transposed(v[None], spec) for v in t]
+
+                    def quantize_then_transpose(*t, spec=spec):
+                        qs = [ffi.quantize(v, spec, 0) for v in t]
+                        return [(cuda.transpose_codes(q.data), jnp.swapaxes(q.scale, 0, 1)) for q in qs]
+
+                    impls = (("mxprec", ours), ("mxprec+transpose", quantize_then_transpose))
                 for impl, fn in impls:
                     try:
                         t = _time(jax.jit(fn), xs, args.reps, args.timing) / args.sets
@@ -220,6 +259,7 @@ def run(args):
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "sets": args.sets,
         "reps": args.reps,
+        "dist": args.dist,
         "timing": args.timing,
         "rows": rows,
     }
@@ -268,6 +308,8 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--no-peer", action="store_true", help="time mxprec's kernels only (same-call A/Bs of builds)")
     p.add_argument("--sets", type=int, default=4, help="distinct inputs per timed call")
+    p.add_argument("--dist", choices=tuple(DISTS), default="normal",
+                   help="input values: " + "; ".join(f"{k}: {v}" for k, v in DISTS.items()))
     p.add_argument("--timing", choices=("kernel", "wall"), default="kernel",
                    help="kernel: GPU kernel time from a profiler trace; wall: synchronized wall time")
     p.add_argument("--any-platform", action="store_true", help=argparse.SUPPRESS)  # smoke test on CPU

@@ -25,6 +25,8 @@
 #                also sets MXPREC_SM90_BLOCKWISE_TILE_N), interleaved,
 #                LLAMA_PAIRS rounds (default 2)
 #   llama-ab:ARMS each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so), same call
+#   kmajor:ARMS  Wgrad's K-major quantize kernel: its GPU tests, cuda_quantize.py against quantize + code transpose,
+#                then each arm with MXPREC_TRANSPOSED_QUANTIZE=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
 #   forms:FORMS  benchmarks/xla_fp8_forms.py: which HLO form of the XLA per-tensor FP8 GEMM becomes one
 #                cuBLASLt call (and compile/step times of one dot_general step per form)
 #   profile:ARMS like llama:ARMS with --profile (jax.profiler, 2 traced steps) and 5 timed steps
@@ -289,6 +291,20 @@ for stage in "$@"; do
           [ -n "$ktile" ] && LLAMA_ENV+=(MXPREC_SM90_BLOCKWISE_TILE_N="$ktile")
           kern="${kern//:/_}"
           for arm in "${arms[@]}"; do llama_step "llama_${arm}_${kern}_$round${TAG:-}" "$arm"; done
+        done
+      done
+      LLAMA_ENV=() ;;
+    kmajor:*)  # kmajor:ARMS: Wgrad's K-major quantize (mxprec.kernels.cuda.quantize_transposed): its GPU tests, the
+      # quantize benchmark against quantize + code transpose, then each arm with MXPREC_TRANSPOSED_QUANTIZE=0 / 1,
+      # interleaved, LLAMA_PAIRS (default 2) rounds
+      step kmajor_tests "$PY" -m pytest -q tests/test_cuda_quantize_transposed.py
+      step kmajor_quant "$PY" benchmarks/cuda_quantize.py --kernels tile1x128_e4m3_kmajor,tile1x128_e4m3 --no-peer \
+        --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,16384x14336}" --out "$R/kmajor_quant"
+      IFS=, read -r -a arms <<< "${stage#kmajor:}"
+      for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
+        for knob in 0 1; do
+          LLAMA_ENV=(MXPREC_TRANSPOSED_QUANTIZE="$knob")
+          for arm in "${arms[@]}"; do llama_step "llama_${arm}_kmajor${knob}_$round${TAG:-}" "$arm"; done
         done
       done
       LLAMA_ENV=() ;;

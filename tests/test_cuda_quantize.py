@@ -368,19 +368,20 @@ def test_reciprocal_division_algorithm_on_cpu():
 
 
 def test_chunk_band_decision_matches_per_element_on_cpu():
-    """markstein_band: the tensor / column kernels decide once per chunk, from its smallest and largest
-    |x|, that every first quotient q0 = RN(x * RN(1 / s)) lies in 2**-20 <= |q0| <= 2**20 (and none is
-    NaN); that must be exactly the per-element test it replaces (RN(|x| * |r|) is monotone in |x|).
-    Chunks straddle both band edges, hold zeros, NaN, Inf, subnormals; scales of both signs."""
+    """markstein_band: the tensor / column kernels decide once per chunk, from its largest |x|, that every
+    first quotient q0 = RN(x * RN(1 / s)) has |q0| <= 2**20 and none is NaN, for s > 0; that must be exactly
+    the per-element test (RN(|x| * r) is monotone in |x|). Chunks straddle the band edge, hold zeros, NaN,
+    Inf, subnormals; scales of both signs (negative ones refused). (No lower edge:
+    test_in_band_codes_of_small_quotients.)"""
     rng = np.random.default_rng(11)
-    lo_edge, hi_edge = np.float32(2.0**-20), np.float32(2.0**20)
-    agree = 0
+    hi_edge = np.float32(2.0**20)
+    agree = refused = 0
     for _ in range(400):
         s = np.float32(rng.choice([-1.0, 1.0]) * np.exp2(rng.uniform(-80, 102)) * rng.uniform(1, 2))
         r = np.float32(1) / s
-        # magnitudes around |q0| = 2**-20 and 2**20 (a few ulps either side), and ordinary ones
-        edges = np.array([lo_edge, hi_edge], np.float32) / np.abs(r)
-        x = np.concatenate([edges * rng.uniform(0.999999, 1.000001, 2), np.exp2(rng.uniform(-30, 30, 6)) / np.abs(r)])
+        # magnitudes around |q0| = 2**20 (a few ulps either side), tiny and ordinary ones
+        x = np.concatenate([hi_edge / np.abs(r) * rng.uniform(0.999999, 1.000001, 2),
+                            np.exp2(rng.uniform(-60, 30, 6)) / np.abs(r)])
         x = (x * rng.choice([-1.0, 1.0], x.size)).astype(np.float32)
         special = rng.integers(0, 12)
         if special < 4:  # an exceptional element in the chunk
@@ -389,16 +390,52 @@ def test_chunk_band_decision_matches_per_element_on_cpu():
             chunk = np.asarray(chunk[:8], np.float32)
             with np.errstate(all="ignore"):
                 q0 = (chunk * r).astype(np.float32)
-                per_element = bool(np.all((np.abs(q0) >= lo_edge) & (np.abs(q0) <= hi_edge)))
-                keys = chunk.view(np.uint32) & np.uint32(0x7FFFFFFF)
-                kmin, kmax = keys.min(), keys.max()
-                band = bool(kmax <= 0x7F800000) and bool(
-                    np.float32(np.uint32(kmin).view(np.float32) * np.abs(r)) >= lo_edge
-                    and np.float32(np.uint32(kmax).view(np.float32) * np.abs(r)) <= hi_edge
+                per_element = bool(r > 0) and bool(np.all(np.abs(q0) <= hi_edge))  # False for NaN
+                kmax = (chunk.view(np.uint32) & np.uint32(0x7FFFFFFF)).max()
+                band = bool(r > 0) and bool(kmax <= 0x7F800000) and bool(
+                    np.float32(np.uint32(kmax).view(np.float32) * r) <= hi_edge
                 )
             assert band == per_element, (s, chunk)
             agree += band
-    assert agree > 30  # the band is taken, not only refused
+            refused += not band
+    assert agree > 30 and refused > 30  # the band is taken and refused
+
+
+def _in_band_codes(x: np.ndarray, s: np.float32) -> np.ndarray:
+    """in_band_fp8_codes8's arithmetic (csrc/cuda_kernels/cuda_quantize.cu) before the FP8 convert: the
+    Markstein quotient with negated residuals, e = RN(q * s - x), q' = RN(-e * r + q) (for x != 0 the same
+    bits as RN(x - q * s) and RN(e * r + q); for x = -0 and s > 0 it keeps the sign)."""
+    with np.errstate(all="ignore"):
+        r = np.float32(1) / s
+        q0 = (x * r).astype(np.float32)
+        q1 = _fma32(-_fma32(q0, s, -x), r, q0)
+        return _fma32(-_fma32(q1, s, -x), r, q1)
+
+
+def test_in_band_codes_of_small_quotients():
+    """Every element markstein_band admits (|q0| <= 2**20, no NaN) gets the FP8 codes of the IEEE quotient
+    x / s from in_band_fp8_codes8 (E4M3 and E5M2), including +-0, FP32 subnormals and quotients far below the
+    FP8 range, where q2 is not RN(x / s) but the code is a signed zero; bit-identical to x / s where 2**-20 <=
+    |q0|. Scales across [2**-80, 2**102) (where the kernels divide through RN(1 / s); markstein_band refuses
+    negative scales)."""
+    tiny = np.concatenate([np.exp2(np.arange(-149, -20, 0.37)), [0.0, 1e-45, 2e-45, 1.1754942e-38, 1.1754944e-38]])
+    tiny = np.concatenate([tiny, -tiny]).astype(np.float32)
+    below = 0
+    for ss, x in _division_cases():
+        if True:
+            with np.errstate(all="ignore"):
+                xs = np.concatenate([x[~np.isnan(x)], (tiny * ss).astype(np.float32), tiny])
+                q0 = np.abs((xs * (np.float32(1) / ss)).astype(np.float32))
+                want = (xs / ss).astype(np.float32)
+            admitted = q0 <= 2.0**20
+            got = _in_band_codes(xs[admitted], ss)
+            want = want[admitted]
+            exact = q0[admitted] >= 2.0**-20
+            assert np.array_equal(got[exact].view(np.uint32), want[exact].view(np.uint32)), f"scale {ss!r}"
+            for dt in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+                assert np.array_equal(_fp8_codes(got, dt), _fp8_codes(want, dt)), f"scale {ss!r} {dt}"
+            below += int((~exact).sum())
+    assert below > 10_000  # the small quotients were exercised
 
 
 def test_certified_single_multiply_codes_on_cpu():
@@ -594,6 +631,42 @@ def test_large_bf16_both_axes(spec):
     x = _large_input()
     _check(spec, x, -1, reference=False, what="(1024, 4096) bf16")
     _check(spec, x, 0, reference=False, what="(1024, 4096) bf16 axis 0")
+
+
+def _gradient_like(shape=(512, 384), seed=41) -> np.ndarray:
+    """f32 with gradient-like values: magnitudes exp(N(0, 3)) over ~10 decades, 1 % +0 / -0, a few FP32
+    subnormals: most FP8 groups hold quotients far below the FP8 range, where the band kernels' straight
+    Markstein division must still give the exact codes (markstein_band has no lower edge)."""
+    rng = np.random.default_rng(seed)
+    x = rng.choice([-1.0, 1.0], shape) * np.exp(3.0 * rng.standard_normal(shape))
+    x[rng.uniform(size=shape) < 0.01] = 0.0
+    x[rng.uniform(size=shape) < 0.005] = -0.0
+    x[rng.uniform(size=shape) < 0.002] = 3e-40
+    return x.astype(np.float32)
+
+
+GRADIENT_SPECS = [
+    TensorScaling(E4M3),
+    TensorScaling(E5M2),
+    DelayedScaling(E5M2, history_len=4),
+    TileScaling(E4M3, (1, 128)),
+    TileScaling(E5M2, (1, 128)),
+    TileScaling(E4M3, (128, 128)),
+    RowScaling(E5M2),
+]
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("spec", GRADIENT_SPECS, ids=_sid)
+def test_gradient_like_inputs_both_axes(spec, dtype):
+    """The tensor / col kernels' band path (and the others) on zeros, -0 and tiny quotients."""
+    x = _gradient_like()
+    x = x.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else x
+    scales = (C.DELAYED_SCALE, np.float32(3e-6)) if isinstance(spec, DelayedScaling) else (C.DELAYED_SCALE,)
+    for scale in scales:  # delayed: the second saturates most quotients
+        _check(spec, x, -1, reference=False, what=f"gradient-like {dtype}", scale=scale)
+        _check(spec, x, 0, reference=False, what=f"gradient-like {dtype} axis 0", scale=scale)
 
 
 # ----------------------------------------------------------------------------- every bf16 value, MX FP6 / FP4

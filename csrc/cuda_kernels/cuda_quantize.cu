@@ -115,6 +115,7 @@ struct Args {
   int32_t vmode;         // vgroup: VMode
   uint32_t* keys;        // vgroup kVKeysOut / kVKeysIn: per-group max |x| keys (scratch)
   int32_t vec;           // tensor / amax kernels: x 16-byte aligned (chunks of 8 use vector loads)
+  int64_t batch_rows;    // col_kernel kTransposed: R of x (B, R, C), the rows of one batch entry
 };
 
 // ------------------------------------------------------------------------------------ loads
@@ -397,26 +398,32 @@ __device__ __forceinline__ uint32_t nan_mask(const float (&q)[8]) {
   return special;
 }
 
-// Whether every first quotient q0 = RN(x * r) of the elements whose |x| keys lie in [kmin, kmax] is in
-// the Markstein band 2**-20 <= |q0| <= 2**20, none of them NaN (RN(|x| * |r|) is monotone in |x|, so the
-// smallest and largest |x| bound every |q0| exactly), for a kDiv scale with a reciprocal r.
-__device__ __forceinline__ bool markstein_band(ElemScale es, float r, uint32_t kmin, uint32_t kmax) {
-  if (es.mode != ElemMode::kDiv || r == 0.0f || kmax > 0x7F800000u) return false;
-  const float ar = fabsf(r);
-  return __fmul_rn(__uint_as_float(kmin), ar) >= 0x1p-20f && __fmul_rn(__uint_as_float(kmax), ar) <= 0x1p20f;
+// Whether in_band_fp8_codes8 serves elements whose largest |x| key is kmax under a kDiv scale with reciprocal
+// r > 0: no NaN, and every first quotient q0 = RN(x * r) within |q0| <= 2**20 (RN(|x| * r) is monotone in |x|,
+// so kmax bounds them all). Small quotients need no lower bound (see in_band_fp8_codes8). The bound used to be
+// 2**-20 <= |q0| too, checked on the chunk's smallest |x|: one exact zero or tiny element sent the whole chunk
+// to the per-element path (1 % zeros: the 1 x 128 column kernel at 45.7 % of copy, 61.2 % without the bound;
+// H200, 16384 x 14336 bf16). A negative scale (a delayed scale can be any float) takes the per-element path.
+__device__ __forceinline__ bool markstein_band(ElemScale es, float r, uint32_t kmax) {
+  if (es.mode != ElemMode::kDiv || !(r > 0.0f) || kmax > 0x7F800000u) return false;
+  return __fmul_rn(__uint_as_float(kmax), r) <= 0x1p20f;
 }
 
-// FP8 codes of 8 elements whose quotients markstein_band placed in the band: the Markstein division's
-// second quotient is RN(x / p) for each (fast_quotients' per-element band test and NaN bookkeeping, ~5
-// instructions per element, are skipped).
+// FP8 codes of 8 elements that markstein_band admitted (r > 0). The Markstein division with negated residuals:
+// e = RN(q * p - x), q' = RN(-e * r + q), the same bits as RN(x - q * p) and RN(e * r + q) for x != 0 (RN is
+// odd), and for x = -0 it keeps the sign (the other form gives RN(+0 * r + -0) = +0). Where 2**-20 <= |q0| the
+// second quotient is RN(x / p); below, the quotient is far under half the smallest FP8 subnormal (2**-17 for
+// E5M2), so the code is a signed zero whatever the quotient's digits, and its sign is x's
+// (tests/test_cuda_quantize.py proves the codes on the CPU for every element with |q0| <= 2**20).
+// fast_quotients' per-element band test and NaN bookkeeping (~5 instructions per element) are skipped.
 template <class PAt, class RAt>
 __device__ __forceinline__ uint2 in_band_fp8_codes8(const float (&x)[8], PAt p, RAt r, bool e5m2) {
   float q[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const float q0 = __fmul_rn(x[i], r(i));
-    const float q1 = __fmaf_rn(__fmaf_rn(-q0, p(i), x[i]), r(i), q0);
-    q[i] = __fmaf_rn(__fmaf_rn(-q1, p(i), x[i]), r(i), q1);
+    const float q1 = __fmaf_rn(-__fmaf_rn(q0, p(i), -x[i]), r(i), q0);
+    q[i] = __fmaf_rn(-__fmaf_rn(q1, p(i), -x[i]), r(i), q1);
   }
   return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
 }
@@ -692,15 +699,10 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
     }
     uint2 c;
     if constexpr (kFp8) {
-      uint32_t kmin = 0xFFFFFFFFu, kmax = 0u;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        kmin = min(kmin, abs_key(v[i]));
-        kmax = max(kmax, abs_key(v[i]));
-      }
+      const uint32_t kmax = chunk_key(v);
       if (a.acc_amax) acc = max(acc, kmax);
-      // The tensor kernel's common case, decided once per chunk from its min / max keys.
-      if (markstein_band(es, r, kmin, kmax)) {
+      // The tensor kernel's common case, decided once per chunk from its max key.
+      if (markstein_band(es, r, kmax)) {
         c = in_band_fp8_codes8(v, [&es](int) { return es.p; }, [r](int) { return r; }, f == ElemFormat::kE5M2);
       } else {
         c = codes8_uniform<true>(v, es, r, f);
@@ -1347,16 +1349,19 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
   return all;
 }
 
-// kBand: the kind can divide (row / tile scales), so the min keys for markstein_band are gathered; MX
-// scales are powers of two (kMul) and skip them (their registers cost MXFP8 74 -> 71 % of copy).
+// kBand: the kind can divide (row / tile scales), so a thread whose columns markstein_band admits takes the
+// straight Markstein division (in_band_fp8_codes8); MX scales are powers of two (kMul) and skip it.
+// kTransposed (FP8 groups of 32 / 64 / 128 rows x 1 column): the codes and scales of the (B, C, R) transpose,
+// quantized along its last axis (mxprec_quantize_transposed), instead of x's own layout.
 // kBits: the code width. 8: FP8 (any kind of the dispatch below); 6 / 4: MX FP6 / FP4, codes packed down
 // the columns (4 rows in 3 bytes / 2 rows in a byte, mxprec's packing along the quantized axis), so the
 // tile's codes are kColTile * kBits / 8 rows of kColTile bytes. kNvfp4 (kBits 4): NVFP4's groups of 16 rows
 // (nvfp4_col_codes).
-template <InType I, bool kBand, int kBits = 8, bool kNvfp4 = false>
+template <InType I, bool kBand, int kBits = 8, bool kNvfp4 = false, bool kTransposed = false>
 __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
   static_assert(kBits == 8 || (!kBand && (kBits == 6 || kBits == 4)), "col_kernel: FP8, or MX FP6 / FP4");
   static_assert(!kNvfp4 || kBits == 4, "col_kernel: NVFP4 codes are 4 bits");
+  static_assert(!kTransposed || (kBits == 8 && !kNvfp4), "col_kernel: transposed output for FP8 codes only");
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
   constexpr int kCodeRows = kColTile * kBits / 8;                              // rows of packed codes
@@ -1393,21 +1398,16 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
     thread_key = nvfp4_col_codes<I>(a, col_base, codes + seg * (kColSeg / 2) * kColTile + 2 * pair,
                                     (r0 + seg * kColSeg) / 16, c0 + 2 * pair, ts);
   } else {
-    uint32_t k0 = 0, k1 = 0, m0 = 0xFFFFFFFFu, m1 = 0xFFFFFFFFu;  // max / min |x| keys of the two columns
+    uint32_t k0 = 0, k1 = 0;  // max |x| keys of the two columns
     if constexpr (I == InType::kBF16) {  // a row's two bf16 elements: one max.u16x2 (column per lane)
-      uint32_t k2 = 0, n2 = 0xFFFFFFFFu;
+      uint32_t k2 = 0;
 #pragma unroll 8
       for (int r = 0; r < kColSeg; ++r) {
         const uint32_t w = *reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes) & 0x7FFF7FFFu;
         k2 = max_u16x2(k2, w);
-        if constexpr (kBand) n2 = min_u16x2(n2, w);
       }
       k0 = k2 << 16;
       k1 = k2 & 0xFFFF0000u;
-      if constexpr (kBand) {
-        m0 = n2 << 16;
-        m1 = n2 & 0xFFFF0000u;
-      }
     } else {
 #pragma unroll 8
       for (int r = 0; r < kColSeg; ++r) {
@@ -1415,10 +1415,6 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
         load_pair<I>(col_base + r * kRowBytes, lo, hi);
         k0 = max(k0, abs_key(lo));
         k1 = max(k1, abs_key(hi));
-        if constexpr (kBand) {
-          m0 = min(m0, abs_key(lo));
-          m1 = min(m1, abs_key(hi));
-        }
       }
     }
     // Group keys: a group of gh rows spans gh / 32 segments of this column pair; a 128 x 128 tile group
@@ -1463,21 +1459,62 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
       const auto scale_of = [&](int64_t g, uint32_t key) {
         return kBits == 8 ? group_elem_scale(a, g, key, 1.0f, owner) : mx_group_elem_scale(a, g, key, owner);
       };
-      es[0] = scale_of(grow * a.ngc + col, g0);
-      es[1] = scale_of(grow * a.ngc + col + 1, g1);
+      if constexpr (kTransposed) {  // scale (B, C, R / gh): column col's group row within its batch entry
+        const int64_t b = r0 / a.batch_rows, grows = a.batch_rows / a.gh;
+        const int64_t g = (b * cols + col) * grows + (grow - b * grows);
+        es[0] = scale_of(g, g0);
+        es[1] = scale_of(g + grows, g1);
+      } else {
+        es[0] = scale_of(grow * a.ngc + col, g0);
+        es[1] = scale_of(grow * a.ngc + col + 1, g1);
+      }
     }
     float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
     const auto sat = [&es](int i) { return es[i & 1]; };
     const auto rat = [&rcp](int i) { return rcp[i & 1]; };
     const int form = cols_form<2>(sat, rat);
     // Both columns' quotients over this thread's 32 rows in the Markstein band: the straight division.
-    const bool in_band = kBand && markstein_band(es[0], rcp[0], m0, k0) && markstein_band(es[1], rcp[1], m1, k1);
+    const bool in_band = kBand && markstein_band(es[0], rcp[0], k0) && markstein_band(es[1], rcp[1], k1);
     const bool e5m2 = f == ElemFormat::kE5M2;
     // MX FP6 / FP4 from bf16 with both columns in kMul mode: the bf16-pair encoder, a column per lane.
     const bool pairs = I == InType::kBF16 && kBits != 8 && es[0].mode == ElemMode::kMul && es[1].mode == ElemMode::kMul;
     const uint32_t p2 = (__float_as_uint(es[0].p) >> 16) | (__float_as_uint(es[1].p) & 0xFFFF0000u);
     uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kColTile + 2 * pair;
-    if constexpr (kBits == 8) {
+    if constexpr (kTransposed) {
+      // Each column's 32 codes (row r in byte r % 4 of word r / 4: bytes 0, 2 / 1, 3 of c.x, c.y) go to the shared
+      // tile codes[column][row] as two 16-byte chunks, chunk k of column c at k ^ ((c >> 1) & 7) (each quarter
+      // warp's 16-byte stores then hit 8 distinct chunks: no bank conflict); the copy below writes them out
+      // row-contiguous, as the (B, C, R) result lies. (Stored straight from the registers, 16 bytes per column
+      // and thread, the kernel ran at 51 % of copy against 82 % for axis 1 in place, H200.)
+      uint32_t t0[kColSeg / 4], t1[kColSeg / 4];
+      const auto fp8_cols = [&](auto band) {
+#pragma unroll
+        for (int i = 0; i < kColSeg / 4; ++i) {
+          float x[8];  // rows 4 i .. 4 i + 3, columns (2 pair, 2 pair + 1) interleaved
+#pragma unroll
+          for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (4 * i + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
+          uint2 c;
+          if constexpr (decltype(band)::value) {
+            c = in_band_fp8_codes8(x, [&es](int q) { return es[q & 1].p; }, rat, e5m2);
+          } else {
+            c = codes8_cols<true>(x, sat, rat, form, f);
+          }
+          t0[i] = __byte_perm(c.x, c.y, 0x6420);
+          t1[i] = __byte_perm(c.x, c.y, 0x7531);
+        }
+      };
+      if (in_band) {
+        fp8_cols(std::true_type{});
+      } else {
+        fp8_cols(std::false_type{});
+      }
+      uint4* col0 = reinterpret_cast<uint4*>(codes + 2 * pair * kColTile);  // columns 2 pair, 2 pair + 1
+      const int sw = pair & 7;                                              // = (column >> 1) & 7 for both
+      col0[(2 * seg) ^ sw] = make_uint4(t0[0], t0[1], t0[2], t0[3]);
+      col0[(2 * seg + 1) ^ sw] = make_uint4(t0[4], t0[5], t0[6], t0[7]);
+      col0[kColTile / 16 + ((2 * seg) ^ sw)] = make_uint4(t1[0], t1[1], t1[2], t1[3]);
+      col0[kColTile / 16 + ((2 * seg + 1) ^ sw)] = make_uint4(t1[4], t1[5], t1[6], t1[7]);
+    } else if constexpr (kBits == 8) {
       // The encoder is chosen once, outside the row loop (in it, the per-iteration choice cost the 1 x 128
       // tiles down the columns 73 -> 77 % of copy on the H200).
       const auto fp8_rows = [&](auto band) {
@@ -1537,11 +1574,22 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
     thread_key = max(k0, k1);
   }
   __syncthreads();
+  if constexpr (kTransposed) {  // column c's 128 codes: rows r0 .. r0 + 127 of out[b][c0 + c] (B, C, R)
+    const int64_t b = r0 / a.batch_rows;
+    uint8_t* out = a.data + (b * cols + c0) * a.batch_rows + (r0 - b * a.batch_rows);
 #pragma unroll
-  for (int i = threadIdx.x; i < kCodeRows * kColTile / 16; i += kThreads) {
-    const int row = i / (kColTile / 16), piece = i % (kColTile / 16);
-    *reinterpret_cast<uint4*>(a.data + (r0 * kBits / 8 + row) * cols + c0 + piece * 16) =
-        *reinterpret_cast<const uint4*>(codes + row * kColTile + piece * 16);
+    for (int i = threadIdx.x; i < kColTile * kColTile / 16; i += kThreads) {
+      const int c = i / (kColTile / 16), piece = i % (kColTile / 16);
+      *reinterpret_cast<uint4*>(out + c * a.batch_rows + piece * 16) =
+          reinterpret_cast<const uint4*>(codes + c * kColTile)[piece ^ ((c >> 1) & 7)];
+    }
+  } else {
+#pragma unroll
+    for (int i = threadIdx.x; i < kCodeRows * kColTile / 16; i += kThreads) {
+      const int row = i / (kColTile / 16), piece = i % (kColTile / 16);
+      *reinterpret_cast<uint4*>(a.data + (r0 * kBits / 8 + row) * cols + c0 + piece * 16) =
+          *reinterpret_cast<const uint4*>(codes + row * kColTile + piece * 16);
+    }
   }
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   if (a.acc_amax) block_amax(a.amax, thread_key);
@@ -1955,11 +2003,109 @@ ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, 
   return ffi::Error::Success();
 }
 
+// `mxprec_quantize_transposed` (CUDA only; mxprec.kernels.cuda.quantize_transposed): x (B, R, C) quantized down
+// its columns in FP8 groups of `block` rows x 1 column (TileScaling (1, block), block 32 / 64 / 128), written as
+// the QTensor of swapaxes(x, 1, 2) quantized along its last axis: data (B, C, R), scale f32 (B, C, R / block),
+// amax f32 () and tensor_scale f32 () (1). The same codes and scales as mxprec_quantize along axis 1, in the
+// K-major layout a GEMM contracting R wants (Wgrad's X and dY), so no transpose of the codes follows.
+// col_kernel's tiles: R and C multiples of 128, x and data 16-byte aligned.
+constexpr const char* kOpT = "mxprec_quantize_transposed (CUDA)";
+
+template <InType I>
+cudaError_t launch_col_transposed(cudaStream_t stream, const Args& a) {
+  constexpr auto kKernel = col_kernel<I, true, 8, false, true>;
+  constexpr size_t smem = col_smem_bytes<I>();
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(a.cols / kColTile), static_cast<unsigned>(a.rows / kColTile));
+  kKernel<<<grid, kThreads, smem, stream>>>(a);
+  return cudaSuccess;
+}
+
+ffi::Error QuantizeTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
+                                      ffi::Result<ffi::AnyBuffer> scale, ffi::Result<ffi::AnyBuffer> amax_out,
+                                      ffi::Result<ffi::AnyBuffer> tensor_scale_out, int32_t fmt, int32_t block,
+                                      int32_t power_of_two) {
+  const std::string o(kOpT);
+  const auto xd = x.dimensions();
+  if (xd.size() != 3 || !is_wide_float(x.element_type()))
+    return invalid(o + ": x must be a 3-D float32/bfloat16/float16 array, got shape " + dims_str(xd) + " dtype " +
+                   dtype_name(x.element_type()));
+  if (!is_fp8(fmt)) return invalid(o + ": fmt=" + std::to_string(fmt) + " must be an FP8 format (e4m3, e5m2)");
+  if (block != 32 && block != 64 && block != 128)
+    return invalid(o + ": block=" + std::to_string(block) + " must be 32, 64 or 128");
+  if (power_of_two != 0 && power_of_two != 1) return invalid(o + ": power_of_two must be 0 or 1");
+  const int64_t B = xd[0], R = xd[1], C = xd[2];
+  if (B <= 0 || R <= 0 || C <= 0 || R % kColTile != 0 || C % kColTile != 0) {
+    std::ostringstream os;
+    os << o << ": x " << dims_str(xd) << " must be non-empty with R and C multiples of " << kColTile;
+    return invalid(os.str());
+  }
+  if (B * R / kColTile > kMaxGridY || C / kColTile > kMaxGrid)
+    return ffi::Error(ffi::ErrorCode::kUnimplemented, o + ": x " + dims_str(xd) + " is too large");
+  const Dims3 scalar{0, {0, 0, 0}};
+  if (auto e = check_buffer(kOpT, "data result", *data, Dims3{3, {B, C, R}}, data_dtype(static_cast<ElemFormat>(fmt)));
+      e.failure())
+    return e;
+  if (auto e = check_buffer(kOpT, "scale result", *scale, Dims3{3, {B, C, R / block}}, ffi::DataType::F32);
+      e.failure())
+    return e;
+  if (auto e = check_buffer(kOpT, "amax result", *amax_out, scalar, ffi::DataType::F32); e.failure()) return e;
+  if (auto e = check_buffer(kOpT, "tensor_scale result", *tensor_scale_out, scalar, ffi::DataType::F32); e.failure())
+    return e;
+  Args a{};
+  a.x = x.untyped_data();
+  a.data = static_cast<uint8_t*>(data->untyped_data());
+  a.scale = scale->untyped_data();
+  a.amax = static_cast<uint32_t*>(amax_out->untyped_data());
+  a.tensor_scale = static_cast<float*>(tensor_scale_out->untyped_data());
+  if (!aligned(a.x, 16) || !aligned(a.data, 16)) return invalid(o + ": x and data must be 16-byte aligned");
+  a.rows = B * R;
+  a.cols = C;
+  a.n = a.rows * a.cols;
+  a.batch_rows = R;
+  a.gh = block;
+  a.gw = 1;
+  a.ngc = C;
+  a.ngroups = (a.rows / block) * C;
+  a.kind = static_cast<int32_t>(ScalingKind::kTile);
+  a.fmt = fmt;
+  a.pow2 = power_of_two;
+  a.axis = 1;
+  a.acc_amax = 1;
+  cudaError_t ce = cudaMemsetAsync(a.amax, 0, sizeof(uint32_t), stream);
+  if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
+  switch (x.element_type()) {
+    case ffi::DataType::F32: ce = launch_col_transposed<InType::kF32>(stream, a); break;
+    case ffi::DataType::BF16: ce = launch_col_transposed<InType::kBF16>(stream, a); break;
+    default: ce = launch_col_transposed<InType::kF16>(stream, a); break;
+  }
+  if (ce != cudaSuccess) return cuda_error("col_kernel (transposed) launch setup", ce);
+  ce = cudaGetLastError();
+  if (ce != cudaSuccess) return cuda_error("kernel launch", ce);
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace cuda_quantize
 }  // namespace mxprec
 
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeCuda);
+MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeTransposedCuda);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeTransposedCuda, mxprec::cuda_quantize::QuantizeTransposedCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()   // x
+                                  .Ret<xla::ffi::AnyBuffer>()   // data
+                                  .Ret<xla::ffi::AnyBuffer>()   // scale
+                                  .Ret<xla::ffi::AnyBuffer>()   // amax
+                                  .Ret<xla::ffi::AnyBuffer>()   // tensor_scale
+                                  .Attr<int32_t>("fmt")
+                                  .Attr<int32_t>("block")
+                                  .Attr<int32_t>("power_of_two"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeCuda, mxprec::cuda_quantize::QuantizeCudaImpl,
                               MXPREC_QUANTIZE_BIND(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>().Ctx<xla::ffi::ScratchAllocator>()));

@@ -13,6 +13,9 @@ each operand quantized from its *wide* source along that GEMM's contraction axis
 :func:`mxprec.kernels.scaled_gemm` with FP32 accumulation. Where quantizing along the other axis gives exactly
 the same codes and scales, the Fprop copy is reused instead (:func:`_reusable`): per-tensor scaled X and W, and
 square FP8 tiles such as fp8_block's 128x128 W (one weight quantization fewer per dot_general; bit-identical).
+On the CUDA kernels, Wgrad's 1 x G tiled X and dY come from the quantize kernel already K-major (the QTensor of
+their transpose along its last axis, :func:`mxprec.kernels.cuda.quantize_transposed`): the same codes and
+scales, without the transpose of the FP8 codes in front of the GEMM (:func:`_transposed_wgrad_quantize`).
 
 Delayed scaling: pass ``state=DotGeneralState`` (see :meth:`DotGeneralState.init`). The forward
 uses the scales in ``state``; the backward returns the *updated* state as the cotangent of
@@ -221,6 +224,38 @@ def _reuse_or_quantize(src, q_prev, spec, axis, recipe, state=None, key=None, ba
     return _q(src, spec, axis, recipe, state, key, backend, weight)
 
 
+def _transposed_wgrad_quantize(src, spec, key, backend) -> bool:
+    """Whether Wgrad's operand ``src`` (B, M, F), quantized along M, comes from the CUDA kernel that writes the
+    QTensor of ``src``'s transpose (B, F, M) along axis 2 (:func:`mxprec.kernels.cuda.quantize_transposed`): the
+    same codes and scales as quantizing along axis 1, K-major for the GEMM, so the FP8 codes need no transpose.
+    Where the CUDA kernels run this operand's quantization and its GEMM (ffi, or auto with the block family) and
+    the kernel takes the spec and shape; ``MXPREC_TRANSPOSED_QUANTIZE=0`` turns it off."""
+    if key is not None or backend not in ("auto", "ffi") or jax.default_backend() != "gpu":
+        return False
+    from mxprec.kernels import cuda, hip
+
+    if hip.is_rocm() or not cuda.quantizes_transposed():
+        return False
+    if backend == "auto" and not (cuda.auto_quantizes(spec) and "block" in cuda.auto_families()):
+        return False
+    return not cuda.why_not_quantize_transposed(src.shape, src.dtype, spec)
+
+
+def _q_wgrad(src, spec, recipe: Recipe, state=None, key=None, backend="xla"):
+    """Wgrad's operand ``src`` (B, M, F) quantized along M (its contraction axis): QTensor (B, M, F) along axis 1,
+    or, where :func:`_transposed_wgrad_quantize` says so, the same codes as QTensor (B, F, M) along axis 2."""
+    if spec is not None and _transposed_wgrad_quantize(src, spec, key, backend):
+        from mxprec.kernels import cuda
+
+        return cuda.quantize_transposed(src, spec)
+    return _q(src, spec, 1, recipe, state, key, backend)
+
+
+def _wgrad_contract(q) -> int:
+    """The contraction axis of a Wgrad operand from _q_wgrad (an unquantized operand: axis 1)."""
+    return q.axis if isinstance(q, QTensor) else 1
+
+
 def _reuse_or_keep(src, q_prev, spec, axis):
     """``residuals="wide"``: the wide source, unless the backward would requantize it to ``q_prev``'s
     exact codes (:func:`_reusable`); then the 1-byte copy (smaller, and no second quantize pass)."""
@@ -249,7 +284,10 @@ def _fwd(meta: _Meta, x, w, state):
     qw = _q(w, r.fprop_rhs, 1, r, st.rhs if st else None, backend=be, weight=True)
     y = kernels.scaled_gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=meta.out_dtype, backend=meta.backend)
     if r.residuals == "quantized":
-        rx = _reuse_or_quantize(x, qx, r.wgrad_lhs, 1, r, st.lhs if st else None, backend=be)
+        if _reusable(qx, r.wgrad_lhs, axis=1):
+            rx = dataclasses.replace(qx, axis=1)
+        else:
+            rx = _q_wgrad(x, r.wgrad_lhs, r, st.lhs if st else None, backend=be)
         rw = _reuse_or_quantize(w, qw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be, weight=True)
     else:
         rx, rw = _reuse_or_keep(x, qx, r.wgrad_lhs, 1), _reuse_or_keep(w, qw, r.dgrad_rhs, 2)
@@ -269,9 +307,13 @@ def _bwd(meta: _Meta, res, g):
     qw_d = rw if isinstance(rw, QTensor) else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be,
                                                 weight=True)
     dx = kernels.scaled_gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=meta.backend)
-    qx_w = rx if isinstance(rx, QTensor) else _q(rx, r.wgrad_lhs, 1, r, st.lhs if st else None, backend=be)
-    qg_w = _reuse_or_quantize(g, qg_d, r.wgrad_grad, 1, r, st_g, k_wgrad, backend=be)
-    dw = kernels.scaled_gemm(qx_w, qg_w, lhs_contract=1, rhs_contract=1, out_dtype=meta.w_dtype, backend=meta.backend)
+    qx_w = rx if isinstance(rx, QTensor) else _q_wgrad(rx, r.wgrad_lhs, r, st.lhs if st else None, backend=be)
+    if _reusable(qg_d, r.wgrad_grad, k_wgrad, 1):
+        qg_w = dataclasses.replace(qg_d, axis=1)
+    else:
+        qg_w = _q_wgrad(g, r.wgrad_grad, r, st_g, k_wgrad, backend=be)
+    dw = kernels.scaled_gemm(qx_w, qg_w, lhs_contract=_wgrad_contract(qx_w), rhs_contract=_wgrad_contract(qg_w),
+                             out_dtype=meta.w_dtype, backend=meta.backend)
     ct_state = None
     if st is not None:
         amax_g = _amax_of(qg_d, g)

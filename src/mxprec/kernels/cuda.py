@@ -48,11 +48,12 @@ import os
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 
-from mxprec.kernels.ffi import _bias_buffer, _GemmCfg, _operand_desc, _pspec, _spec_axes
+from mxprec.kernels.ffi import FMT, _bias_buffer, _GemmCfg, _operand_desc, _pspec, _spec_axes
 from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
@@ -62,6 +63,7 @@ __all__ = [
     "AUTO_QUANTIZE",
     "AUTO_QUANTIZE_WEIGHTS",
     "LIBRARY_NAME",
+    "QUANTIZE_TRANSPOSED_TARGET",
     "SYMBOL",
     "TARGET",
     "TRANSPOSE_TARGET",
@@ -71,11 +73,14 @@ __all__ = [
     "auto_quantizes",
     "available",
     "library_search_paths",
+    "quantize_transposed",
+    "quantizes_transposed",
     "require",
     "scaled_gemm",
     "supports",
     "transpose_codes",
     "transposes_codes",
+    "why_not_quantize_transposed",
     "why_unsupported",
 ]
 
@@ -105,9 +110,11 @@ def _gpu_precondition():
 
 
 TRANSPOSE_TARGET = "mxprec_transpose_bytes"
+QUANTIZE_TRANSPOSED_TARGET = "mxprec_quantize_transposed"
 _LIB = NativeLibrary(file=LIBRARY_NAME,
                      symbols={TARGET: SYMBOL, "mxprec_quantize": "MxprecQuantizeCuda",
-                              TRANSPOSE_TARGET: "MxprecTransposeBytesCuda"},
+                              TRANSPOSE_TARGET: "MxprecTransposeBytesCuda",
+                              QUANTIZE_TRANSPOSED_TARGET: "MxprecQuantizeTransposedCuda"},
                      platform="CUDA", build_hint=BUILD_HINT,
                      build_dirs=("build-cuda", "build"), precondition=_gpu_precondition,
                      env_var="MXPREC_CUDA_LIBRARY")
@@ -382,6 +389,73 @@ def transpose_codes(x: jax.Array) -> jax.Array:
         raise ValueError(f"transpose_codes: x must have rank >= 2 and dtype {names}; got shape {x.shape} dtype {x.dtype}")
     require()
     return _transpose_vmappable(x)
+
+
+# ----------------------------------------------------------------------------- quantize into the K-major layout
+
+_TRANSPOSED_BLOCKS = (32, 64, 128)
+_WIDE_DTYPES = tuple(jnp.dtype(d) for d in (jnp.float32, jnp.bfloat16, jnp.float16))
+
+
+def why_not_quantize_transposed(shape, dtype, spec, *, check_library: bool = True) -> str:
+    """Empty string when :func:`quantize_transposed` runs ``x`` of ``shape`` / ``dtype`` per ``spec``, else why not."""
+    if not (isinstance(spec, TileScaling) and spec.tile[0] == 1 and spec.tile[1] in _TRANSPOSED_BLOCKS
+            and spec.fmt.is_fp8):
+        return (f"{spec!r}: the transposed quantize kernel takes FP8 TileScaling with tile (1, G), "
+                f"G in {_TRANSPOSED_BLOCKS}")
+    if len(shape) != 3 or jnp.dtype(dtype) not in _WIDE_DTYPES:
+        return f"x must be a 3-D float32 / bfloat16 / float16 array, got shape {tuple(shape)} dtype {jnp.dtype(dtype)}"
+    b, r, c = shape
+    if min(b, r, c) <= 0 or r % 128 or c % 128:
+        return f"x {tuple(shape)}: needs R and C (axes 1, 2) positive multiples of 128 (the kernel's 128 x 128 tiles)"
+    if b * r // 128 > 65535:
+        return f"x {tuple(shape)}: B * R / 128 must be <= 65535 (grid rows)"
+    if check_library and not available():
+        return _load()[1]
+    return ""
+
+
+def quantizes_transposed() -> bool:
+    """Whether dot_general's Wgrad operands use :func:`quantize_transposed` where it applies: ``MXPREC_TRANSPOSED_QUANTIZE``
+    (``1``, the default, or ``0``; a measurement knob: ``0`` quantizes along axis 1 and transposes the codes for the
+    GEMM, the same bits) and the library is loaded."""
+    mode = os.environ.get("MXPREC_TRANSPOSED_QUANTIZE", "1")
+    if mode not in ("0", "1"):
+        raise ValueError(f"MXPREC_TRANSPOSED_QUANTIZE must be 0 or 1, got {mode!r}")
+    return mode == "1" and available()
+
+
+def quantize_transposed(x: jax.Array, spec: TileScaling) -> QTensor:
+    """``mxprec.quantize(swapaxes(x, 1, 2), spec, axis=2)`` on the CUDA kernel, reading ``x`` as it lies.
+
+    Args:
+      x: ``(B, R, C)`` float32 / bfloat16 / float16, R and C multiples of 128.
+      spec: FP8 ``TileScaling`` with tile ``(1, G)``, G in 32 / 64 / 128 (groups of G consecutive R).
+
+    Returns:
+      QTensor of shape ``(B, C, R)`` quantized along axis 2: data ``(B, C, R)`` FP8, scale f32 ``(B, C, R / G)``,
+      amax, bit for bit those of ``mxprec.quantize`` (the CPU oracle's numerics). The same codes and scales as
+      quantizing ``x`` along axis 1, already in the K-major layout that a GEMM contracting R takes (Wgrad's X and
+      dY), so no transpose of the codes follows. The custom call ``mxprec_quantize_transposed``
+      (csrc/cuda_kernels/cuda_quantize.cu, ``col_kernel`` storing each column's codes contiguously); a
+      single-device call without a sharding rule, like :func:`scaled_gemm`. Raises ValueError where
+      :func:`why_not_quantize_transposed` says no.
+    """
+    reason = why_not_quantize_transposed(x.shape, x.dtype, spec)
+    if reason:
+        raise ValueError(f"mxprec.kernels.cuda.quantize_transposed: {reason}")
+    b, r, c = x.shape
+    g = spec.tile[1]
+    outs = (
+        jax.ShapeDtypeStruct((b, c, r), spec.fmt.jnp_dtype),
+        jax.ShapeDtypeStruct((b, c, r // g), jnp.float32),
+        jax.ShapeDtypeStruct((), jnp.float32),
+        jax.ShapeDtypeStruct((), jnp.float32),
+    )
+    call = jax.ffi.ffi_call(QUANTIZE_TRANSPOSED_TARGET, outs, vmap_method="sequential")
+    data, scale, amax, _ = call(x, fmt=np.int32(FMT[spec.fmt.name]), block=np.int32(g), power_of_two=np.int32(spec.power_of_two))
+    return QTensor(data=data, scale=scale, amax=amax, tensor_scale=None, spec=spec, axis=2, shape=(b, c, r),
+                   dtype=jnp.dtype(x.dtype))
 
 
 def _to_tn(q: QTensor, contract: int) -> jax.Array:

@@ -1,0 +1,244 @@
+"""mxprec.kernels.cuda.quantize_transposed: Wgrad's column-wise FP8 copy written K-major by the quantize kernel.
+
+``quantize_transposed(x, spec)`` for x ``(B, R, C)`` is ``mxprec.quantize(swapaxes(x, 1, 2), spec, axis=2)``: the
+codes and scales of quantizing x along axis 1, laid out as the (B, C, R) tensor a GEMM contracting R reads, so
+the FP8 code transpose in front of the Wgrad GEMM disappears (csrc/cuda_kernels/cuda_quantize.cu, col_kernel with
+kTransposed). GPU tests compare every QTensor field bit for bit with the CPU oracle of the transposed input (as
+tests/test_cuda_quantize.py does for mxprec_quantize) on the adversarial input sets, with the numpy reference, and
+with mxprec_quantize along axis 1; dot_general's fp8_block gradients must be bit-identical with and without the
+transposed quantize. The CPU tests check the argument rules and dot_general's routing (the kernel emulated by the
+JAX quantizer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mxprec
+import test_ffi_cpu as C
+from mxprec import formats
+from mxprec.kernels import cuda, ffi
+from mxprec.quantize import quantize
+from mxprec.scaling import MXScaling, TileScaling
+
+E4M3, E5M2 = formats.E4M3, formats.E5M2
+dg = sys.modules["mxprec.dot_general"]  # the module (mxprec.dot_general is also the function's name)
+
+needs_gpu = pytest.mark.skipif(
+    not cuda.available(), reason="no GPU or libmxprec_cuda.so not built: " + cuda._load()[1]
+)
+
+SPECS = [
+    TileScaling(E4M3, (1, 128)),
+    TileScaling(E5M2, (1, 128)),
+    TileScaling(E4M3, (1, 128), power_of_two=True),
+    TileScaling(E5M2, (1, 64)),
+    TileScaling(E4M3, (1, 32), power_of_two=True),
+]
+
+
+def _sid(spec) -> str:
+    return spec.describe().replace(" ", "_")
+
+
+# ----------------------------------------------------------------------------- CPU: argument rules
+
+
+def test_why_not_names_the_rule():
+    ok = TileScaling(E4M3, (1, 128))
+    assert cuda.why_not_quantize_transposed((2, 256, 384), jnp.bfloat16, ok, check_library=False) == ""
+    for shape, dtype, spec, words in (
+        ((256, 384), jnp.bfloat16, ok, "3-D"),
+        ((1, 256, 384), jnp.int8, ok, "3-D"),
+        ((1, 200, 384), jnp.float32, ok, "multiples of 128"),
+        ((1, 256, 100), jnp.float32, ok, "multiples of 128"),
+        ((0, 256, 128), jnp.float32, ok, "positive"),
+        ((1, 256, 128), jnp.float32, TileScaling(E4M3, (128, 128)), "tile (1, G)"),
+        ((1, 256, 128), jnp.float32, TileScaling(E4M3, (1, 16)), "tile (1, G)"),
+        ((1, 256, 128), jnp.float32, MXScaling(E4M3), "TileScaling"),
+        ((1, 128 * 65536, 128), jnp.float32, ok, "65535"),
+    ):
+        reason = cuda.why_not_quantize_transposed(shape, dtype, spec, check_library=False)
+        assert words in reason, (shape, spec, reason)
+
+
+def test_knob_is_validated(monkeypatch):
+    monkeypatch.setenv("MXPREC_TRANSPOSED_QUANTIZE", "yes")
+    with pytest.raises(ValueError, match="MXPREC_TRANSPOSED_QUANTIZE"):
+        cuda.quantizes_transposed()
+    monkeypatch.setenv("MXPREC_TRANSPOSED_QUANTIZE", "0")
+    assert not cuda.quantizes_transposed()
+
+
+@pytest.mark.skipif(cuda.available(), reason="checks the error without the CUDA library")
+def test_unavailable_library_raises_value_error():
+    with pytest.raises(ValueError, match="quantize_transposed"):
+        cuda.quantize_transposed(jnp.zeros((1, 128, 128), jnp.float32), TileScaling(E4M3, (1, 128)))
+
+
+# ----------------------------------------------------------------------------- CPU: dot_general's routing
+
+
+def _emulated_transposed(calls):
+    def q(x, spec):
+        calls.append((tuple(x.shape), spec))
+        return quantize(jnp.swapaxes(x, 1, 2), spec, axis=2)
+
+    return q
+
+
+def _fp8_block_grads(x, w, residuals):
+    recipe = mxprec.recipes.get("fp8_block", backend="xla", residuals=residuals)
+
+    def loss(x, w):
+        y = mxprec.dot_general(x, w, (((2,), (0,)), ((), ())), recipe=recipe, preferred_element_type=jnp.float32)
+        return jnp.sum(y * jnp.cos(y))
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
+
+
+@pytest.mark.parametrize("residuals", ["wide", "quantized"])
+def test_dot_general_wgrad_through_transposed_operands(monkeypatch, residuals):
+    """With the transposed operands (here from the JAX quantizer), dW is the same GEMM of the same codes."""
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.standard_normal((2, 256, 384)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((384, 256)) / 16, jnp.float32)
+    dx0, dw0 = _fp8_block_grads(x, w, residuals)
+    calls = []
+    monkeypatch.setattr(dg, "_transposed_wgrad_quantize", lambda src, spec, key, backend: True)
+    monkeypatch.setattr(cuda, "quantize_transposed", _emulated_transposed(calls))
+    dx1, dw1 = _fp8_block_grads(x, w, residuals)
+    # Wgrad's X (B=1, M=512, K=384) and dY (1, 512, 256), each through the transposed quantize once.
+    assert sorted(s for s, _ in calls) == [(1, 512, 256), (1, 512, 384)], calls
+    np.testing.assert_array_equal(np.asarray(dx1), np.asarray(dx0))
+    # The same dequantized products summed by XLA's CPU dot with the other operand layout: the FP32 rounding
+    # order differs (a wrong layout or scale would be off by O(|dW|)).
+    dw0 = np.asarray(dw0)
+    np.testing.assert_allclose(np.asarray(dw1), dw0, rtol=0, atol=1e-5 * np.abs(dw0).max())
+
+
+def test_routing_stays_off_the_xla_backend_and_the_cpu():
+    spec = TileScaling(E4M3, (1, 128))
+    x = jnp.zeros((1, 256, 256), jnp.float32)
+    assert not dg._transposed_wgrad_quantize(x, spec, None, "xla")
+    if jax.default_backend() != "gpu":
+        assert not dg._transposed_wgrad_quantize(x, spec, None, "auto")
+        assert not dg._transposed_wgrad_quantize(x, spec, None, "ffi")
+
+
+# ----------------------------------------------------------------------------- GPU: bit-exact
+
+
+def _gpu_transposed(x: np.ndarray, spec):
+    return jax.jit(lambda t: cuda.quantize_transposed(t, spec))(jnp.asarray(x))
+
+
+def _oracle(x: np.ndarray, spec):
+    """mxprec.quantize of the transposed input, run by XLA's CPU runtime (the numerics contract)."""
+    xt = np.ascontiguousarray(np.swapaxes(x, 1, 2))
+    return C._jax_q(spec, 2)(jax.device_put(xt, jax.devices("cpu")[0]), None)
+
+
+def _check(x: np.ndarray, spec, what: str, *, reference: bool = False):
+    q = _gpu_transposed(x, spec)
+    r = _oracle(x, spec)
+    assert q.shape == r.shape and q.axis == 2, (q.shape, r.shape)
+    bad = C._qtensor_mismatch(q, r)
+    assert not bad, f"{_sid(spec)} {what}: vs mxprec.quantize (CPU) of the transpose: {bad}"
+    # The same codes and scales as mxprec_quantize along axis 1, transposed.
+    a = jax.jit(lambda t: ffi.quantize(t, spec, 1))(jnp.asarray(x))
+    np.testing.assert_array_equal(C._u8(q.data), C._u8(jnp.swapaxes(a.data, 1, 2)))
+    np.testing.assert_array_equal(
+        np.asarray(q.scale).view(np.uint32), np.asarray(jnp.swapaxes(a.scale, 1, 2)).view(np.uint32)
+    )
+    if reference:  # one (R, C) slice against tests/reference (2-D), as test_cuda_quantize does
+        q2 = dataclasses.replace(q, data=q.data[0], scale=q.scale[0], axis=1, shape=q.shape[1:])
+        ref_bad = C._matches_reference(q2, spec, np.asarray(x[0], np.float32).T, 1)
+        assert not ref_bad, f"{_sid(spec)} {what}: vs the numpy reference: {ref_bad}"
+
+
+@needs_gpu
+@pytest.mark.parametrize("spec", SPECS, ids=_sid)
+def test_bit_exact_on_the_adversarial_inputs(spec):
+    for name, make in C.INPUTS.items():
+        x = make()  # (128, 256) f32: ties, NaN / Inf / zero blocks, -0, near FP32 max, tiny, subnormals
+        _check(x[None], spec, name, reference=name != "specials")
+        _check(np.ascontiguousarray(x.T)[None], spec, name + " (transposed input)")
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("spec", SPECS[:2] + SPECS[4:], ids=_sid)
+def test_batches_and_input_dtypes(spec, dtype):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 256, 384)) * np.exp2(rng.integers(-8, 8, (3, 256, 1)))
+    x[1, :128, :7] = 0.0  # zero groups in the second batch entry
+    x[2, 128:, 200] = np.inf
+    x = x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
+    _check(x, spec, f"(3, 256, 384) {dtype}")
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gradient_like_inputs(dtype):
+    """Zeros, -0, FP32 subnormals and quotients far below the FP8 range (the band path's small quotients)."""
+    from test_cuda_quantize import _gradient_like
+
+    x = _gradient_like((2, 256, 384))
+    x = x.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else x
+    for spec in SPECS[:2]:
+        _check(x, spec, f"gradient-like {dtype}")
+
+
+@needs_gpu
+def test_large_bf16():
+    rng = np.random.default_rng(30)
+    x = rng.standard_normal((1, 1024, 4096), np.float32) * np.exp2(rng.integers(-10, 10, (1, 1024, 1)))
+    _check(x.astype(ml_dtypes.bfloat16), TileScaling(E5M2, (1, 128)), "(1, 1024, 4096) bf16")
+
+
+@needs_gpu
+def test_bad_arguments_raise_before_the_kernel():
+    with pytest.raises(ValueError, match="multiples of 128"):
+        cuda.quantize_transposed(jnp.zeros((1, 128, 96), jnp.float32), TileScaling(E4M3, (1, 128)))
+    with pytest.raises(ValueError, match="tile"):
+        cuda.quantize_transposed(jnp.zeros((1, 128, 128), jnp.float32), TileScaling(E4M3, (128, 128)))
+
+
+# ----------------------------------------------------------------------------- GPU: dot_general
+
+
+def _grads(backend, knob, monkeypatch, residuals="wide"):
+    monkeypatch.setenv("MXPREC_TRANSPOSED_QUANTIZE", knob)
+    recipe = mxprec.recipes.get("fp8_block", backend=backend, residuals=residuals)
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.standard_normal((2, 256, 512)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((512, 384)) / 16, jnp.float32)
+
+    def loss(x, w):  # a fresh function per call: the knob is read while tracing
+        y = mxprec.dot_general(x, w, (((2,), (0,)), ((), ())), recipe=recipe)
+        return jnp.sum(y.astype(jnp.float32) ** 2)
+
+    f = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    return f(x, w), f.lower(x, w).compile().as_text()
+
+
+@needs_gpu
+@pytest.mark.parametrize("backend,residuals", [("auto", "wide"), ("ffi", "wide"), ("auto", "quantized")])
+def test_fp8_block_gradients_bit_identical_with_the_transposed_quantize(monkeypatch, backend, residuals):
+    (dx0, dw0), hlo0 = _grads(backend, "0", monkeypatch, residuals)
+    (dx1, dw1), hlo1 = _grads(backend, "1", monkeypatch, residuals)
+    calls = lambda hlo, target: hlo.count(f'custom_call_target="{target}"')
+    assert calls(hlo1, cuda.QUANTIZE_TRANSPOSED_TARGET) == 2 and calls(hlo0, cuda.QUANTIZE_TRANSPOSED_TARGET) == 0
+    # Wgrad's two operands lose their code transposes (Fprop's W keeps its own).
+    t0, t1 = calls(hlo0, cuda.TRANSPOSE_TARGET), calls(hlo1, cuda.TRANSPOSE_TARGET)
+    assert t1 == t0 - 2, (t0, t1)
+    np.testing.assert_array_equal(np.asarray(dx1, np.float32), np.asarray(dx0, np.float32))
+    np.testing.assert_array_equal(np.asarray(dw1), np.asarray(dw0))
