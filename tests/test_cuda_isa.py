@@ -358,6 +358,24 @@ def test_sm90_fp8_transpose_moves_16_byte_pieces_without_spills():
     assert count(r"\b(LDG|STG)\.E\.U8") == 0
 
 
+def test_quantize_col_kernel_transposed_instances():
+    """mxprec_quantize_transposed's col_kernel instances (kTransposed, one per input dtype): each thread stages its
+    two columns' codes as 16-byte chunks (4 STS.128, none of the in-place layout's STS.U16) that leave as 16-byte
+    row pieces of the (B, C, R) result; no col_kernel instance spills."""
+    obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
+    usage = _cuobjdump_out("--dump-resource-usage", obj)
+    col = re.findall(r"Function (\S*col_kernel\S*):\s*\n?\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", usage)
+    assert len(col) >= 12, usage
+    for name, reg, stack, local in col:
+        assert (stack, local) == ("0", "0"), f"{name}: REG:{reg} STACK:{stack} LOCAL:{local} (spills)"
+    functions = re.split(r"\n\s*Function : ", _sass(obj))
+    transposed = [f for f in functions if re.search(r"col_kernel\S*Li8ELb0ELb1EE", f.split("\n", 1)[0])]
+    assert len(transposed) == 3, "transposed col_kernel instances (f32, bf16, f16) not found"
+    for body in transposed:
+        count = lambda pat: len(re.findall(pat, body))
+        assert count(r"\bSTS\.128") == 4 and count(r"\bSTS\.U16") == 0 and count(r"\bSTG\.E\.128") >= 1
+
+
 @pytest.mark.parametrize("serialized", [True, False])
 def test_build_fails_when_ptxas_serializes_wgmmas(tmp_path, serialized):
     """build.sh treats ptxas's C7514 ("wgmma.mma_async instructions are serialized") as an error: a stand-in
