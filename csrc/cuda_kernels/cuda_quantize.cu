@@ -60,7 +60,9 @@
 //                   col_kernel; x read twice);
 //   generic_kernel  anything else (misaligned buffers, extents that are not multiples of 8, odd
 //                   blocks): one thread per group, scalar loads, the exact functions.
-// No transposes: axis 1 is quantized in place.
+// Axis 1 is quantized in place. The second handler, `mxprec_quantize_transposed` (MxprecQuantizeTransposedCuda),
+// writes FP8 1 x G column groups as the QTensor of x's (B, C, R) transpose along its last axis (col_kernel
+// kTransposed): Wgrad's K-major operands without a transpose of the codes.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
