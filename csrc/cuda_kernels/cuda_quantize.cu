@@ -1932,6 +1932,18 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   return ffi::Error::Success();
 }
 
+// Args holding x and the four results (data, scale, amax, tensor_scale) of either quantize handler.
+Args buffer_args(const ffi::AnyBuffer& x, const ffi::AnyBuffer& data, const ffi::AnyBuffer& scale,
+                 const ffi::AnyBuffer& amax, const ffi::AnyBuffer& tensor_scale) {
+  Args a{};
+  a.x = x.untyped_data();
+  a.data = static_cast<uint8_t*>(data.untyped_data());
+  a.scale = scale.untyped_data();
+  a.amax = static_cast<uint32_t*>(amax.untyped_data());
+  a.tensor_scale = static_cast<float*>(tensor_scale.untyped_data());
+  return a;
+}
+
 ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffer amax_in,
                             ffi::Result<ffi::AnyBuffer> data, ffi::Result<ffi::AnyBuffer> scale,
                             ffi::Result<ffi::AnyBuffer> amax_out, ffi::Result<ffi::AnyBuffer> tensor_scale_out,
@@ -1943,12 +1955,7 @@ ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, 
       e.failure())
     return e;
   const QuantizeDesc& d = call.desc;
-  Args a{};
-  a.x = x.untyped_data();
-  a.data = static_cast<uint8_t*>(data->untyped_data());
-  a.scale = scale->untyped_data();
-  a.amax = static_cast<uint32_t*>(amax_out->untyped_data());
-  a.tensor_scale = static_cast<float*>(tensor_scale_out->untyped_data());
+  Args a = buffer_args(x, *data, *scale, *amax_out, *tensor_scale_out);
   a.scale_in = static_cast<const float*>(scale_in.untyped_data());
   a.amax_in = static_cast<const float*>(amax_in.untyped_data());
   a.rows = call.b * call.r;
@@ -2057,12 +2064,7 @@ ffi::Error QuantizeTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi
   if (auto e = check_buffer(kOpT, "amax result", *amax_out, scalar, ffi::DataType::F32); e.failure()) return e;
   if (auto e = check_buffer(kOpT, "tensor_scale result", *tensor_scale_out, scalar, ffi::DataType::F32); e.failure())
     return e;
-  Args a{};
-  a.x = x.untyped_data();
-  a.data = static_cast<uint8_t*>(data->untyped_data());
-  a.scale = scale->untyped_data();
-  a.amax = static_cast<uint32_t*>(amax_out->untyped_data());
-  a.tensor_scale = static_cast<float*>(tensor_scale_out->untyped_data());
+  Args a = buffer_args(x, *data, *scale, *amax_out, *tensor_scale_out);
   if (!aligned(a.x, 16) || !aligned(a.data, 16)) return invalid(o + ": x and data must be 16-byte aligned");
   a.rows = B * R;
   a.cols = C;

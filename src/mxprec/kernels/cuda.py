@@ -404,7 +404,7 @@ def why_not_quantize_transposed(shape, dtype, spec, *, check_library: bool = Tru
         return (f"{spec!r}: the transposed quantize kernel takes FP8 TileScaling with tile (1, G), "
                 f"G in {_TRANSPOSED_BLOCKS}")
     if len(shape) != 3 or jnp.dtype(dtype) not in _WIDE_DTYPES:
-        return f"x must be a 3-D float32 / bfloat16 / float16 array, got shape {tuple(shape)} dtype {jnp.dtype(dtype)}"
+        return f"x must be a 3-D float32 / bfloat16 / float16 array, got shape {tuple(shape)} dtype {dtype}"
     b, r, c = shape
     if min(b, r, c) <= 0 or r % 128 or c % 128:
         return f"x {tuple(shape)}: needs R and C (axes 1, 2) positive multiples of 128 (the kernel's 128 x 128 tiles)"
@@ -416,9 +416,9 @@ def why_not_quantize_transposed(shape, dtype, spec, *, check_library: bool = Tru
 
 
 def quantizes_transposed() -> bool:
-    """Whether dot_general's Wgrad operands use :func:`quantize_transposed` where it applies: ``MXPREC_TRANSPOSED_QUANTIZE``
-    (``1``, the default, or ``0``; a measurement knob: ``0`` quantizes along axis 1 and transposes the codes for the
-    GEMM, the same bits) and the library is loaded."""
+    """Whether dot_general's Wgrad operands use :func:`quantize_transposed` where it applies:
+    ``MXPREC_TRANSPOSED_QUANTIZE`` (``1``, the default, or ``0``; a measurement knob: ``0`` quantizes along axis 1
+    and transposes the codes for the GEMM, the same bits) and the library is loaded."""
     mode = os.environ.get("MXPREC_TRANSPOSED_QUANTIZE", "1")
     if mode not in ("0", "1"):
         raise ValueError(f"MXPREC_TRANSPOSED_QUANTIZE must be 0 or 1, got {mode!r}")
@@ -453,7 +453,8 @@ def quantize_transposed(x: jax.Array, spec: TileScaling) -> QTensor:
         jax.ShapeDtypeStruct((), jnp.float32),
     )
     call = jax.ffi.ffi_call(QUANTIZE_TRANSPOSED_TARGET, outs, vmap_method="sequential")
-    data, scale, amax, _ = call(x, fmt=np.int32(FMT[spec.fmt.name]), block=np.int32(g), power_of_two=np.int32(spec.power_of_two))
+    attrs = dict(fmt=np.int32(FMT[spec.fmt.name]), block=np.int32(g), power_of_two=np.int32(spec.power_of_two))
+    data, scale, amax, _ = call(x, **attrs)
     return QTensor(data=data, scale=scale, amax=amax, tensor_scale=None, spec=spec, axis=2, shape=(b, c, r),
                    dtype=jnp.dtype(x.dtype))
 
