@@ -243,9 +243,12 @@ def _transposed_wgrad_quantize(src, spec, key, backend) -> bool:
     return not cuda.why_not_quantize_transposed(src.shape, src.dtype, spec)
 
 
-def _q_wgrad(src, spec, recipe: Recipe, state=None, key=None, backend="xla"):
-    """Wgrad's operand ``src`` (B, M, F) quantized along M (its contraction axis): QTensor (B, M, F) along axis 1,
-    or, where :func:`_transposed_wgrad_quantize` says so, the same codes as QTensor (B, F, M) along axis 2."""
+def _q_wgrad(src, spec, recipe: Recipe, state=None, key=None, backend="xla", q_prev=None):
+    """Wgrad's operand ``src`` (B, M, F) quantized along M (its contraction axis): Fprop's / Dgrad's copy
+    ``q_prev`` where it is exactly that (:func:`_reusable`), else QTensor (B, M, F) along axis 1, or, where
+    :func:`_transposed_wgrad_quantize` says so, the same codes as QTensor (B, F, M) along axis 2."""
+    if _reusable(q_prev, spec, key, 1):
+        return dataclasses.replace(q_prev, axis=1)
     if spec is not None and _transposed_wgrad_quantize(src, spec, key, backend):
         from mxprec.kernels import cuda
 
@@ -286,10 +289,7 @@ def _fwd(meta: _Meta, x, w, state):
     qw = _q(w, r.fprop_rhs, 1, r, st.rhs if st else None, backend=be, weight=True)
     y = kernels.scaled_gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=meta.out_dtype, backend=meta.backend)
     if r.residuals == "quantized":
-        if _reusable(qx, r.wgrad_lhs, axis=1):
-            rx = dataclasses.replace(qx, axis=1)
-        else:
-            rx = _q_wgrad(x, r.wgrad_lhs, r, st.lhs if st else None, backend=be)
+        rx = _q_wgrad(x, r.wgrad_lhs, r, st.lhs if st else None, backend=be, q_prev=qx)
         rw = _reuse_or_quantize(w, qw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be, weight=True)
     else:
         rx, rw = _reuse_or_keep(x, qx, r.wgrad_lhs, 1), _reuse_or_keep(w, qw, r.dgrad_rhs, 2)
@@ -310,10 +310,7 @@ def _bwd(meta: _Meta, res, g):
                                                 weight=True)
     dx = kernels.scaled_gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=meta.backend)
     qx_w = rx if isinstance(rx, QTensor) else _q_wgrad(rx, r.wgrad_lhs, r, st.lhs if st else None, backend=be)
-    if _reusable(qg_d, r.wgrad_grad, k_wgrad, 1):
-        qg_w = dataclasses.replace(qg_d, axis=1)
-    else:
-        qg_w = _q_wgrad(g, r.wgrad_grad, r, st_g, k_wgrad, backend=be)
+    qg_w = _q_wgrad(g, r.wgrad_grad, r, st_g, k_wgrad, backend=be, q_prev=qg_d)
     dw = kernels.scaled_gemm(qx_w, qg_w, lhs_contract=_wgrad_contract(qx_w), rhs_contract=_wgrad_contract(qg_w),
                              out_dtype=meta.w_dtype, backend=meta.backend)
     ct_state = None
