@@ -1482,6 +1482,19 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
     const bool pairs = I == InType::kBF16 && kBits != 8 && es[0].mode == ElemMode::kMul && es[1].mode == ElemMode::kMul;
     const uint32_t p2 = (__float_as_uint(es[0].p) >> 16) | (__float_as_uint(es[1].p) & 0xFFFF0000u);
     uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kColTile + 2 * pair;
+    // FP8 codes of rows r .. r + 3 of the column pair (row j's two codes in bytes 2 j, 2 j + 1 of c.x, c.y): the
+    // straight division (band) or the per-element path, chosen by the caller once, outside its row loop (in it, the
+    // per-iteration choice cost the 1 x 128 tiles down the columns 73 -> 77 % of copy on the H200).
+    const auto fp8_rows4 = [&](auto band, int r) {
+      float x[8];  // rows r .. r + 3, columns (2 pair, 2 pair + 1) interleaved
+#pragma unroll
+      for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
+      if constexpr (decltype(band)::value) {
+        return in_band_fp8_codes8(x, [&es](int i) { return es[i & 1].p; }, rat, e5m2);
+      } else {
+        return codes8_cols<true>(x, sat, rat, form, f);
+      }
+    };
     if constexpr (kTransposed) {
       // Each column's 32 codes (row r in byte r % 4 of word r / 4: bytes 0, 2 / 1, 3 of c.x, c.y) go to the shared
       // tile codes[column][row] as two 16-byte chunks, chunk k of column c at k ^ ((c >> 1) & 7) (each quarter
@@ -1492,15 +1505,7 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
       const auto fp8_cols = [&](auto band) {
 #pragma unroll
         for (int i = 0; i < kColSeg / 4; ++i) {
-          float x[8];  // rows 4 i .. 4 i + 3, columns (2 pair, 2 pair + 1) interleaved
-#pragma unroll
-          for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (4 * i + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
-          uint2 c;
-          if constexpr (decltype(band)::value) {
-            c = in_band_fp8_codes8(x, [&es](int q) { return es[q & 1].p; }, rat, e5m2);
-          } else {
-            c = codes8_cols<true>(x, sat, rat, form, f);
-          }
+          const uint2 c = fp8_rows4(band, 4 * i);
           t0[i] = __byte_perm(c.x, c.y, 0x6420);
           t1[i] = __byte_perm(c.x, c.y, 0x7531);
         }
@@ -1517,20 +1522,10 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
       col0[kColTile / 16 + ((2 * seg) ^ sw)] = make_uint4(t1[0], t1[1], t1[2], t1[3]);
       col0[kColTile / 16 + ((2 * seg + 1) ^ sw)] = make_uint4(t1[4], t1[5], t1[6], t1[7]);
     } else if constexpr (kBits == 8) {
-      // The encoder is chosen once, outside the row loop (in it, the per-iteration choice cost the 1 x 128
-      // tiles down the columns 73 -> 77 % of copy on the H200).
       const auto fp8_rows = [&](auto band) {
 #pragma unroll 2
         for (int r = 0; r < kColSeg; r += 4) {
-          float x[8];  // rows r .. r + 3, columns (2 pair, 2 pair + 1) interleaved
-#pragma unroll
-          for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
-          uint2 c;
-          if constexpr (decltype(band)::value) {
-            c = in_band_fp8_codes8(x, [&es](int i) { return es[i & 1].p; }, rat, e5m2);
-          } else {
-            c = codes8_cols<true>(x, sat, rat, form, f);
-          }
+          const uint2 c = fp8_rows4(band, r);
           // Row j's two codes are bytes 2 j, 2 j + 1 of c (no byte permutes as in put_packed_rows: MXFP8 down
           // the columns measured 74.3 % of copy this way, 73.0 % through them)
           *reinterpret_cast<uint16_t*>(code_base + (r + 0) * kColTile) = static_cast<uint16_t>(c.x);
