@@ -199,39 +199,6 @@ MXPREC_HD inline uint8_t encode_rne(float v, ElemFormat f) {
   return static_cast<uint8_t>(sign | code);
 }
 
-// ------------------------------------------------------------------------------------ FP8 certificate
-
-// Whether an FP8 code (E4M3, or E5M2 with e5m2) read off an approximate quotient q0 is certain: true
-// only if every FP32 magnitude within 4 bit-pattern steps of |q0| has |q0|'s code under encode_rne
-// (the saturating RNE convert). Integer arithmetic on q0's bits, reduced over a chunk with two mins,
-// in place of converting the 4-step neighbours (two FP8 converts per element, a quarter-rate
-// instruction on the GPU). In the format's normal range the code changes only at the FP32 patterns
-// M = 2**(d - 1) (mod 2**d) (d = 20 / 21 dropped mantissa bits): v = (bits - M + 4) * 2**(32 - d)
-// (mod 2**32; the multiply shifts the sign and exponent out) is at most 8 * 2**(32 - d) exactly when
-// such a pattern lies within 4 steps. Below the normal range only magnitudes that, with their 4-step
-// neighbours, round to zero are certain: u = 2 * (|bits| - tiny) (mod 2**32) is below 2 * (lo - tiny)
-// exactly for the magnitudes in [tiny, lo). A chunk is certain when min v > v_max and min u >= u_min.
-// Conservative elsewhere (patterns near an unreachable "boundary" above max_finite are refused).
-// csrc/cuda_kernels/tests/cuda_quantize_host_test.cc checks it against encode_rne at every code change.
-struct Fp8Certificate {
-  uint32_t v_mul, v_add, v_max;  // v = bits * v_mul + v_add; certain needs min v > v_max
-  uint32_t u_sub, u_min;         // u = bits * 2 - u_sub; certain needs min u >= u_min
-};
-
-MXPREC_HD inline Fp8Certificate fp8_certificate(bool e5m2) {
-  const uint32_t d = e5m2 ? 21u : 20u;                   // FP32 mantissa bits the format drops
-  const uint32_t lo = (e5m2 ? 113u : 121u) << 23;        // min_normal: 2**-14 / 2**-6
-  const uint32_t tiny = ((e5m2 ? 110u : 117u) << 23) - 8u;  // 8 steps below min_subnormal / 2
-  const uint32_t mul = 1u << (32u - d);
-  return Fp8Certificate{mul, (4u - (1u << (d - 1u))) * mul, 8u * mul, 2u * tiny, 2u * (lo - tiny)};
-}
-
-MXPREC_HD inline uint32_t fp8_cert_v(uint32_t bits, const Fp8Certificate& k) { return bits * k.v_mul + k.v_add; }
-MXPREC_HD inline uint32_t fp8_cert_u(uint32_t bits, const Fp8Certificate& k) { return bits * 2u - k.u_sub; }
-MXPREC_HD inline bool fp8_cert_ok(uint32_t min_v, uint32_t min_u, const Fp8Certificate& k) {
-  return min_v > k.v_max && min_u >= k.u_min;
-}
-
 // ------------------------------------------------------------------------------------ bf16 pairs
 #if !defined(__HIPCC__)  // the CUDA kernels and the host test use these; the HIP kernels do not
 

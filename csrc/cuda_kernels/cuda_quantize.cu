@@ -35,7 +35,7 @@
 //   hgroup_kernel   axis 2 groups of 1 x G contiguous elements, G / 8 a power of two <= 32 (mx, tile
 //                   1 x tc, row with C <= 256): one pass, 4 chunks per thread; kWide (G >= 32):
 //                   a thread's chunks lie in one group (one scale per thread, shuffles over G / 32
-//                   lanes; FP8 division certified from one multiply; a thread owning a whole group
+//                   lanes; FP8 groups in the Markstein band divide straight; a thread owning a whole group
 //                   stores its codes in 16-byte stores), else one scale per chunk;
 //   col_kernel      FP8 axis-1 groups of 32 / 64 / 128 rows x 1 column and 128 x 128 tiles on either
 //                   axis, MX FP6 / FP4 axis-1 groups of 32 / 64 / 128 rows and NVFP4 axis-1 groups of
@@ -430,37 +430,6 @@ __device__ __forceinline__ uint2 in_band_fp8_codes8(const float (&x)[8], PAt p, 
   return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
 }
 
-// FP8 codes of x / s from q0 = RN(x * r), r = RN(1 / s), when they are certain: |q0 - x / s| < 2 ulp(q0)
-// (two roundings of relative error 2**-24 each) and RN(x / s) is within half an ulp of x / s, so both lie
-// within 4 ulp-steps of q0's bit pattern (one binade down, a step is half an ulp: still 2 ulp). The
-// saturating convert is monotone, so if no code changes within 4 steps of |q0|'s pattern, RN(x / s) has
-// q0's code (same sign): fp8_certificate (quantize_math.h), integer arithmetic on q0's bits, two mins
-// over the chunk. Else (near an FP8 rounding boundary, in the FP8 subnormal range) returns false and the
-// caller divides exactly. Only for kDiv scales of a finite group amax: |q0| <= max_finite (1 + 2**-22),
-// no NaN / Inf. It replaced converting the 4-step neighbours (three converts per element pair, against
-// one; the convert issues at a quarter of the FMA rate). The same codes as the exact division for every
-// input (tests/test_cuda_quantize.py: on the CPU over 50 scales, on the GPU at and beside every FP8
-// midpoint; the certificate itself at every code change in cuda_quantize_host_test.cc).
-// (Tried in the tensor kernel's and col_kernel's in-band paths, before the Markstein division as its
-// fallback: slower there, e.g. the delayed cast 75.9 -> 70.6 % of copy and 128 x 128 tiles 85.6 -> 79.6 %
-// on the H200; their straight Markstein division stays.)
-__device__ __forceinline__ bool certified_fp8_codes(const float (&x)[8], float r, bool e5m2, uint2& c) {
-  const Fp8Certificate k = fp8_certificate(e5m2);
-  float q0[8];
-  uint32_t min_v = 0xFFFFFFFFu, min_u = 0xFFFFFFFFu;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    q0[i] = __fmul_rn(x[i], r);
-    const uint32_t b = __float_as_uint(q0[i]);
-    min_v = min(min_v, fp8_cert_v(b, k));
-    min_u = min(min_u, fp8_cert_u(b, k));
-  }
-  if (!fp8_cert_ok(min_v, min_u, k)) return false;
-  c.x = fp8x4(q0[0], q0[1], q0[2], q0[3], e5m2);
-  c.y = fp8x4(q0[4], q0[5], q0[6], q0[7], e5m2);
-  return true;
-}
-
 // Which fast_quotients form serves n per-column scales sat(c) with reciprocals rat(c): kColsMul every
 // scale kMul, kColsDiv every scale kDiv with a reciprocal, kColsGeneric neither (mixed / exact / zero
 // modes: codes8 per element).
@@ -494,38 +463,39 @@ __device__ __forceinline__ uint2 quotient_codes8(const float (&x)[8], ElemScale 
                            es.mode == ElemMode::kDiv ? kColsDiv : kColsMul, f);
 }
 
-// The FP8 division when certified_fp8_codes cannot certify a chunk (rare): out of line, so that the
-// common path keeps its registers.
+// The FP8 division of a kDiv chunk outside the Markstein band (a NaN in its group, a negative scale, or
+// quotients above 2**20 under a given amax): out of line, so that the common path keeps its registers.
 struct Chunk8 {
   float v[8];
 };
-__device__ __noinline__ uint2 uncertified_fp8_codes8(Chunk8 x, ElemScale es, float r, ElemFormat f) {
+__device__ __noinline__ uint2 out_of_band_fp8_codes8(Chunk8 x, ElemScale es, float r, ElemFormat f) {
   return quotient_codes8<true>(x.v, es, r, f);
 }
 
-// Codes of 8 elements under one scale (tensor / hgroup kernels, one group per chunk): the scale mode
-// is tested once per chunk, not per element; a kDiv scale with a reciprocal r = RN(1 / s) divides
+// Codes of 8 elements under one scale (tensor / hgroup / cta / row kernels, one group per chunk): the scale
+// mode is tested once per chunk, not per element; a kDiv scale with a reciprocal r = RN(1 / s) divides
 // through fast_quotients.
-// kCertify: FP8 kDiv chunks try certified_fp8_codes first (the hgroup kernel: 1 x 128 tiles 66 -> 68 %
-// of copy on the H200); the tensor kernel keeps the Markstein division inline (69.3 % against 67.8 %
-// certified: the certificate's registers spilled at its 64-register bound).
-template <bool kFp8, bool kCertify = false>
-__device__ __forceinline__ uint2 codes8_uniform(const float (&x)[8], ElemScale es, float r, ElemFormat f) {
+// kBand (the group kernels): `band` is markstein_band of the chunk's group (decided once per group from its max
+// key), and an FP8 kDiv chunk takes in_band_fp8_codes8 inline when it holds, out_of_band_fp8_codes8 when not.
+// That replaced an FP8 code certificate (one multiply, then integer tests on q0's bits for a code change within
+// 4 bit-steps; a refused chunk divided per element): on the H200, 16384 x 14336 bf16, 1 x 128 tiles along rows
+// 61.4 / 61.7 / 53.4 -> 85.9 / 85.9 / 85.6 % of copy (normal / 1 % zeros / lognormal inputs), row scaling
+// 59.2 / 59.4 / 48.7 -> 72.9 / 73.0 / 73.0 % (same call; the certificate refused FP8-subnormal quotients).
+template <bool kFp8, bool kBand = false>
+__device__ __forceinline__ uint2 codes8_uniform(const float (&x)[8], ElemScale es, float r, ElemFormat f,
+                                                bool band = false) {
   if (es.mode != ElemMode::kMul && !(es.mode == ElemMode::kDiv && r != 0.0f)) {
     return codes8<kFp8>(x, [es](int) { return es; }, f);
   }
-#if !defined(MXPREC_CUDA_QUANT_NO_CVT)
-  if constexpr (kFp8 && kCertify) {
+  if constexpr (kFp8 && kBand) {
+    if (band) return in_band_fp8_codes8(x, [&es](int) { return es.p; }, [r](int) { return r; }, f == ElemFormat::kE5M2);
     if (es.mode == ElemMode::kDiv) {
-      uint2 c;
-      if (certified_fp8_codes(x, r, f == ElemFormat::kE5M2, c)) return c;
       Chunk8 xv;
 #pragma unroll
       for (int i = 0; i < 8; ++i) xv.v[i] = x[i];
-      return uncertified_fp8_codes8(xv, es, r, f);
+      return out_of_band_fp8_codes8(xv, es, r, f);
     }
   }
-#endif
   return quotient_codes8<kFp8>(x, es, r, f);
 }
 
@@ -831,6 +801,7 @@ __global__ void __launch_bounds__(kThreads,
     if (valid) {
       const ElemScale es = scale_of(k[0] >> (tpg_log2 + 2), key, (threadIdx.x & (tpg - 1)) == 0);
       const float r = recip_of_divisor(es);
+      const bool band = kFp8 && markstein_band(es, r, key);
       // One thread per group (MX 1 x 32): its chunks are consecutive, so its codes leave in 16-byte stores
       // (8-byte stores at a 32-byte stride left MXFP8 at 56 % of copy bandwidth on the H200; 82 % with these).
       if (tpg == 1 && (reinterpret_cast<uintptr_t>(a.data) & 15u) == 0) {
@@ -845,7 +816,7 @@ __global__ void __launch_bounds__(kThreads,
           for (int j = 0; j < kUnroll; ++j) {
             float v[8];
             to_f32<I>(raw[j], v);
-            cs[j] = codes8_uniform<kFp8, true>(v, es, r, f);
+            cs[j] = codes8_uniform<kFp8, true>(v, es, r, f, band);
           }
         }
         store_run4(a.data, k[0], cs, bits);
@@ -854,7 +825,7 @@ __global__ void __launch_bounds__(kThreads,
         for (int j = 0; j < kUnroll; ++j) {
           float v[8];
           to_f32<I>(raw[j], v);
-          store_chunk(a.data, k[j], codes8_uniform<kFp8, true>(v, es, r, f), bits);
+          store_chunk(a.data, k[j], codes8_uniform<kFp8, true>(v, es, r, f, band), bits);
         }
       }
     }
@@ -875,7 +846,8 @@ __global__ void __launch_bounds__(kThreads,
       if (!valid) continue;
       const int64_t g = k[j] >> tpg_log2;
       const ElemScale es = scale_of(g, key, (k[j] & (tpg - 1)) == 0);
-      store_chunk(a.data, k[j], codes8_uniform<kFp8, true>(v, es, recip_of_divisor(es), f), bits);
+      const float r = recip_of_divisor(es);
+      store_chunk(a.data, k[j], codes8_uniform<kFp8, true>(v, es, r, f, kFp8 && markstein_band(es, r, key)), bits);
     }
   }
   if (a.acc_amax) block_amax(a.amax, acc);
@@ -953,8 +925,9 @@ __global__ void __launch_bounds__(kBlock, kCache <= kCtaCacheSmall ? MXPREC_CTA_
     }
   }
   key = cta_max_key<kBlock>(key, red);
-  float r;  // one scale per CTA: the certified division of the hgroup kernel
+  float r;  // one scale per CTA
   const ElemScale es = cta_group_scale(a, g, key, r);
+  const bool band = markstein_band(es, r, key);
   if (cached) {
 #pragma unroll
     for (int i = 0; i < kCache; ++i) {
@@ -962,7 +935,7 @@ __global__ void __launch_bounds__(kBlock, kCache <= kCtaCacheSmall ? MXPREC_CTA_
       if (j < nck) {
         float v[8];
         to_f32<I>(cache[i], v);
-        *reinterpret_cast<uint2*>(a.data + elem_of(j)) = codes8_uniform<true, true>(v, es, r, f);
+        *reinterpret_cast<uint2*>(a.data + elem_of(j)) = codes8_uniform<true, true>(v, es, r, f, band);
       }
     }
   } else {
@@ -970,7 +943,7 @@ __global__ void __launch_bounds__(kBlock, kCache <= kCtaCacheSmall ? MXPREC_CTA_
       float v[8];
       const int64_t e = elem_of(j);
       to_f32<I>(load_raw<I>(a.x, e), v);
-      *reinterpret_cast<uint2*>(a.data + e) = codes8_uniform<true, true>(v, es, r, f);
+      *reinterpret_cast<uint2*>(a.data + e) = codes8_uniform<true, true>(v, es, r, f, band);
     }
   }
 }
@@ -1250,13 +1223,14 @@ __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) ro
     key = cta_max_key<kBlock>(key, red[parity]);
     float r;
     const ElemScale es = cta_group_scale(a, g, key, r);
+    const bool band = markstein_band(es, r, key);
     uint8_t* out = a.data + first_elem(g) + 8 * threadIdx.x;
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       if (i < mine) {
         float v[8];
         to_f32<I>(kHold ? raw[i] : *reinterpret_cast<const Raw<I>*>(slot(b, i)), v);
-        *reinterpret_cast<uint2*>(out + 8 * i * kBlock) = codes8_uniform<true, true>(v, es, r, f);
+        *reinterpret_cast<uint2*>(out + 8 * i * kBlock) = codes8_uniform<true, true>(v, es, r, f, band);
       }
     }
   }

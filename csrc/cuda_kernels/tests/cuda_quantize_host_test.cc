@@ -8,8 +8,7 @@
 //   3. encode_elem(x, mx_elem_scale(m), f) == encode_mx(x, m, f) with m = mx_block_scale(amax), x in
 //      [-amax, amax] (block amaxes over the whole FP32 exponent range: e = 127, e < -109, ...);
 //   4. encode_elem(x, nvfp4_elem_scale(b)) == encode_nvfp4(x, b);
-//   5. narrow2_bf16 (the bf16-pair MX FP6 / FP4 encoder) against encode_rne and encode_mx;
-//   6. fp8_certificate (the FP8 code certificate of the row / tile kernels) at every code change.
+//   5. narrow2_bf16 (the bf16-pair MX FP6 / FP4 encoder) against encode_rne and encode_mx.
 // The host divides / multiplies in IEEE FP32 without FTZ, like the device's div.rn.f32 / mul.rn.
 // Prints "<check> <cases> <mismatches>" per line and the first mismatches; exit status 1 if any.
 // Not covered here (device-only): cvt.rn.satfinite.{e4m3,e5m2}x2.f32, which the kernels use for
@@ -199,39 +198,5 @@ int main() {
   }
   c5.report();
 
-  // 6. fp8_certificate: no magnitude within 4 steps of an accepted pattern has another code. Every code
-  // change t (code(t - 1) != code(t), found by bisection; encode_rne is monotone in the magnitude) must
-  // refuse the patterns t - 4 .. t + 3 (both signs), which proves it for every pattern; a strided
-  // sweep checks accepted patterns directly, and the certificate must accept > 99 % of the normal range.
-  Counter c6{"fp8_certificate"};
-  for (ElemFormat f : {ElemFormat::kE4M3, ElemFormat::kE5M2}) {
-    const Fp8Certificate k = fp8_certificate(f == ElemFormat::kE5M2);
-    const auto accepts = [&k](uint32_t bits) { return fp8_cert_ok(fp8_cert_v(bits, k), fp8_cert_u(bits, k), k); };
-    const auto code = [f](uint32_t mag) { return static_cast<int>(encode_rne(bits_f32(mag), f)); };
-    const int top = code(0x7F800000u);
-    for (int c = 1; c <= top; ++c) {
-      uint32_t lo = 0, hi = 0x7F800000u;  // smallest magnitude with code >= c
-      while (lo < hi) {
-        const uint32_t mid = lo + (hi - lo) / 2;
-        if (code(mid) >= c) hi = mid; else lo = mid + 1;
-      }
-      for (uint32_t a = lo >= 4 ? lo - 4 : 0; a <= lo + 3; ++a) {
-        for (uint32_t sign : {0u, 0x80000000u}) c6.check(!accepts(a | sign), bits_f32(a | sign), 0.0f, f, 1, 0);
-      }
-    }
-    long normal = 0, taken = 0;
-    for (uint64_t a = 4; a + 4 < 0x7F800000u; a += 4099) {
-      const uint32_t m = static_cast<uint32_t>(a);
-      if (!accepts(m)) continue;
-      c6.check(code(m - 4) == code(m + 4), bits_f32(m), 0.0f, f, code(m + 4), code(m - 4));
-    }
-    const uint32_t min_normal = f32_bits(format_info(f).min_normal), max_b = f32_bits(format_info(f).max_finite);
-    for (uint32_t a = min_normal; a <= max_b; a += 97) {
-      ++normal;
-      taken += accepts(a) ? 1 : 0;
-    }
-    c6.check(taken * 100 > normal * 99, static_cast<float>(taken) / static_cast<float>(normal), 0.0f, f, 0, 0);
-  }
-  c6.report();
-  return (c1.bad || c2.bad || c3.bad || c4.bad || c5.bad || c6.bad) ? 1 : 0;
+  return (c1.bad || c2.bad || c3.bad || c4.bad || c5.bad) ? 1 : 0;
 }
