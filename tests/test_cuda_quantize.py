@@ -337,10 +337,12 @@ def _fp8_codes(v: np.ndarray, dtype) -> np.ndarray:
 
 def _division_cases():
     """(s, x) for the CPU division tests: the fixed and 40 random scales in [2**-80, 2**102) (where the
-    kernels divide through RN(1 / s)), x = the adversarial quotients, every bf16 pattern, and those
+    kernels divide through RN(1 / s)), and powers of two there (col_kernel divides a power-of-two column scale
+    the same way, beside a kDiv column), x = the adversarial quotients, every bf16 pattern, and those
     times s (NaNs included)."""
     rng = np.random.default_rng(7)
     scales = _DIVISION_SCALES + list(np.exp2(rng.uniform(-80, 102, 40)) * rng.uniform(1, 2, 40))
+    scales += [2.0**-80, 2.0**-7, 2.0**-3, 1.0, 2.0**13, 2.0**101]
     bf16 = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
     for scale in scales:
         s = np.float32(scale)
@@ -475,6 +477,28 @@ def test_reciprocal_division_in_tile_groups():
         _check(TileScaling(fmt, (1, 128)), x, -1, reference=False, what="tile 1x128 division")
         _check(TileScaling(fmt, (1, 128)), xt, 0, reference=False, what="tile 1x128 division (axis 0)")
         _check(TileScaling(fmt, (1, 128)), xt_wide, 0, reference=False, what="tile 1x128 division (axis 0, 256)")
+
+
+@needs_gpu
+def test_column_pairs_mixing_power_of_two_and_dividing_scales():
+    """col_kernel (1 x 128 groups down the columns): a thread's column pair may hold a power-of-two tile scale
+    (a multiply) beside a dividing one; both take the straight Markstein division (band_operands). Columns
+    alternate amax = 7 * 2**k (E4M3 448 = 7 * 2**6, E5M2 57344 = 7 * 2**13: scale 2**(k - 6) / 2**(k - 13))
+    and amax = 5 * 2**k, their other elements on and beside FP8 midpoints of x / s, over most of the FP32 range."""
+    rng = np.random.default_rng(9)
+    cols = []
+    for k in range(-60, 100, 5):
+        for fmt_max in (448.0, 57344.0):
+            for m in (7.0, 5.0):
+                amax = np.float32(m * 2.0**k)
+                v = _division_adversarial(amax / np.float32(fmt_max), seed=k + 400).ravel()
+                v = v[np.isfinite(v) & (np.abs(v) < amax)]
+                cols.append(np.concatenate([[amax], rng.choice(v, 127), [-amax], rng.choice(v, 127)]).astype(np.float32))
+    x = np.stack(cols, axis=1)  # (256, 128): 128 columns, pairs (7 * 2**k, 5 * 2**k), two groups each
+    for fmt in (E4M3, E5M2):
+        _check(TileScaling(fmt, (1, 128)), x, 0, reference=False, what="mixed column pairs")
+        _check(TileScaling(fmt, (1, 128)), x.astype(ml_dtypes.bfloat16), 0, reference=False,
+               what="mixed column pairs, bf16")
 
 
 @needs_gpu

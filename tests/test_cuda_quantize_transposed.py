@@ -198,6 +198,20 @@ def test_gradient_like_inputs(dtype):
 
 
 @needs_gpu
+def test_column_pairs_mixing_power_of_two_and_dividing_scales():
+    """A column pair with a power-of-two scale beside a dividing one (the band's two operand forms)."""
+    rng = np.random.default_rng(12)
+    amax = np.where(np.arange(256) % 2 == 0, 7.0, 5.0) * np.exp2(rng.integers(-30, 30, 256))
+    x = rng.uniform(-1, 1, (2, 256, 256)) * amax
+    x[:, 3, :], x[:, 131, :] = amax, -amax  # each group's amax
+    x[:, 200:, ::3] = 0.0
+    x = x.astype(np.float32)
+    for spec in SPECS[:2]:
+        _check(x, spec, "mixed column pairs")
+        _check(x.astype(ml_dtypes.bfloat16), spec, "mixed column pairs, bf16")
+
+
+@needs_gpu
 def test_large_bf16():
     rng = np.random.default_rng(30)
     x = rng.standard_normal((1, 1024, 4096), np.float32) * np.exp2(rng.integers(-10, 10, (1, 1024, 1)))

@@ -410,6 +410,26 @@ __device__ __forceinline__ bool markstein_band(ElemScale es, float r, uint32_t k
   if (es.mode != ElemMode::kDiv || !(r > 0.0f) || kmax > 0x7F800000u) return false;
   return __fmul_rn(__uint_as_float(kmax), r) <= 0x1p20f;
 }
+// The same test for a divisor / reciprocal pair from band_operands (below), whose reciprocal is 0 unless it divides.
+__device__ __forceinline__ bool band_admits(float r, uint32_t kmax) {
+  if (!(r > 0.0f) || kmax > 0x7F800000u) return false;
+  return __fmul_rn(__uint_as_float(kmax), r) <= 0x1p20f;
+}
+
+// The divisor (x) and reciprocal (y) in_band_fp8_codes8 divides by under a scale: a kDiv scale's (s, r) (r from
+// recip_of_divisor); a power-of-two scale (kMul, multiplier p = 2**-k) divides the same way through (2**k, p), both
+// exact, so q0 = RN(x * p) is the multiply's quotient and x / 2**k is the IEEE quotient the band's proof is about;
+// other modes (and 2**k outside [2**-80, 2**102)) get reciprocal 0, which band_admits refuses. For col_kernel, whose
+// column pairs may mix the two modes: a tile scale amax / 448 is a power of two whenever a bf16 amax is 7 * 2**k
+// (~1 column in 128 of f32-drawn normal data), and a mixed pair had taken the per-element path (IEEE division per
+// element) while its warp waited.
+__device__ __forceinline__ float2 band_operands(ElemScale es, float r) {
+  if (es.mode == ElemMode::kMul) {
+    const float d = __frcp_rn(es.p);
+    return make_float2(d, d >= 0x1p-80f && d < 0x1p102f ? es.p : 0.0f);
+  }
+  return make_float2(es.p, es.mode == ElemMode::kDiv ? r : 0.0f);
+}
 
 // FP8 codes of 8 elements that markstein_band admitted (r > 0). The Markstein division with negated residuals:
 // e = RN(q * p - x), q' = RN(-e * r + q), the same bits as RN(x - q * p) and RN(e * r + q) for x != 0 (RN is
@@ -1450,7 +1470,8 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
     const auto rat = [&rcp](int i) { return rcp[i & 1]; };
     const int form = cols_form<2>(sat, rat);
     // Both columns' quotients over this thread's 32 rows in the Markstein band: the straight division.
-    const bool in_band = kBand && markstein_band(es[0], rcp[0], k0) && markstein_band(es[1], rcp[1], k1);
+    const float2 bo[2] = {band_operands(es[0], rcp[0]), band_operands(es[1], rcp[1])};
+    const bool in_band = kBand && band_admits(bo[0].y, k0) && band_admits(bo[1].y, k1);
     const bool e5m2 = f == ElemFormat::kE5M2;
     // MX FP6 / FP4 from bf16 with both columns in kMul mode: the bf16-pair encoder, a column per lane.
     const bool pairs = I == InType::kBF16 && kBits != 8 && es[0].mode == ElemMode::kMul && es[1].mode == ElemMode::kMul;
@@ -1464,7 +1485,7 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
       if constexpr (decltype(band)::value) {
-        return in_band_fp8_codes8(x, [&es](int i) { return es[i & 1].p; }, rat, e5m2);
+        return in_band_fp8_codes8(x, [&bo](int i) { return bo[i & 1].x; }, [&bo](int i) { return bo[i & 1].y; }, e5m2);
       } else {
         return codes8_cols<true>(x, sat, rat, form, f);
       }
