@@ -54,10 +54,11 @@ AXIS0 = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3", "mxfp6_e3m2"
          *KMAJOR]
 
 
-# Input distributions (drawn in f32, rounded to bf16). The kernels' per-element work depends on the values: e.g.
-# hgroup_kernel's FP8 certificate refuses chunks with quotients in the FP8 subnormal range (then divides per
-# element). Until the twenty-fourth session the input was jax.random.normal drawn in bf16, on which the dividing
-# kinds ran faster than on any of these (benchmarks/results/h200_quantize_kmajor.md).
+# Input distributions (drawn in f32, rounded to bf16). The kernels' per-element work can depend on the values: until
+# the twenty-fifth session hgroup_kernel's FP8 certificate refused FP8-subnormal quotients, and col_kernel divided a
+# column pair per element when one of its tile scales was a power of two (a bf16 amax of 7 * 2**k), which
+# jax.random.normal drawn in bf16 (the input until the twenty-fourth session) almost never produces
+# (benchmarks/results/h200_quantize_kmajor.md, h200_quantize_group_division.md).
 DISTS = {
     "normal": "standard normal",
     "lognormal": "sign * exp(N(0, 3)) (magnitudes over ~10 decades, as gradients)",
