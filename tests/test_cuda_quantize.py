@@ -74,7 +74,7 @@ def test_element_fast_path_matches_exact_functions_on_cpu(tmp_path):
         for ln in r.stdout.splitlines()
         if not ln.startswith("MISMATCH")
     }
-    assert set(counts) == {"encode_rne", "scaled", "mx", "nvfp4", "bf16_pairs"}, r.stdout
+    assert set(counts) == {"encode_rne", "scaled", "mx", "nvfp4", "bf16_pairs", "nvfp4_certificate"}, r.stdout
     assert all(cases > 100_000 and bad == 0 for cases, bad in counts.values()), r.stdout
     assert r.returncode == 0, r.stdout
 
@@ -193,6 +193,46 @@ def test_nvfp4_block_scale_rounding_edges(dtype):
         x = x.astype(ml_dtypes.bfloat16)
     _check(NVFP4Scaling(), x, -1, what=f"block scale edges {dtype}")
     _check(NVFP4Scaling(), np.ascontiguousarray(x.T), 0, what=f"block scale edges {dtype} (axis 0)")
+
+
+def _nvfp4_e2m1_edges(ts_target: float, seed: int) -> np.ndarray:
+    """(128, 256) f32, NVFP4 blocks of 16 along rows. The first element, 2688 * ts_target, sets the tensor scale
+    s_t; every other block has amax 6 * s_b * s_t for an E4M3 value s_b (its block scale) and elements within 12
+    FP32 steps of an E2M1 grid point or rounding midpoint times eff = s_b * s_t: quotients x / eff that the
+    kernels' reciprocal certificate (e2m1_near_boundary) refuses, and ones just outside its window. One block in
+    16 has an amax whose s_b rounds to 0 (eff = 0: every code 0, also of its negative elements)."""
+    rng = np.random.default_rng(seed)
+    t_amax = np.float32(2688.0 * ts_target)
+    ts = t_amax / np.float32(2688.0)
+    e4m3 = C.R.grid(C.R.E4M3)
+    sbs = e4m3[e4m3 > 0]
+    e2m1 = C.R.grid(C.R.E2M1)
+    pts = np.concatenate([e2m1[1:], (e2m1[1:] + e2m1[:-1]) / 2])
+    nblocks = 128 * 16 - 1
+    sb = rng.choice(sbs, nblocks).astype(np.float32)
+    eff = (sb * ts).astype(np.float32)
+    amax = (np.float32(6.0) * sb * ts).astype(np.float32)
+    v = (rng.choice(pts, (nblocks, 15)) * eff[:, None]).astype(np.float32)
+    v = (v.view(np.int32) + rng.integers(-12, 13, v.shape).astype(np.int32)).view(np.float32)
+    blocks = np.concatenate([amax[:, None], np.minimum(v, amax[:, None])], axis=1)
+    zero = rng.integers(0, 16, nblocks) == 0
+    blocks[zero] = (blocks[zero] * np.float32(2.0**-12)).astype(np.float32)  # t = amax / 6 / s_t < 2**-10
+    blocks *= np.where(rng.integers(0, 2, blocks.shape) == 1, 1.0, -1.0).astype(np.float32)
+    first = np.zeros((1, 16), np.float32)
+    first[0, 0] = t_amax
+    return np.concatenate([first, blocks]).reshape(128, 256).astype(np.float32)
+
+
+@needs_gpu
+@pytest.mark.parametrize("ts_target", [1.0, 0.0371, 3.1e-5, 7.3e4])
+def test_nvfp4_reciprocal_codes_beside_e2m1_midpoints(ts_target):
+    """NVFP4's E2M1 codes through RN(1 / eff) (nvfp4_fast_codes8) with the exact division where the certificate
+    refuses: quotients on and within 12 FP32 steps of every E2M1 grid point and midpoint, zero-scale blocks with
+    negative elements, along both axes (nvfp4_row_kernel, col_kernel), bit-exact against the CPU oracle and the
+    numpy reference."""
+    x = _nvfp4_e2m1_edges(ts_target, seed=int(ts_target * 1000) % 997)
+    _check(NVFP4Scaling(), x, -1, what=f"E2M1 edges s_t~{ts_target:g}")
+    _check(NVFP4Scaling(), np.ascontiguousarray(x.T), 0, what=f"E2M1 edges s_t~{ts_target:g} (axis 0)")
 
 
 @needs_gpu

@@ -282,7 +282,8 @@ MXPREC_HD inline uint32_t ge_mask_bf16x2(uint32_t a, uint32_t b) {
 // 7-bit mantissa, the exponent rebias folded into the rounding add (the code is the low bits of the
 // shifted sum); select by lane mask. No lane borrows from or carries into the other: every per-lane sum
 // stays in [0, 2**16), and what a shift moves across the lane boundary is masked off.
-template <ElemFormat F>
+// kScale false: w holds the values to encode (no multiply by p2; NVFP4's ro_bf16x2 quotients).
+template <ElemFormat F, bool kScale = true>
 MXPREC_HD inline uint32_t narrow2_bf16(uint32_t w, uint32_t p2) {
   constexpr FormatInfo fi = format_info(F);
   static_assert(fi.bits < 8, "FP6 / FP4 only");
@@ -297,13 +298,23 @@ MXPREC_HD inline uint32_t narrow2_bf16(uint32_t w, uint32_t p2) {
   // normal code = (rounded >> kSh) - ((127 - bias) << mbits), taken mod 2**kMagBits: add its negation there
   constexpr uint32_t kRebias = (0u - (static_cast<uint32_t>(127 - fi.bias) << fi.mbits)) & kMag;
   constexpr uint32_t kRoundAdd = ((1u << (kSh - 1)) - 1u) + (kRebias << kSh);
-  const uint32_t q = fma_bf16x2(w, p2, 0x80008000u);  // x * 2**-e (+ -0: keeps the product's zero sign)
+  const uint32_t q = kScale ? fma_bf16x2(w, p2, 0x80008000u) : w;  // x * 2**-e (+ -0: keeps the product's zero sign)
   const uint32_t a = min_u16x2(q & 0x7FFF7FFFu, kMaxBits * kLanes);
   const uint32_t sub = fma_bf16x2(a, kSubScaleBits * kLanes, kMagic * kLanes);
   const uint32_t normal = (a + kRoundAdd * kLanes + ((a >> kSh) & kLanes)) >> kSh;
   const uint32_t is_normal = ge_mask_bf16x2(a, kMinNormalBits * kLanes);
   const uint32_t sign = (w >> (15 - kMagBits)) & ((1u << kMagBits) * kLanes);
   return (((normal & is_normal) | (sub & ~is_normal)) & (kMag * kLanes)) | sign;
+}
+
+// Two FP32 values (lane 0: a) as bf16 patterns rounded to odd: truncated, the last bit set where a dropped bit is.
+// Rounding to odd at bf16's 8 significand bits and then to nearest even at 5 or fewer is the direct rounding to
+// nearest even (Boldo and Melquiond, 2008), so narrow2_bf16<F, false> of the pair gives encode_rne(a, F) and
+// encode_rne(b, F) for FP6 / FP4 F and non-NaN a, b (the host test checks a sweep of the FP32 patterns).
+MXPREC_HD inline uint32_t ro_bf16x2(float a, float b) {
+  const uint32_t ua = f32_bits(a), ub = f32_bits(b);
+  const uint32_t hi = (ua >> 16) | (ub & 0xFFFF0000u), lo = (ua & 0xFFFFu) | (ub << 16);
+  return hi | min_u16x2(lo, 0x00010001u);
 }
 #endif  // !__HIPCC__
 
@@ -347,6 +358,21 @@ MXPREC_HD inline ElemScale mx_elem_scale(const MxScale& m) {
 MXPREC_HD inline ElemScale nvfp4_elem_scale(const Nvfp4Scale& b) {
   if (b.eff == 0.0f) return ElemScale{ElemMode::kZero, 0.0f};
   return scaled_elem_scale(b.eff);
+}
+
+// NVFP4's E2M1 codes through the reciprocal, without the division (the CUDA kernels' nvfp4_codes8): for a kDiv
+// scale s in [2**-80, 2**102) with r = RN(1 / s) and x finite, q0 = RN(x * r) = (x / s)(1 + d), |d| < 2**-23, lies
+// less than 2 ulps from x / s, and RN(x / s) half an ulp from that: at most 2 bit steps from q0 within a binade, 5
+// across a power of two. The E2M1 rounding boundaries are the midpoints 0.25, 0.75 (low 22 significand bits zero,
+// as are 0.375 and 0.5 below 1) and 1.25, 1.75, 2.5, 3.5, 5 (low 22 bits 2**21, as is 7). Where this is false (|q0|
+// below 2**-3, under every boundary, or more than 8 bit steps from every such value) q0 and RN(x / s) lie strictly
+// between the same two boundaries, and encode_rne gives them the same code; where it is true the kernels divide.
+// The grid points 1 ... 6 are not refused: a group's amax element often has q0 = 6 * t / s_b = 6 exactly.
+// (Inf: false, and both saturate; q0 is not NaN, since a group holding a NaN has a NaN amax and an exact mode.)
+MXPREC_HD inline bool e2m1_near_boundary(float q0) {
+  const uint32_t a = f32_bits(q0) & 0x7FFFFFFFu;
+  const uint32_t offset = a >= 0x3F800000u ? 0x200000u : 0u;
+  return a >= 0x3E000000u && ((a + offset + 8u) & 0x3FFFFFu) <= 16u;
 }
 
 MXPREC_HD inline bool is_fast_mode(ElemMode m) {

@@ -44,7 +44,9 @@
 //                   FP6 / FP4) leave through shared memory;
 //                   taller column groups (row scaling along axis 1) read their keys from a keys pass;
 //   nvfp4_row_kernel NVFP4 axis-2 groups (16 elements): a thread owns 4 consecutive chunks, two whole
-//                   groups (one scale computation per group), codes in one 16-byte store;
+//                   groups (one scale computation per group), codes in one 16-byte store; E2M1 codes through
+//                   the reciprocal of the scale where a certificate shows they are the division's (nvfp4_codes8,
+//                   also in col_kernel's NVFP4 path);
 //   row_kernel      FP8 axis-2 row groups of 257 .. 16384 elements: persistent CTAs of 128 threads x 4 /
 //                   8 chunks or 512 x 4 that prefetch their next row into shared memory (cp.async) while
 //                   they compute the current one (one pass);
@@ -630,6 +632,56 @@ __device__ __forceinline__ ElemScale nvfp4_group_scale(uint32_t key, float ts, u
   return nvfp4_elem_scale(b);
 }
 
+// NVFP4's E2M1 codes through the reciprocal, certified by e2m1_near_boundary (quantize_math.h): Markstein's division
+// (four FMAs and a band test per element) only for the chunks the certificate refuses. A group's operands: the
+// multiplier m (its kMul scale's p, q0 = x * p exact; its kDiv scale's r = RN(1 / s), recip_of_divisor nonzero; 0 for
+// kZero, whose codes the caller masks to 0: the reference gives 0, not -0) and the divisor d of the division (1 / p,
+// exact; s; 0). nvfp4_has_multiplier is false for the other modes (kDiv outside [2**-80, 2**102), kExactDiv): the
+// caller divides exactly.
+__device__ __forceinline__ bool nvfp4_has_multiplier(ElemScale es, float r) {
+  return es.mode == ElemMode::kMul || es.mode == ElemMode::kZero || (es.mode == ElemMode::kDiv && r != 0.0f);
+}
+__device__ __forceinline__ float nvfp4_multiplier(ElemScale es, float r) {
+  return es.mode == ElemMode::kMul ? es.p : (es.mode == ElemMode::kZero ? 0.0f : r);
+}
+__device__ __forceinline__ float nvfp4_divisor(ElemScale es) {
+  return es.mode == ElemMode::kMul ? __frcp_rn(es.p) : es.p;
+}
+// Byte mask of a chunk's codes under one scale (all) / a column pair's (even elements column 0): 0 for kZero.
+__device__ __forceinline__ uint32_t nvfp4_keep(ElemScale es, uint32_t lanes) {
+  return es.mode == ElemMode::kZero ? 0u : lanes;
+}
+
+// E2M1 codes (byte i = element i) of 8 elements, element i under multiplier m(i) and divisor d(i): q0 = RN(x * m);
+// if e2m1_near_boundary refuses one (on normal data about one chunk in 100, mostly elements equal to the tensor amax
+// times a power of two: exact midpoints), every element of the chunk takes in_band_fp8_codes8's Markstein steps,
+// which give RN(x / d) where 2**-20 <= |q0| <= 2**20 (outside, q0 is kept: the same code). Then encode_rne of each
+// quotient by the bf16-pair encoder on its round-to-odd bf16 pattern (ro_bf16x2), two elements per instruction.
+template <class MAt, class DAt>
+__device__ __forceinline__ uint2 nvfp4_codes8(const float (&x)[8], MAt m, DAt d) {
+  float q[8];
+  bool near = false;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    q[i] = __fmul_rn(x[i], m(i));
+    near |= e2m1_near_boundary(q[i]);
+  }
+  if (near) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float q0 = q[i];
+      const float q1 = __fmaf_rn(-__fmaf_rn(q0, d(i), -x[i]), m(i), q0);
+      const float q2 = __fmaf_rn(-__fmaf_rn(q1, d(i), -x[i]), m(i), q1);
+      const float a = fabsf(q0);
+      q[i] = (a >= 0x1p-20f && a <= 0x1p20f) ? q2 : q0;
+    }
+  }
+  uint32_t p[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) p[j] = narrow2_bf16<ElemFormat::kE2M1, false>(ro_bf16x2(q[2 * j], q[2 * j + 1]), 0u);
+  return make_uint2(__byte_perm(p[0], p[1], 0x6420), __byte_perm(p[2], p[3], 0x6420));
+}
+
 // ------------------------------------------------------------------------------------ kernels
 
 // The tensor amax pass in front of a cast pass (current scaling, NVFP4). It walks x from the end: CTAs are
@@ -718,8 +770,9 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
 // NVFP4 along rows (axis 2, groups of 16 elements = 2 chunks): a thread owns kUnroll = 4 consecutive chunks,
 // two whole groups, so each group's scale is computed once (hgroup_kernel's layout splits a group over two
 // lanes that each compute its scale, for every chunk), and its 32 codes leave in one 16-byte store.
+// Held to 64 registers (4 CTAs per SM): at 76 (3 CTAs) the first form of nvfp4_codes8 ran 5 % slower (H200).
 template <InType I>
-__global__ void __launch_bounds__(kThreads) nvfp4_row_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads, 4) nvfp4_row_kernel(Args a) {
   static_assert(kUnroll == 4, "nvfp4_row_kernel: a thread owns two groups of two chunks");
   const float ts = nvfp4_ts(a);
   if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
@@ -745,8 +798,18 @@ __global__ void __launch_bounds__(kThreads) nvfp4_row_kernel(Args a) {
       acc = max(acc, key);
       const ElemScale es = nvfp4_group_scale(key, ts, scale, k0 / 2 + g);
       const float r = recip_of_divisor(es);
-      cs[2 * g] = codes8_uniform<false>(v0, es, r, ElemFormat::kE2M1);
-      cs[2 * g + 1] = codes8_uniform<false>(v1, es, r, ElemFormat::kE2M1);
+      if (nvfp4_has_multiplier(es, r)) {
+        const float m = nvfp4_multiplier(es, r), dv = nvfp4_divisor(es);
+        const auto mul = [m](int) { return m; };
+        const auto div = [dv](int) { return dv; };
+        const uint32_t keep = nvfp4_keep(es, 0xFFFFFFFFu);
+        const uint2 c0 = nvfp4_codes8(v0, mul, div), c1 = nvfp4_codes8(v1, mul, div);
+        cs[2 * g] = make_uint2(c0.x & keep, c0.y & keep);
+        cs[2 * g + 1] = make_uint2(c1.x & keep, c1.y & keep);
+      } else {  // an exact mode (rare): the generic per-element path
+        cs[2 * g] = codes8_uniform<false>(v0, es, r, ElemFormat::kE2M1);
+        cs[2 * g + 1] = codes8_uniform<false>(v1, es, r, ElemFormat::kE2M1);
+      }
     }
     if (two) {
       store_run4(a.data, k0, cs, 4);
@@ -1336,12 +1399,27 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
     uint8_t* scale = static_cast<uint8_t*>(a.scale) + (grow0 + h) * a.ngc + col;
     const ElemScale es[2] = {nvfp4_group_scale(k0, ts, scale, 0), nvfp4_group_scale(k1, ts, scale, 1)};
     const float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
+    // Both columns with a multiplier (nearly always): nvfp4_codes8; else (exact modes) cols_form's generic path.
+    const bool fast = nvfp4_has_multiplier(es[0], rcp[0]) && nvfp4_has_multiplier(es[1], rcp[1]);
     const auto sat = [&es](int i) { return es[i & 1]; };
     const auto rat = [&rcp](int i) { return rcp[i & 1]; };
     const int form = cols_form<2>(sat, rat);
+    const float mul[2] = {nvfp4_multiplier(es[0], rcp[0]), nvfp4_multiplier(es[1], rcp[1])};
+    const float div[2] = {nvfp4_divisor(es[0]), nvfp4_divisor(es[1])};
+    const uint32_t keep = nvfp4_keep(es[0], 0x00FF00FFu) | nvfp4_keep(es[1], 0xFF00FF00u);
 #pragma unroll 2
     for (int r = 16 * h; r < 16 * h + 16; r += 4) {
-      fp32_packed_rows<I, 4>(col_base, code_base, r, sat, rat, form, ElemFormat::kE2M1);
+      float x[8];  // rows r .. r + 3, the two columns interleaved
+#pragma unroll
+      for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
+      uint2 c;
+      if (fast) {
+        c = nvfp4_codes8(x, [&mul](int i) { return mul[i & 1]; }, [&div](int i) { return div[i & 1]; });
+        c = make_uint2(c.x & keep, c.y & keep);
+      } else {
+        c = codes8_cols<false>(x, sat, rat, form, ElemFormat::kE2M1);
+      }
+      put_packed_rows<4>(code_base, r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
     }
   }
   return all;

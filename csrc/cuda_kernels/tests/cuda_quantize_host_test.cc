@@ -8,7 +8,11 @@
 //   3. encode_elem(x, mx_elem_scale(m), f) == encode_mx(x, m, f) with m = mx_block_scale(amax), x in
 //      [-amax, amax] (block amaxes over the whole FP32 exponent range: e = 127, e < -109, ...);
 //   4. encode_elem(x, nvfp4_elem_scale(b)) == encode_nvfp4(x, b);
-//   5. narrow2_bf16 (the bf16-pair MX FP6 / FP4 encoder) against encode_rne and encode_mx.
+//   5. narrow2_bf16 (the bf16-pair MX FP6 / FP4 encoder) against encode_rne and encode_mx;
+//   6. the NVFP4 reciprocal certificate (e2m1_near_boundary): where it is false, encode_rne(RN(x * RN(1 / s)))
+//      == encode_scaled(x, s) for E2M1 (where it is true, after the kernels' Markstein steps), with x up to 40 FP32
+//      steps either side of every E2M1 grid point and midpoint times s, random and tiny x, s over [2**-80, 2**102); and the device's encoder of q0 (narrow2_bf16 of
+//      the round-to-odd bf16 pattern, ro_bf16x2) against encode_rne, there and over a sweep of the FP32 patterns.
 // The host divides / multiplies in IEEE FP32 without FTZ, like the device's div.rn.f32 / mul.rn.
 // Prints "<check> <cases> <mismatches>" per line and the first mismatches; exit status 1 if any.
 // Not covered here (device-only): cvt.rn.satfinite.{e4m3,e5m2}x2.f32, which the kernels use for
@@ -198,5 +202,86 @@ int main() {
   }
   c5.report();
 
-  return (c1.bad || c2.bad || c3.bad || c4.bad || c5.bad) ? 1 : 0;
+  // 6. NVFP4's certificate. Counts the certified cases; the refused ones (exact division in the kernels) must be
+  // rare on random x, and the edges must reach into the refused window from both sides.
+  Counter c6{"nvfp4_certificate"};
+  long refused = 0, refused_random = 0, random_cases = 0, max_dist = 0;
+  std::vector<float> divisors = {0x1p-80f, 0x1.fffffep101f, 1.0f / 2688.0f, 0.0371f, 3.0f, 448.0f / 2688.0f};
+  for (int i = 0; i < 400; ++i) {
+    divisors.push_back(std::ldexp(1.0f + 0.5f * (unit(rng) + 1.0f), std::uniform_int_distribution<int>(-80, 101)(rng)));
+  }
+  std::vector<double> points;  // E2M1 grid points and midpoints, and beyond the largest
+  const std::vector<float> g = grid_values(ElemFormat::kE2M1);
+  for (size_t i = 0; i < g.size(); ++i) {
+    points.push_back(g[i]);
+    if (i > 0) points.push_back((static_cast<double>(g[i - 1]) + g[i]) / 2.0);
+  }
+  for (double p : {7.0, 8.0, 12.0, 0.125, 0.1875}) points.push_back(p);
+  for (float s : divisors) {
+    if (!std::isfinite(s) || s == 0.0f) continue;
+    const float r = 1.0f / s;
+    std::vector<float> xs = {0.0f, -0.0f, bits_f32(1u), bits_f32(0x80400000u), inf, -inf};
+    for (double p : points) {
+      float v = static_cast<float>(p * s);
+      for (int k = 0; k < 40; ++k) v = next_down(v);
+      for (int k = -40; k <= 40; ++k, v = next_up(v)) {
+        xs.push_back(v);
+        xs.push_back(-v);
+      }
+    }
+    const size_t edges_end = xs.size();
+    for (int i = 0; i < 400; ++i) xs.push_back(8.0f * s * unit(rng));
+    for (int i = 0; i < 40; ++i) xs.push_back(std::ldexp(s * unit(rng), -std::uniform_int_distribution<int>(3, 60)(rng)));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const float x = xs[i];
+      const bool random = i >= edges_end;
+      random_cases += random;
+      const float q0 = x * r;
+      // The device's E2M1 encoder of q0: narrow2_bf16 of its round-to-odd bf16 pattern (lane 1: -q0).
+      if (!is_nan(q0)) {
+        const uint32_t pair = narrow2_bf16<ElemFormat::kE2M1, false>(ro_bf16x2(q0, -q0), 0u);
+        const int want0 = encode_rne(q0, ElemFormat::kE2M1), want1 = encode_rne(-q0, ElemFormat::kE2M1);
+        c6.check(static_cast<int>(pair & 0xFFFFu) == want0 && static_cast<int>(pair >> 16) == want1, x, s,
+                 ElemFormat::kE2M1, static_cast<int>(pair & 0xFFFFu), want0);
+      }
+      // The lemma the certificate rests on: q0 within 5 bit steps of RN(x / s) (|q0| >= 2**-3, finite).
+      const float q = x / s;
+      if (std::isfinite(q) && std::abs(q0) >= 0.125f) {
+        const long dist = std::labs(static_cast<long>(f32_bits(std::abs(q0))) - static_cast<long>(f32_bits(std::abs(q))));
+        max_dist = dist > max_dist ? dist : max_dist;
+        c6.check(dist <= 5, x, s, ElemFormat::kE2M1, static_cast<int>(dist), 5);
+      }
+      float qk = q0;  // the kernels' quotient
+      if (e2m1_near_boundary(q0)) {  // the kernels' division of a refused chunk: Markstein's steps in the band
+        ++refused;
+        refused_random += random;
+        const float q1 = std::fma(-std::fma(q0, s, -x), r, q0), q2 = std::fma(-std::fma(q1, s, -x), r, q1);
+        qk = (std::abs(q0) >= 0x1p-20f && std::abs(q0) <= 0x1p20f) ? q2 : q0;
+      }
+      const int got = encode_rne(qk, ElemFormat::kE2M1), want = encode_scaled(x, s, ElemFormat::kE2M1);
+      c6.check(got == want, x, s, ElemFormat::kE2M1, got, want);
+    }
+  }
+  // The pair encoder on round-to-odd patterns over a strided sweep of all FP32 bits (E2M1, E3M2, E2M3).
+  for (uint64_t u = 0; u < (1ull << 32); u += 4099) {
+    const float v = bits_f32(static_cast<uint32_t>(u)), w = bits_f32(static_cast<uint32_t>(u * 2654435761u));
+    if (is_nan(v) || is_nan(w)) continue;
+    const uint32_t ro = ro_bf16x2(v, w);
+    const uint32_t got[3] = {narrow2_bf16<ElemFormat::kE2M1, false>(ro, 0u), narrow2_bf16<ElemFormat::kE3M2, false>(ro, 0u),
+                             narrow2_bf16<ElemFormat::kE2M3, false>(ro, 0u)};
+    const ElemFormat fs[3] = {ElemFormat::kE2M1, ElemFormat::kE3M2, ElemFormat::kE2M3};
+    for (int i = 0; i < 3; ++i) {
+      const int want0 = encode_rne(v, fs[i]), want1 = encode_rne(w, fs[i]);
+      c6.check(static_cast<int>(got[i] & 0xFFFFu) == want0 && static_cast<int>(got[i] >> 16) == want1, v, w, fs[i],
+               static_cast<int>(got[i] & 0xFFFFu), want0);
+    }
+  }
+  if (refused_random * 1000 > random_cases || refused < 10000 || max_dist < 1) {
+    std::printf("MISMATCH nvfp4_certificate refused %ld (%ld of %ld random), max distance %ld\n", refused,
+                refused_random, random_cases, max_dist);
+    ++c6.bad;
+  }
+  c6.report();
+
+  return (c1.bad || c2.bad || c3.bad || c4.bad || c5.bad || c6.bad) ? 1 : 0;
 }
