@@ -363,17 +363,19 @@ MXPREC_HD inline ElemScale nvfp4_elem_scale(const Nvfp4Scale& b) {
 // NVFP4's E2M1 codes through the reciprocal, without the division (the CUDA kernels' nvfp4_codes8): for a kDiv
 // scale s in [2**-80, 2**102) with r = RN(1 / s) and x finite, q0 = RN(x * r) = (x / s)(1 + d), |d| < 2**-23, lies
 // less than 2 ulps from x / s, and RN(x / s) half an ulp from that: at most 2 bit steps from q0 within a binade, 5
-// across a power of two. The E2M1 rounding boundaries are the midpoints 0.25, 0.75 (low 22 significand bits zero,
-// as are 0.375 and 0.5 below 1) and 1.25, 1.75, 2.5, 3.5, 5 (low 22 bits 2**21, as is 7). Where this is false (|q0|
-// below 2**-3, under every boundary, or more than 8 bit steps from every such value) q0 and RN(x / s) lie strictly
-// between the same two boundaries, and encode_rne gives them the same code; where it is true the kernels divide.
-// The grid points 1 ... 6 are not refused: a group's amax element often has q0 = 6 * t / s_b = 6 exactly.
-// (Inf: false, and both saturate; q0 is not NaN, since a group holding a NaN has a NaN amax and an exact mode.)
-MXPREC_HD inline bool e2m1_near_boundary(float q0) {
+// across a power of two. The E2M1 rounding boundaries, the midpoints 0.25, 0.75, 1.25, 1.75, 2.5, 3.5 and 5, all have
+// their low 21 significand bits zero. e2m1_boundary_key clamps |q0|'s bits to [0x3E100000, 0x40B00000] (2**-3 * 1.125
+// and 5.5: below, q0 and RN(x / s) both lie under 0.25, code 0; above, both over 5, code 7, saturated) and gives the
+// clamped bits + 8 mod 2**21, which is <= 16 exactly where they lie within 8 bit steps of a value with those bits zero.
+// Where it is > 16, q0 and RN(x / s) lie strictly between the same two boundaries and encode_rne gives them the same
+// code; elsewhere (e2m1_near_boundary) the kernels divide. A key per element and one test of their minimum per chunk.
+// (Inf: clamped, and both saturate; q0 is not NaN, since a group holding a NaN has a NaN amax and an exact mode.)
+MXPREC_HD inline uint32_t e2m1_boundary_key(float q0) {
   const uint32_t a = f32_bits(q0) & 0x7FFFFFFFu;
-  const uint32_t offset = a >= 0x3F800000u ? 0x200000u : 0u;
-  return a >= 0x3E000000u && ((a + offset + 8u) & 0x3FFFFFu) <= 16u;
+  const uint32_t c = a < 0x3E100000u ? 0x3E100000u : (a > 0x40B00000u ? 0x40B00000u : a);
+  return (c + 8u) & 0x1FFFFFu;
 }
+MXPREC_HD inline bool e2m1_near_boundary(float q0) { return e2m1_boundary_key(q0) <= 16u; }
 
 MXPREC_HD inline bool is_fast_mode(ElemMode m) {
   return m == ElemMode::kMul || m == ElemMode::kMulDaz || m == ElemMode::kDiv;

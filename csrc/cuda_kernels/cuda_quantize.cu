@@ -654,19 +654,19 @@ __device__ __forceinline__ uint32_t nvfp4_keep(ElemScale es, uint32_t lanes) {
 
 // E2M1 codes (byte i = element i) of 8 elements, element i under multiplier m(i) and divisor d(i): q0 = RN(x * m);
 // if e2m1_near_boundary refuses one (on normal data about one chunk in 100, mostly elements equal to the tensor amax
-// times a power of two: exact midpoints), every element of the chunk takes in_band_fp8_codes8's Markstein steps,
+// times a power of two: exact midpoints and grid points), every element of the chunk takes in_band_fp8_codes8's Markstein steps,
 // which give RN(x / d) where 2**-20 <= |q0| <= 2**20 (outside, q0 is kept: the same code). Then encode_rne of each
 // quotient by the bf16-pair encoder on its round-to-odd bf16 pattern (ro_bf16x2), two elements per instruction.
 template <class MAt, class DAt>
 __device__ __forceinline__ uint2 nvfp4_codes8(const float (&x)[8], MAt m, DAt d) {
   float q[8];
-  bool near = false;
+  uint32_t key = 0xFFFFFFFFu;  // the smallest e2m1_boundary_key of the chunk
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     q[i] = __fmul_rn(x[i], m(i));
-    near |= e2m1_near_boundary(q[i]);
+    key = min(key, e2m1_boundary_key(q[i]));
   }
-  if (near) {
+  if (key <= 16u) {  // e2m1_near_boundary for some element
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const float q0 = q[i];
