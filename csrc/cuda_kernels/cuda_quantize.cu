@@ -653,10 +653,11 @@ __device__ __forceinline__ uint32_t nvfp4_keep(ElemScale es, uint32_t lanes) {
 }
 
 // E2M1 codes (byte i = element i) of 8 elements, element i under multiplier m(i) and divisor d(i): q0 = RN(x * m);
-// if e2m1_near_boundary refuses one (on normal data about one chunk in 100, mostly elements equal to the tensor amax
-// times a power of two: exact midpoints and grid points), every element of the chunk takes in_band_fp8_codes8's Markstein steps,
-// which give RN(x / d) where 2**-20 <= |q0| <= 2**20 (outside, q0 is kept: the same code). Then encode_rne of each
-// quotient by the bf16-pair encoder on its round-to-odd bf16 pattern (ro_bf16x2), two elements per instruction.
+// if e2m1_near_boundary refuses one (on normal data about one chunk in 100, mostly elements equal to the tensor
+// amax times a power of two: exact midpoints and grid points), every element of the chunk takes
+// in_band_fp8_codes8's Markstein steps, which give RN(x / d) where 2**-20 <= |q0| <= 2**20 (outside, q0 is kept:
+// the same code). Then encode_rne of each quotient by the bf16-pair encoder on its round-to-odd bf16 pattern
+// (ro_bf16x2), two elements per instruction.
 template <class MAt, class DAt>
 __device__ __forceinline__ uint2 nvfp4_codes8(const float (&x)[8], MAt m, DAt d) {
   float q[8];
@@ -1399,27 +1400,28 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
     uint8_t* scale = static_cast<uint8_t*>(a.scale) + (grow0 + h) * a.ngc + col;
     const ElemScale es[2] = {nvfp4_group_scale(k0, ts, scale, 0), nvfp4_group_scale(k1, ts, scale, 1)};
     const float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
-    // Both columns with a multiplier (nearly always): nvfp4_codes8; else (exact modes) cols_form's generic path.
-    const bool fast = nvfp4_has_multiplier(es[0], rcp[0]) && nvfp4_has_multiplier(es[1], rcp[1]);
     const auto sat = [&es](int i) { return es[i & 1]; };
     const auto rat = [&rcp](int i) { return rcp[i & 1]; };
-    const int form = cols_form<2>(sat, rat);
-    const float mul[2] = {nvfp4_multiplier(es[0], rcp[0]), nvfp4_multiplier(es[1], rcp[1])};
-    const float div[2] = {nvfp4_divisor(es[0]), nvfp4_divisor(es[1])};
-    const uint32_t keep = nvfp4_keep(es[0], 0x00FF00FFu) | nvfp4_keep(es[1], 0xFF00FF00u);
+    if (nvfp4_has_multiplier(es[0], rcp[0]) && nvfp4_has_multiplier(es[1], rcp[1])) {  // nearly always
+      // A loop without the generic path's out-of-line calls: with them in it, the kernel kept a stack frame.
+      const float mul[2] = {nvfp4_multiplier(es[0], rcp[0]), nvfp4_multiplier(es[1], rcp[1])};
+      const float div[2] = {nvfp4_divisor(es[0]), nvfp4_divisor(es[1])};
+      const uint32_t keep = nvfp4_keep(es[0], 0x00FF00FFu) | nvfp4_keep(es[1], 0xFF00FF00u);
 #pragma unroll 2
-    for (int r = 16 * h; r < 16 * h + 16; r += 4) {
-      float x[8];  // rows r .. r + 3, the two columns interleaved
+      for (int r = 16 * h; r < 16 * h + 16; r += 4) {
+        float x[8];  // rows r .. r + 3, the two columns interleaved
 #pragma unroll
-      for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
-      uint2 c;
-      if (fast) {
-        c = nvfp4_codes8(x, [&mul](int i) { return mul[i & 1]; }, [&div](int i) { return div[i & 1]; });
+        for (int j = 0; j < 4; ++j) load_pair<I>(col_base + (r + j) * kRowBytes, x[2 * j], x[2 * j + 1]);
+        uint2 c = nvfp4_codes8(x, [&mul](int i) { return mul[i & 1]; }, [&div](int i) { return div[i & 1]; });
         c = make_uint2(c.x & keep, c.y & keep);
-      } else {
-        c = codes8_cols<false>(x, sat, rat, form, ElemFormat::kE2M1);
+        put_packed_rows<4>(code_base, r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
       }
-      put_packed_rows<4>(code_base, r, __byte_perm(c.x, c.y, 0x6420), __byte_perm(c.x, c.y, 0x7531));
+    } else {  // an exact mode (rare): cols_form's generic path
+      const int form = cols_form<2>(sat, rat);
+#pragma unroll 2
+      for (int r = 16 * h; r < 16 * h + 16; r += 4) {
+        fp32_packed_rows<I, 4>(col_base, code_base, r, sat, rat, form, ElemFormat::kE2M1);
+      }
     }
   }
   return all;

@@ -10,9 +10,10 @@
 //   4. encode_elem(x, nvfp4_elem_scale(b)) == encode_nvfp4(x, b);
 //   5. narrow2_bf16 (the bf16-pair MX FP6 / FP4 encoder) against encode_rne and encode_mx;
 //   6. the NVFP4 reciprocal certificate (e2m1_near_boundary): where it is false, encode_rne(RN(x * RN(1 / s)))
-//      == encode_scaled(x, s) for E2M1 (where it is true, after the kernels' Markstein steps), with x up to 40 FP32
-//      steps either side of every E2M1 grid point and midpoint times s, random and tiny x, s over [2**-80, 2**102); and the device's encoder of q0 (narrow2_bf16 of
-//      the round-to-odd bf16 pattern, ro_bf16x2) against encode_rne, there and over a sweep of the FP32 patterns.
+//      == encode_scaled(x, s) for E2M1 (where it is true, after the kernels' Markstein steps), with x up to 40
+//      FP32 steps either side of every E2M1 grid point and midpoint times s, random and tiny x, s over
+//      [2**-80, 2**102); and the device's encoder of q0 (narrow2_bf16 of the round-to-odd bf16 pattern,
+//      ro_bf16x2) against encode_rne, there and over a sweep of the FP32 patterns.
 // The host divides / multiplies in IEEE FP32 without FTZ, like the device's div.rn.f32 / mul.rn.
 // Prints "<check> <cases> <mismatches>" per line and the first mismatches; exit status 1 if any.
 // Not covered here (device-only): cvt.rn.satfinite.{e4m3,e5m2}x2.f32, which the kernels use for
@@ -231,7 +232,9 @@ int main() {
     }
     const size_t edges_end = xs.size();
     for (int i = 0; i < 400; ++i) xs.push_back(8.0f * s * unit(rng));
-    for (int i = 0; i < 40; ++i) xs.push_back(std::ldexp(s * unit(rng), -std::uniform_int_distribution<int>(3, 60)(rng)));
+    for (int i = 0; i < 40; ++i) {
+      xs.push_back(std::ldexp(s * unit(rng), -std::uniform_int_distribution<int>(3, 60)(rng)));
+    }
     for (size_t i = 0; i < xs.size(); ++i) {
       const float x = xs[i];
       const bool random = i >= edges_end;
@@ -247,7 +250,8 @@ int main() {
       // The lemma the certificate rests on: q0 within 5 bit steps of RN(x / s) (|q0| >= 2**-3, finite).
       const float q = x / s;
       if (std::isfinite(q) && std::abs(q0) >= 0.125f) {
-        const long dist = std::labs(static_cast<long>(f32_bits(std::abs(q0))) - static_cast<long>(f32_bits(std::abs(q))));
+        const long dist =
+            std::labs(static_cast<long>(f32_bits(std::abs(q0))) - static_cast<long>(f32_bits(std::abs(q))));
         max_dist = dist > max_dist ? dist : max_dist;
         c6.check(dist <= 5, x, s, ElemFormat::kE2M1, static_cast<int>(dist), 5);
       }
@@ -267,7 +271,8 @@ int main() {
     const float v = bits_f32(static_cast<uint32_t>(u)), w = bits_f32(static_cast<uint32_t>(u * 2654435761u));
     if (is_nan(v) || is_nan(w)) continue;
     const uint32_t ro = ro_bf16x2(v, w);
-    const uint32_t got[3] = {narrow2_bf16<ElemFormat::kE2M1, false>(ro, 0u), narrow2_bf16<ElemFormat::kE3M2, false>(ro, 0u),
+    const uint32_t got[3] = {narrow2_bf16<ElemFormat::kE2M1, false>(ro, 0u),
+                             narrow2_bf16<ElemFormat::kE3M2, false>(ro, 0u),
                              narrow2_bf16<ElemFormat::kE2M3, false>(ro, 0u)};
     const ElemFormat fs[3] = {ElemFormat::kE2M1, ElemFormat::kE3M2, ElemFormat::kE2M3};
     for (int i = 0; i < 3; ++i) {
