@@ -226,7 +226,7 @@ def _nvfp4_e2m1_edges(ts_target: float, seed: int) -> np.ndarray:
 @needs_gpu
 @pytest.mark.parametrize("ts_target", [1.0, 0.0371, 3.1e-5, 7.3e4])
 def test_nvfp4_reciprocal_codes_beside_e2m1_midpoints(ts_target):
-    """NVFP4's E2M1 codes through RN(1 / eff) (nvfp4_fast_codes8) with the exact division where the certificate
+    """NVFP4's E2M1 codes through RN(1 / eff) (nvfp4_codes8) with the exact division where the certificate
     refuses: quotients on and within 12 FP32 steps of every E2M1 grid point and midpoint, zero-scale blocks with
     negative elements, along both axes (nvfp4_row_kernel, col_kernel), bit-exact against the CPU oracle and the
     numpy reference."""
