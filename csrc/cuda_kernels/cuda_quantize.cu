@@ -435,9 +435,15 @@ __device__ __forceinline__ float2 band_operands(ElemScale es, float r) {
   return make_float2(es.p, es.mode == ElemMode::kDiv ? r : 0.0f);
 }
 
-// FP8 codes of 8 elements that markstein_band admitted (r > 0). The Markstein division with negated residuals:
-// e = RN(q * p - x), q' = RN(-e * r + q), the same bits as RN(x - q * p) and RN(e * r + q) for x != 0 (RN is
-// odd), and for x = -0 it keeps the sign (the other form gives RN(+0 * r + -0) = +0). Where 2**-20 <= |q0| the
+// Markstein's two steps from q0 = RN(x * r), r = RN(1 / p), with negated residuals: e = RN(q * p - x),
+// q' = RN(-e * r + q), the same bits as RN(x - q * p) and RN(e * r + q) for x != 0 (RN is odd), and for x = -0 it
+// keeps the sign (the other form gives RN(+0 * r + -0) = +0). in_band_fp8_codes8 and nvfp4_codes8 divide with it.
+__device__ __forceinline__ float markstein_steps(float x, float q0, float p, float r) {
+  const float q1 = __fmaf_rn(-__fmaf_rn(q0, p, -x), r, q0);
+  return __fmaf_rn(-__fmaf_rn(q1, p, -x), r, q1);
+}
+
+// FP8 codes of 8 elements that markstein_band admitted (r > 0), by markstein_steps. Where 2**-20 <= |q0| the
 // second quotient is RN(x / p); below, the quotient is far under half the smallest FP8 subnormal (2**-17 for
 // E5M2), so the code is a signed zero whatever the quotient's digits, and its sign is x's
 // (tests/test_cuda_quantize.py proves the codes on the CPU for every element with |q0| <= 2**20).
@@ -447,9 +453,7 @@ __device__ __forceinline__ uint2 in_band_fp8_codes8(const float (&x)[8], PAt p, 
   float q[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const float q0 = __fmul_rn(x[i], r(i));
-    const float q1 = __fmaf_rn(-__fmaf_rn(q0, p(i), -x[i]), r(i), q0);
-    q[i] = __fmaf_rn(-__fmaf_rn(q1, p(i), -x[i]), r(i), q1);
+    q[i] = markstein_steps(x[i], __fmul_rn(x[i], r(i)), p(i), r(i));
   }
   return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
 }
@@ -670,10 +674,7 @@ __device__ __forceinline__ uint2 nvfp4_codes8(const float (&x)[8], MAt m, DAt d)
   if (key <= 16u) {  // e2m1_near_boundary for some element
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const float q0 = q[i];
-      const float q1 = __fmaf_rn(-__fmaf_rn(q0, d(i), -x[i]), m(i), q0);
-      const float q2 = __fmaf_rn(-__fmaf_rn(q1, d(i), -x[i]), m(i), q1);
-      const float a = fabsf(q0);
+      const float q0 = q[i], q2 = markstein_steps(x[i], q0, d(i), m(i)), a = fabsf(q0);
       q[i] = (a >= 0x1p-20f && a <= 0x1p20f) ? q2 : q0;
     }
   }
