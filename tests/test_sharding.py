@@ -214,3 +214,56 @@ def test_pmax_nan_reduces_amaxes_across_shards_with_nan_winning(mesh):
             v[k] = special
             out = np.asarray(f(jnp.asarray(v)))
             assert (np.isnan(out).all() if np.isnan(special) else (out == np.inf).all()), (k, special, out)
+
+
+# A backend's alignment as shard units (_GemmCfg.k_unit / n_unit; the CUDA wrapper passes K % 16, N % 8): the CPU
+# kernel needs none, so the target's sharding rule alone decides. M = 64, K = 512, N = 512 on the 4-way "model" axis:
+# local K / N = 128 keeps units 128 and drops 256.
+_UNIT_FAMILIES = {
+    "tensor": (TensorScaling(formats.E4M3), TensorScaling(formats.E4M3)),
+    "row": (RowScaling(formats.E4M3), RowScaling(formats.E4M3)),
+    "block": (TileScaling(formats.E4M3, (1, 128)), TileScaling(formats.E4M3, (128, 128))),
+}
+
+
+def _unit_gemm(x, w, lspec, rspec, k_unit, n_unit):
+    """x (1, M, K) @ w (1, N, K)^T through the partitioned mxprec_scaled_gemm target, both contracting axis 2 (the
+    CUDA wrapper's TN form), with the given shard units; f32 out."""
+    ld, ls, lt, lo = ffi._operand_buffers(ffi.quantize(x, lspec, -1), 2, "lhs")
+    rd, rs, rt, ro = ffi._operand_buffers(ffi.quantize(w, rspec, -1), 2, "rhs")
+    cfg = ffi._GemmCfg(lo, ro, "float32", False, k_unit=k_unit, n_unit=n_unit)
+    return ffi._gemm_vmappable(cfg)(ld, ls, lt, rd, rs, rt, jnp.zeros((), jnp.float32))
+
+
+@needs_ffi
+@pytest.mark.parametrize("family", list(_UNIT_FAMILIES))
+@pytest.mark.parametrize("sharded", ["n", "k"])
+@pytest.mark.parametrize("unit", [128, 256])
+def test_sharded_gemm_keeps_the_backend_units(mesh, family, sharded, unit):
+    lspec, rspec = _UNIT_FAMILIES[family]
+    rng = np.random.default_rng(23)
+    x = jnp.asarray(rng.standard_normal((1, 64, 512)).astype(np.float32))
+    w = jnp.asarray(rng.standard_normal((1, 512, 512)).astype(np.float32))
+    units = dict(k_unit=unit, n_unit=1) if sharded == "k" else dict(k_unit=1, n_unit=unit)
+    f = jax.jit(lambda x, w: _unit_gemm(x, w, lspec, rspec, **units))
+    want = f(x, w)
+    xspec = P(None, None, "model") if sharded == "k" else P()
+    wspec = P(None, None, "model") if sharded == "k" else P(None, "model", None)
+    xd = jax.device_put(x, NamedSharding(mesh, xspec))
+    wd = jax.device_put(w, NamedSharding(mesh, wspec))
+    got = f(xd, wd)
+    hlo = f.lower(xd, wd).compile().as_text()
+    kept = unit == 128  # 512 / 4 = 128 per shard
+    gemm = [line for line in hlo.splitlines() if 'custom_call_target="mxprec_scaled_gemm"' in line]
+    assert len(gemm) == 1, gemm
+    # The local GEMM: (1, 64, 128) out of a quarter of K (f32 partials, then their psum) or of N; else all of it.
+    local_out = "f32[1,64,128]" if kept and sharded == "n" else "f32[1,64,512]"
+    assert f"{local_out}" in gemm[0].split("custom-call(")[0], gemm[0]
+    assert ("all-gather" not in hlo) == kept, f"{family} {sharded} unit {unit}: gathered = {not kept} expected"
+    if sharded == "k":
+        operands = gemm[0].split("custom-call(")[1]
+        assert ("f8e4m3fn[1,64,128]" in operands) == kept, operands  # the lhs codes: a quarter of K, or all
+        bound = _gemm_bound(ffi.quantize(x, lspec, -1), ffi.quantize(w, rspec, -1), 2, 2)
+        _assert_within(got, want, bound, f"{family} K-sharded unit {unit}")
+    else:
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -228,11 +228,10 @@ def _transposed_wgrad_quantize(src, spec, key, backend) -> bool:
     """Whether Wgrad's operand ``src`` (B, M, F), quantized along M, comes from the CUDA kernel that writes the
     QTensor of ``src``'s transpose (B, F, M) along axis 2 (:func:`mxprec.kernels.cuda.quantize_transposed`): the
     same codes and scales as quantizing along axis 1, K-major for the GEMM, so the FP8 codes need no transpose.
-    Where the CUDA kernels run this operand's quantization and its GEMM (ffi, or auto with the block family), the
-    kernel takes the spec and shape, and the process has one device: the custom call has no sharding rule, and
-    mxprec_quantize's (with its code transpose's) keeps a sharded X or dY sharded. ``MXPREC_TRANSPOSED_QUANTIZE=0``
-    turns it off."""
-    if key is not None or backend not in ("auto", "ffi") or jax.default_backend() != "gpu" or jax.device_count() > 1:
+    Where the CUDA kernels run this operand's quantization and its GEMM (ffi, or auto with the block family) and
+    the kernel takes the spec and shape (a sharded X or dY keeps its sharding: the call's sharding rule).
+    ``MXPREC_TRANSPOSED_QUANTIZE=0`` turns it off."""
+    if key is not None or backend not in ("auto", "ffi") or jax.default_backend() != "gpu":
         return False
     from mxprec.kernels import cuda, hip
 

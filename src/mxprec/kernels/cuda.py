@@ -38,22 +38,38 @@ Bias added in FP32, one rounding to the output dtype. The order of summation ove
 the CPU backend, so results agree with :func:`mxprec.kernels.reference_scaled_gemm` to a
 tolerance, not bit for bit (tests/test_cuda.py documents it).
 
-This wrapper has no sharding rule (a single-device custom call; under ``jit`` with sharded
-operands XLA gathers them). :mod:`mxprec.kernels.ffi` supplies sharding rules for the same target.
+Sharding and vmap: the call goes through :mod:`mxprec.kernels.ffi`'s ``custom_partitioning`` and batching rule
+for the same target (B, M and N shardings pass through, a sharded K runs the local GEMM to FP32 and ``psum`` s),
+with the kernels' alignment as the shard units: a shard keeps K % 16 and N % 8 (N % 4 for f32 output) on top of
+the scale tiles; a sharding that would break them is dropped for that dimension (XLA gathers it).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from mxprec.kernels.ffi import FMT, _bias_buffer, _GemmCfg, _operand_desc, _pspec, _spec_axes
+from mxprec.kernels.ffi import (
+    FMT,
+    _axes_size,
+    _bias_buffer,
+    _gemm_vmappable,
+    _GemmCfg,
+    _operand_desc,
+    _pmax_nan,
+    _pspec,
+    _spec_axes,
+)
 from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
@@ -263,6 +279,11 @@ def auto_prefers(lhs, rhs) -> bool:
     return _family(lhs.spec, rhs.spec)[0] in auto_families()
 
 
+# The kernels' alignment: K % 16 (16-byte rows of FP8 codes), N % 8 for bf16 / N % 4 for f32 output (16-byte rows).
+_K_ALIGN = 16
+_N_ALIGN = {"bfloat16": 8, "float32": 4}
+
+
 def why_unsupported(
     lhs,
     rhs,
@@ -296,9 +317,9 @@ def why_unsupported(
     n = rhs.shape[3 - rc]
     if rhs.shape[0] != b or rhs.shape[rc] != k:
         return f"lhs {lhs.shape} and rhs {rhs.shape} disagree on B or K"
-    if k == 0 or k % 16:
-        return f"K={k} must be a positive multiple of 16"
-    align = 8 if od == jnp.dtype(jnp.bfloat16) else 4
+    if k == 0 or k % _K_ALIGN:
+        return f"K={k} must be a positive multiple of {_K_ALIGN}"
+    align = _N_ALIGN[od.name]
     if n % align:
         return f"N={n} must be a multiple of {align} for {od} output"
     if family == "block" and (k % LHS_TILE[1] or n % 128):
@@ -425,6 +446,98 @@ def quantizes_transposed() -> bool:
     return mode == "1" and available()
 
 
+@dataclasses.dataclass(frozen=True)
+class _TransposedQuantCfg:
+    """The attributes of one ``mxprec_quantize_transposed`` call."""
+
+    fmt: int
+    block: int
+    power_of_two: int
+    dtype: str  # the FP8 codes' dtype name
+
+    def attrs(self) -> dict:
+        return dict(fmt=np.int32(self.fmt), block=np.int32(self.block), power_of_two=np.int32(self.power_of_two))
+
+
+def _quantize_transposed_call(cfg: _TransposedQuantCfg, x):
+    b, r, c = x.shape
+    outs = (
+        jax.ShapeDtypeStruct((b, c, r), jnp.dtype(cfg.dtype)),
+        jax.ShapeDtypeStruct((b, c, r // cfg.block), jnp.float32),
+        jax.ShapeDtypeStruct((), jnp.float32),
+        jax.ShapeDtypeStruct((), jnp.float32),
+    )
+    return tuple(jax.ffi.ffi_call(QUANTIZE_TRANSPOSED_TARGET, outs, vmap_method="sequential")(x, **cfg.attrs()))
+
+
+_TRANSPOSED_TILE = 128  # the kernel's 128 x 128 tiles: a shard keeps R and C multiples of 128
+
+
+def _quantize_transposed_dims(mesh, x) -> list[tuple]:
+    """x's (B, R, C) mesh axes, R / C shardings that would cut a 128 x 128 tile dropped (XLA gathers those)."""
+    units = (1, _TRANSPOSED_TILE, _TRANSPOSED_TILE)
+    dims = _spec_axes(x.sharding, 3)
+    return [a if a and x.shape[d] % (_axes_size(mesh, a) * units[d]) == 0 else () for d, a in enumerate(dims)]
+
+
+def _quantize_transposed_results(mesh, dims):
+    """data (B, C, R) and scale (B, C, R / G) take x's B, R, C shardings; amax and tensor_scale are replicated."""
+    b, r, c = dims
+    swapped = NamedSharding(mesh, _pspec([b, c, r]))
+    rep = NamedSharding(mesh, P())
+    return (swapped, swapped, rep, rep)
+
+
+def _quantize_transposed_partition(cfg, mesh, arg_shapes, result_shape):
+    dims = _quantize_transposed_dims(mesh, arg_shapes[0])
+    axes = tuple(a for d in dims for a in d)
+
+    def lower_fn(x):
+        data, scale, amax, ts = _quantize_transposed_call(cfg, x)
+        return data, scale, _pmax_nan(amax, axes), ts  # QTensor.amax: the whole tensor's
+
+    return mesh, lower_fn, _quantize_transposed_results(mesh, dims), (NamedSharding(mesh, _pspec(dims)),)
+
+
+def _quantize_transposed_infer(cfg, mesh, arg_shapes, result_shape):
+    return _quantize_transposed_results(mesh, _quantize_transposed_dims(mesh, arg_shapes[0]))
+
+
+def _quantize_transposed_rule(cfg, mesh, value_types, result_types):
+    """Shardy rule: factors b, r, c in whole 128 x 128 tiles; the scale's R axis holds 128 / G groups per tile."""
+    per_tile = _TRANSPOSED_TILE // cfg.block
+    sizes = dict(rt=_TRANSPOSED_TILE, ct=_TRANSPOSED_TILE)
+    scale_r = "r"
+    if per_tile > 1:
+        sizes["rg"] = per_tile
+        scale_r = "(r rg)"
+    return f"b (r rt) (c ct) -> b (c ct) (r rt), b (c ct) {scale_r}, , ", sizes
+
+
+_quantize_transposed_cp = custom_partitioning(_quantize_transposed_call, static_argnums=(0,))
+_quantize_transposed_cp.def_partition(
+    partition=_quantize_transposed_partition,
+    infer_sharding_from_operands=_quantize_transposed_infer,
+    sharding_rule=_quantize_transposed_rule,
+)
+
+
+@functools.cache
+def _quantize_transposed_vmappable(cfg: _TransposedQuantCfg):
+    """The custom call with a batching rule (custom_partitioning has none): one call per example."""
+
+    @jax.custom_batching.custom_vmap
+    def f(x):
+        return _quantize_transposed_cp(cfg, x)
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, x):
+        del axis_size, in_batched
+        return lax.map(f, x), (True,) * 4
+
+    return f
+
+
 def quantize_transposed(x: jax.Array, spec: TileScaling) -> QTensor:
     """``mxprec.quantize(swapaxes(x, 1, 2), spec, axis=2)`` on the CUDA kernel, reading ``x`` as it lies.
 
@@ -437,24 +550,17 @@ def quantize_transposed(x: jax.Array, spec: TileScaling) -> QTensor:
       amax, bit for bit those of ``mxprec.quantize`` (the CPU oracle's numerics). The same codes and scales as
       quantizing ``x`` along axis 1, already in the K-major layout that a GEMM contracting R takes (Wgrad's X and
       dY), so no transpose of the codes follows. The custom call ``mxprec_quantize_transposed``
-      (csrc/cuda_kernels/cuda_quantize.cu, ``col_kernel`` storing each column's codes contiguously); a
-      single-device call without a sharding rule, like :func:`scaled_gemm`. Raises ValueError where
-      :func:`why_not_quantize_transposed` says no.
+      (csrc/cuda_kernels/cuda_quantize.cu, ``col_kernel`` storing each column's codes contiguously). Sharding: x's
+      B, R and C shardings carry over to the codes and scales (R and C in whole 128-element tiles; a sharding that
+      would cut one is dropped, XLA gathers it), the amax is ``pmax``-reduced over the sharded axes. vmap: one call
+      per example. Raises ValueError where :func:`why_not_quantize_transposed` says no.
     """
     reason = why_not_quantize_transposed(x.shape, x.dtype, spec)
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.quantize_transposed: {reason}")
     b, r, c = x.shape
-    g = spec.tile[1]
-    outs = (
-        jax.ShapeDtypeStruct((b, c, r), spec.fmt.jnp_dtype),
-        jax.ShapeDtypeStruct((b, c, r // g), jnp.float32),
-        jax.ShapeDtypeStruct((), jnp.float32),
-        jax.ShapeDtypeStruct((), jnp.float32),
-    )
-    call = jax.ffi.ffi_call(QUANTIZE_TRANSPOSED_TARGET, outs, vmap_method="sequential")
-    attrs = dict(fmt=np.int32(FMT[spec.fmt.name]), block=np.int32(g), power_of_two=np.int32(spec.power_of_two))
-    data, scale, amax, _ = call(x, **attrs)
+    cfg = _TransposedQuantCfg(FMT[spec.fmt.name], spec.tile[1], int(spec.power_of_two), jnp.dtype(spec.fmt.jnp_dtype).name)
+    data, scale, amax, _ = _quantize_transposed_vmappable(cfg)(x)
     return QTensor(data=data, scale=scale, amax=amax, tensor_scale=None, spec=spec, axis=2, shape=(b, c, r),
                    dtype=jnp.dtype(x.dtype))
 
@@ -510,11 +616,11 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     n = b.shape[1]
     bias_buf = _bias_buffer(bias, n)
     one = jnp.ones((), jnp.float32)
-    # Both operands are K-major after _to_tn: contract 2 on each.
-    cfg = _GemmCfg(_operand_desc(lhs.spec, 2), _operand_desc(rhs.spec, 2), out_dtype.name, bias is not None)
-    attrs = cfg.attrs()
-    call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((bsz, m, n), out_dtype), vmap_method="sequential")
+    # Both operands are K-major after _to_tn: contract 2 on each. The shards' local GEMMs keep the kernels'
+    # K % 16 and N % 8 (a K-sharded GEMM's local output is f32, N % 4).
+    cfg = _GemmCfg(_operand_desc(lhs.spec, 2), _operand_desc(rhs.spec, 2), out_dtype.name, bias is not None,
+                   k_unit=_K_ALIGN, n_unit=_N_ALIGN[out_dtype.name])
     family = _family(lhs.spec, rhs.spec)[0]
     ls = _scale_tn(lhs, lhs_contract, family)
     rs = _scale_tn(rhs, rhs_contract, family)
-    return call(a, ls, one, b, rs, one, bias_buf, **attrs)
+    return _gemm_vmappable(cfg)(a, ls, one, b, rs, one, bias_buf)

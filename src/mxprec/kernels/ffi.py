@@ -236,10 +236,26 @@ class _Operand:
 
 @dataclasses.dataclass(frozen=True)
 class _GemmCfg:
+    """A GEMM call's static attributes. ``k_unit`` / ``n_unit``: the multiples of K / N a shard's local GEMM must
+    keep (a backend's alignment, e.g. the CUDA kernels' K % 16, N % 8); not attributes of the call, only of its
+    sharding rule."""
+
     lhs: _Operand
     rhs: _Operand
     out_dtype: str
     has_bias: bool
+    k_unit: int = 1
+    n_unit: int = 1
+
+    @property
+    def k_group(self) -> int:
+        """Elements along K that must stay on one shard: the operands' groups and the backend's unit."""
+        return math.lcm(self.lhs.group, self.rhs.group, self.k_unit)
+
+    def free_unit(self, o: _Operand, n_side: bool) -> int:
+        """Rows of operand ``o``'s free axis (M or N) that must stay on one shard."""
+        tr = o.tile_rows if o.kind == 3 else 1
+        return math.lcm(tr, self.n_unit) if n_side else tr
 
     def attrs(self) -> dict:
         a = {}
@@ -331,12 +347,10 @@ class _GemmPlan:
             used.update(axes)
             return tuple(axes)
 
-        tr_l = cfg.lhs.tile_rows if cfg.lhs.kind == 3 else 1
-        tr_r = cfg.rhs.tile_rows if cfg.rhs.kind == 3 else 1
         self.b = take(la[0] or ra[0], B, 1)
-        self.m = take(la[3 - lc], M, tr_l)
-        self.k = take(la[lc] or ra[rc], K, math.lcm(cfg.lhs.group, cfg.rhs.group))
-        self.n = take(ra[3 - rc], N, tr_r)
+        self.m = take(la[3 - lc], M, cfg.free_unit(cfg.lhs, False))
+        self.k = take(la[lc] or ra[rc], K, cfg.k_group)
+        self.n = take(ra[3 - rc], N, cfg.free_unit(cfg.rhs, True))
         self.cfg = cfg
         self.mesh = mesh
 
@@ -398,10 +412,11 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
     shapes = [_dims_of(t) for t in value_types]
     ld, rd = shapes[0], shapes[3]
     K = ld[cfg.lhs.contract] * 8 // cfg.lhs.bits
-    G = math.lcm(cfg.lhs.group, cfg.rhs.group)
+    G = cfg.k_group
     kk = K // G if K % G == 0 else 0
     sizes: dict = {}
-    whole: set = set()
+    whole: set = set()  # factors some dimension holds alone (their sizes are inferred)
+    compound: dict = {}  # main factor -> size, where it sits in "(main sub)"
 
     def dim(main, sub, extent, unit_extent):
         """Dimension `extent` = size(main) * unit_extent: "main" or "(main sub)"."""
@@ -414,7 +429,14 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
     def operand(o: _Operand, data_shape, side: str, free: str):
         tr = o.tile_rows if o.kind == 3 else 1
         free_extent = data_shape[3 - o.contract]
-        fdim = dim(free, f"{side}t", free_extent, tr) if tr > 1 else free
+        unit = cfg.free_unit(o, side == "r")
+        unit = unit if free_extent % unit == 0 else tr  # a backend's unit that N misses: N stays whole (gathered)
+        if unit > 1:
+            fdim = dim(free, f"{side}t", free_extent, unit)
+            compound[free] = free_extent // unit
+        else:
+            fdim = free
+            whole.add(free)
         if kk:
             kdim = dim("k", f"{side}d", data_shape[o.contract], data_shape[o.contract] // kk)
         else:
@@ -427,7 +449,7 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
             scale = ""
         elif o.kind == 2:
             s = ["b", "", ""]
-            s[o.contract], s[3 - o.contract] = f"{side}o", free
+            s[o.contract], s[3 - o.contract] = f"{side}o", fdim  # one scale per row
             scale = " ".join(s)
         else:
             nb = K // o.block
@@ -436,7 +458,11 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
             else:
                 ks = f"{side}ks"
             s = ["b", "", ""]
-            s[o.contract], s[3 - o.contract] = ks, free
+            # One scale per tile row (extent rows / tr); a backend unit above tr groups unit / tr of them.
+            s[o.contract] = ks
+            s[3 - o.contract] = dim(free, f"{side}u", free_extent // tr, unit // tr) if unit > tr else free
+            if unit == tr:
+                whole.add(free)
             scale = " ".join(s)
         return [data, scale, ""], fdim
 
@@ -446,6 +472,7 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
     rule = ", ".join(lhs + rhs + [bias]) + f" -> b {mdim} {ndim}"
     if kk and "k" not in whole:
         sizes["k"] = kk
+    sizes.update({f: size for f, size in compound.items() if f not in whole})
     return rule, dict(sizes, reduction_factors=("k",) if kk else ())
 
 
