@@ -267,3 +267,47 @@ def test_sharded_gemm_keeps_the_backend_units(mesh, family, sharded, unit):
         _assert_within(got, want, bound, f"{family} K-sharded unit {unit}")
     else:
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def _quantize_transposed_stand_in(cfg, x):
+    """What ``mxprec_quantize_transposed`` returns (docs/ffi.md), from mxprec.quantize: the CPU has no such kernel,
+    so the next test runs the call's sharding rule and partitioning around this stand-in."""
+    from mxprec.kernels import cuda
+
+    fmt = {0: formats.E4M3, 1: formats.E5M2}[cfg.fmt]
+    q = mxprec.quantize(jnp.swapaxes(x, 1, 2), TileScaling(fmt, (1, cfg.block), power_of_two=bool(cfg.power_of_two)),
+                        axis=2)
+    assert q.data.dtype == jnp.dtype(cfg.dtype)
+    return q.data, q.scale, q.amax, jnp.ones((), jnp.float32)
+
+
+@pytest.mark.parametrize("xspec", [P("data", "model", None), P("data", None, "model"), P(None, ("data", "model"), None)],
+                         ids=("B_R", "B_C", "R8"))
+@pytest.mark.parametrize("cols", [512, 384])
+def test_quantize_transposed_sharding_rule(mesh, monkeypatch, xspec, cols):
+    """mxprec.kernels.cuda's partitioning of ``mxprec_quantize_transposed`` (x (B, R, C) -> codes and scales
+    (B, C, R), amax): each shard's call sees whole 128 x 128 tiles, the codes and scales keep x's shardings with
+    the last two axes swapped, the amax is pmax-reduced, and the result is the unsharded one bit for bit. A C
+    sharding that would cut a tile (384 / 4 = 96) is dropped: that axis is gathered."""
+    from mxprec.kernels import cuda
+
+    monkeypatch.setattr(cuda, "_quantize_transposed_call", _quantize_transposed_stand_in)
+    cfg = cuda._TransposedQuantCfg(0, 64, 0, jnp.dtype(jnp.float8_e4m3fn).name)
+    rng = np.random.default_rng(24)
+    x = (rng.standard_normal((4, 1024, cols)) * np.exp2(rng.integers(-6, 6, (4, 1024, 1)))).astype(np.float32)
+    x[3, 700, 5] = 900.0  # the tensor amax on one shard
+    want = jax.jit(lambda v: _quantize_transposed_stand_in(cfg, v))(x)
+    f = jax.jit(cuda._quantize_transposed_vmappable(cfg))
+    xd = jax.device_put(x, NamedSharding(mesh, xspec))
+    got = f(xd)
+    for name, a, b in zip(("data", "scale", "amax"), got[:3], want[:3]):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape and np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)), name
+    hlo = f.lower(xd).compile().as_text()
+    cut = xspec[2] is not None and cols // 4 % 128 != 0
+    assert ("all-gather" in hlo) == cut, hlo if not cut else ""
+    assert "all-reduce" in hlo  # the amax
+    spec = tuple(got[0].sharding.spec) + (None,) * 3
+    assert spec[0] == xspec[0]
+    assert spec[2] == xspec[1]  # x's R axis is the codes' last axis
+    assert spec[1] == (None if cut else xspec[2])

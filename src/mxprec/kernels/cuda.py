@@ -63,6 +63,7 @@ from mxprec.kernels.ffi import (
     FMT,
     _axes_size,
     _bias_buffer,
+    _dims_of,
     _gemm_vmappable,
     _GemmCfg,
     _operand_desc,
@@ -505,11 +506,13 @@ def _quantize_transposed_infer(cfg, mesh, arg_shapes, result_shape):
 
 def _quantize_transposed_rule(cfg, mesh, value_types, result_types):
     """Shardy rule: factors b, r, c in whole 128 x 128 tiles; the scale's R axis holds 128 / G groups per tile."""
+    _, rows, cols = _dims_of(value_types[0])
     per_tile = _TRANSPOSED_TILE // cfg.block
-    sizes = dict(rt=_TRANSPOSED_TILE, ct=_TRANSPOSED_TILE)
+    # Factors that sit only inside "(main sub)" need their sizes: c always, r unless the scale holds it alone.
+    sizes = dict(rt=_TRANSPOSED_TILE, ct=_TRANSPOSED_TILE, c=cols // _TRANSPOSED_TILE)
     scale_r = "r"
     if per_tile > 1:
-        sizes["rg"] = per_tile
+        sizes.update(r=rows // _TRANSPOSED_TILE, rg=per_tile)
         scale_r = "(r rg)"
     return f"b (r rt) (c ct) -> b (c ct) (r rt), b (c ct) {scale_r}, , ", sizes
 
