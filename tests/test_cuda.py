@@ -252,6 +252,28 @@ def test_tn_matches_reference(pair, out_dtype):
 
 
 @needs_gpu
+@pytest.mark.parametrize("family", ["tensor", "row", "block"])
+def test_scaled_gemm_under_vmap_folds_into_one_call(family):
+    """vmap of cuda.scaled_gemm (the partitioned target's batching rule folds the vmapped axis into B): the stacked
+    per-example products bit for bit, from one custom call."""
+    lspec, rspec = FAMILIES[family]("e4m3", "e4m3")
+    k1, k2 = jax.random.split(jax.random.PRNGKey(41))
+    x = _graded(k1, (3, 256, 512), 2, 1.0)
+    w = _graded(k2, (3, 256, 512), 2, 0.05)
+
+    def one(xe, we):  # one example: (1, M, K) x (1, N, K)
+        lq = mxprec.quantize(xe[None], lspec, axis=2)
+        rq = mxprec.quantize(we[None], rspec, axis=2)
+        return cuda.scaled_gemm(lq, rq, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32)[0]
+
+    f = jax.jit(jax.vmap(one))
+    got = f(x, w)
+    want = jnp.stack([jax.jit(one)(x[i], w[i]) for i in range(3)])
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert f.lower(x, w).compile().as_text().count('custom_call_target="mxprec_scaled_gemm"') == 1
+
+
+@needs_gpu
 @pytest.mark.parametrize("lc,rc", [(1, 1), (2, 1), (1, 2)])
 def test_transposed_operands_bias_delayed(lc, rc):
     key = jax.random.PRNGKey(7 * lc + rc)

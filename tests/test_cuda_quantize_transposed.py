@@ -186,6 +186,21 @@ def test_batches_and_input_dtypes(spec, dtype):
 
 
 @needs_gpu
+def test_under_vmap_one_call_per_example():
+    """vmap of quantize_transposed (the partitioned call's batching rule maps it): per example the QTensor of the
+    unbatched call, bit for bit, and its own amax."""
+    spec = SPECS[0]
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((3, 2, 256, 384)) * np.exp2(rng.integers(-8, 8, (3, 1, 1, 1)))).astype(np.float32)
+    got = jax.jit(jax.vmap(lambda t: cuda.quantize_transposed(t, spec)))(jnp.asarray(x))
+    for i in range(3):
+        want = _gpu_transposed(x[i], spec)
+        np.testing.assert_array_equal(C._u8(got.data[i]), C._u8(want.data))
+        np.testing.assert_array_equal(np.asarray(got.scale[i]).view(np.uint32), np.asarray(want.scale).view(np.uint32))
+        assert np.asarray(got.amax[i]) == np.asarray(want.amax)
+
+
+@needs_gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gradient_like_inputs(dtype):
     """Zeros, -0, FP32 subnormals and quotients far below the FP8 range (the band path's small quotients)."""
