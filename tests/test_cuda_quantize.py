@@ -235,6 +235,41 @@ def test_nvfp4_reciprocal_codes_beside_e2m1_midpoints(ts_target):
     _check(NVFP4Scaling(), np.ascontiguousarray(x.T), 0, what=f"E2M1 edges s_t~{ts_target:g} (axis 0)")
 
 
+def _nvfp4_e4m3_scale_edges(ts_target: float, seed: int) -> np.ndarray:
+    """(128, 256) f32, NVFP4 blocks of 16 along rows. The first element, 2688 * ts_target, sets the tensor scale
+    s_t; every other block's amax puts t = amax / 6 / s_t on or within 12 FP32 steps of an E4M3 grid point or
+    rounding midpoint (normal and subnormal; t <= 448): block scales that the kernels' one-multiply certificate
+    (nvfp4_block_certified) refuses, and ones just outside its window. The other 15 elements are random fractions
+    of the amax."""
+    rng = np.random.default_rng(seed)
+    t_amax = np.float32(2688.0 * ts_target)
+    ts = np.float64(t_amax / np.float32(2688.0))
+    e4m3 = np.sort(C.R.grid(C.R.E4M3))
+    pos = e4m3[e4m3 >= 0].astype(np.float64)
+    pts = np.concatenate([pos[1:], (pos[1:] + pos[:-1]) / 2])
+    nblocks = 128 * 16 - 1
+    amax = (rng.choice(pts, nblocks) * 6.0 * ts).astype(np.float32)
+    amax = (amax.view(np.int32) + rng.integers(-12, 13, nblocks).astype(np.int32)).view(np.float32)
+    amax = np.minimum(amax, t_amax)
+    rest = (amax[:, None] * rng.uniform(-1.0, 1.0, (nblocks, 15))).astype(np.float32)
+    blocks = np.concatenate([amax[:, None], rest], axis=1)
+    blocks[:, 0] *= np.where(rng.integers(0, 2, nblocks) == 1, 1.0, -1.0).astype(np.float32)
+    first = np.zeros((1, 16), np.float32)
+    first[0, 0] = t_amax
+    return np.concatenate([first, blocks]).reshape(128, 256).astype(np.float32)
+
+
+@needs_gpu
+@pytest.mark.parametrize("ts_target", [1.0, 0.0371, 3.1e-5, 7.3e4])
+def test_nvfp4_block_scales_beside_e4m3_midpoints(ts_target):
+    """NVFP4's E4M3 block scales through t = RN(amax * RN(1 / RN(6 s_t))) with the two divisions where the
+    certificate refuses (nvfp4_block_scale_cvt): t on and within 12 FP32 steps of every E4M3 grid point and midpoint,
+    along both axes (nvfp4_row_kernel, col_kernel), bit-exact against the CPU oracle and the numpy reference."""
+    x = _nvfp4_e4m3_scale_edges(ts_target, seed=int(ts_target * 1000) % 991)
+    _check(NVFP4Scaling(), x, -1, what=f"E4M3 scale edges s_t~{ts_target:g}")
+    _check(NVFP4Scaling(), np.ascontiguousarray(x.T), 0, what=f"E4M3 scale edges s_t~{ts_target:g} (axis 0)")
+
+
 @needs_gpu
 @pytest.mark.parametrize("spec", POW2_SPECS, ids=_sid)
 def test_power_of_two_amax_boundaries(spec):

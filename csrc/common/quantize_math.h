@@ -152,6 +152,30 @@ MXPREC_HD inline Nvfp4Scale nvfp4_block_scale(float amax, float ts) {
   const float sb = round_to_grid(xla_min(div_f32(div_f32(amax, 6.0f), ts), 448.0f), ElemFormat::kE4M3);
   return Nvfp4Scale{sb, mul_f32(sb, ts), encode_grid(sb, ElemFormat::kE4M3)};
 }
+// NVFP4's block scale input t = RN(RN(amax / 6) / ts) without the two divisions (the CUDA kernels'
+// nvfp4_block_scale_cvt): t1 = RN(amax * c) with c = nvfp4_block_multiplier(ts) = RN(1 / RN(6 ts)), once per tensor.
+// Lemma: for ts in [2**-100, 2**100] and amax >= 2**-120 (every quotient normal), t1 / t lies within (1 +- 2**-24)**5,
+// at most 6 bit steps from t (5 within a binade). What decides the E4M3 code are the rounding boundaries, the
+// midpoints of the grid: 1.xxx1b * 2**e for the normal values (t >= 2**-6: bits = 2**19 mod 2**20), (2j + 1) * 2**-10
+// below (at most 4 significant bits: low 19 significand bits zero). e4m3_boundary_key clamps t1's bits to
+// [2**-12 * (1 + 2**-5), 440] (below, t1 and t are under 2**-11: code 0; above, both round or saturate to 448) and
+// gives the clamped bits' distance + 8 to the nearest such pattern, mod 2**20 (normal) / 2**19 (below 2**-6; this
+// also refuses the subnormal grid points, harmlessly). Where it is > 16, t1 lies more than 8 bit steps from every
+// boundary, so t1 and t round onto the E4M3 grid (after the clamp at 448) alike and nvfp4_block_certified lets t1
+// stand in for t; elsewhere the kernels divide. The grid points themselves (t = 448 * 2**-k: a group whose amax is the
+// tensor amax times a power of two) are not refused. c is NaN outside the ts range: then every group divides.
+MXPREC_HD inline float nvfp4_block_multiplier(float ts) {
+  return (ts >= 0x1p-100f && ts <= 0x1p100f) ? 1.0f / (6.0f * ts) : bits_f32(kCanonicalNan);
+}
+MXPREC_HD inline uint32_t e4m3_boundary_key(float t1) {
+  const uint32_t a = f32_bits(t1) & 0x7FFFFFFFu;
+  const uint32_t c = a < 0x39840000u ? 0x39840000u : (a > 0x43DC0000u ? 0x43DC0000u : a);
+  return c >= 0x3C800000u ? (c + 8u + 0x80000u) & 0xFFFFFu : (c + 8u) & 0x7FFFFu;
+}
+MXPREC_HD inline bool nvfp4_block_certified(float amax, float t1) {
+  return amax >= 0x1p-120f && is_finite(t1) && e4m3_boundary_key(t1) > 16u;
+}
+
 MXPREC_HD inline uint8_t encode_nvfp4(float x, const Nvfp4Scale& b) {
   return encode_grid(b.eff == 0.0f ? 0.0f : round_to_grid(div_f32(flush_denormal(x), b.eff), ElemFormat::kE2M1),
                      ElemFormat::kE2M1);

@@ -13,7 +13,10 @@
 //      == encode_scaled(x, s) for E2M1 (where it is true, after the kernels' Markstein steps), with x up to 40
 //      FP32 steps either side of every E2M1 grid point and midpoint times s, random and tiny x, s over
 //      [2**-80, 2**102); and the device's encoder of q0 (narrow2_bf16 of the round-to-odd bf16 pattern,
-//      ro_bf16x2) against encode_rne, there and over a sweep of the FP32 patterns.
+//      ro_bf16x2) against encode_rne, there and over a sweep of the FP32 patterns;
+//   7. NVFP4's block scale through one multiply (nvfp4_block_certified): where certified, the E4M3 scale of
+//      t1 = RN(amax * RN(1 / RN(6 ts))) equals nvfp4_block_scale's, amax around every E4M3 grid point and midpoint
+//      times 6 ts, random, tiny, Inf, NaN, ts over [2**-100, 2**100] and outside.
 // The host divides / multiplies in IEEE FP32 without FTZ, like the device's div.rn.f32 / mul.rn.
 // Prints "<check> <cases> <mismatches>" per line and the first mismatches; exit status 1 if any.
 // Not covered here (device-only): cvt.rn.satfinite.{e4m3,e5m2}x2.f32, which the kernels use for
@@ -21,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -288,5 +292,70 @@ int main() {
   }
   c6.report();
 
-  return (c1.bad || c2.bad || c3.bad || c4.bad || c5.bad || c6.bad) ? 1 : 0;
+  // 7. NVFP4's block scale through t1 = RN(amax * c) (nvfp4_block_multiplier, e4m3_boundary_key,
+  // nvfp4_block_certified): where certified, t1's E4M3 code (round_to_grid(min(t1, 448)), what the kernels'
+  // cvt.rn.satfinite gives) is nvfp4_block_scale's; amax up to 40 FP32 steps either side of every E4M3 grid point and
+  // midpoint times 6 ts, random and tiny amax, Inf / NaN / 0; ts over [2**-100, 2**100] and outside (c = NaN).
+  Counter c7{"nvfp4_block_certificate"};
+  long refused7 = 0, refused7_random = 0, random7 = 0, max_dist7 = 0;
+  std::vector<float> tss7 = {1.0f, 448.0f / 2688.0f, 1.0f / 2688.0f, 0x1p-100f, 0x1p100f, 0x1.fffffep99f,
+                             0x1p-101f, 0x1p101f, 0.0f, inf, nan_pos, 3.0e38f / 2688.0f, 1.0e-30f / 2688.0f};
+  for (int i = 0; i < 300; ++i) {
+    tss7.push_back(std::ldexp(1.0f + 0.5f * (unit(rng) + 1.0f), std::uniform_int_distribution<int>(-100, 99)(rng)));
+  }
+  std::vector<double> e4m3_points;  // E4M3 grid points and midpoints (normal and subnormal), 0 .. 480
+  const std::vector<float> g7 = grid_values(ElemFormat::kE4M3);
+  for (size_t i = 0; i < g7.size(); ++i) {
+    e4m3_points.push_back(g7[i]);
+    if (i > 0) e4m3_points.push_back((static_cast<double>(g7[i - 1]) + g7[i]) / 2.0);
+  }
+  for (double p : {464.0, 480.0, 0x1p-11, 0x1p-12, 0x1.04p-12}) e4m3_points.push_back(p);
+  for (float ts : tss7) {
+    const float c = nvfp4_block_multiplier(ts);
+    std::vector<float> amaxes = {0.0f, inf, bits_f32(kCanonicalNan), 0x1p-120f, 0x1.fffffep-121f, 0x1p-126f,
+                                 std::numeric_limits<float>::max()};
+    for (double p : e4m3_points) {
+      float v = static_cast<float>(p * 6.0 * static_cast<double>(ts));
+      if (!std::isfinite(v) || v == 0.0f) continue;
+      for (int k = 0; k < 40; ++k) v = next_down(v);
+      for (int k = -40; k <= 40; ++k, v = next_up(v)) amaxes.push_back(v);
+    }
+    for (int i = 0; i < 300; ++i) amaxes.push_back(std::abs(std::ldexp(unit(rng), expo(rng))));
+    const size_t wide_end = amaxes.size();
+    // Block amaxes of a tensor whose amax gives this ts: 2688 ts * u, u in (2**-24, 1] (log-uniform exponent).
+    for (int i = 0; i < 300; ++i) {
+      amaxes.push_back(std::ldexp(2688.0f * ts * (0.5f + 0.25f * (unit(rng) + 1.0f)),
+                                  -std::uniform_int_distribution<int>(0, 24)(rng)));
+    }
+    for (size_t i = 0; i < amaxes.size(); ++i) {
+      const float amax = amax_finish(amaxes[i]);
+      const bool random = i >= wide_end && std::isfinite(c) && std::isfinite(amax * c) && amax >= 0x1p-120f;
+      random7 += random;
+      const float t1 = amax * c;
+      const Nvfp4Scale want = nvfp4_block_scale(amax, ts);
+      if (!nvfp4_block_certified(amax, t1)) {  // the kernels divide: nvfp4_block_scale itself
+        ++refused7;
+        refused7_random += random;
+        continue;
+      }
+      const float t = div_f32(div_f32(amax, 6.0f), ts);  // the lemma: t1 within 6 bit steps of t (t normal)
+      if (t >= 0x1p-126f && std::isfinite(t)) {
+        const long dist = std::labs(static_cast<long>(f32_bits(t1)) - static_cast<long>(f32_bits(t)));
+        max_dist7 = dist > max_dist7 ? dist : max_dist7;
+        c7.check(dist <= 6, amax, ts, ElemFormat::kE4M3, static_cast<int>(dist), 6);
+      }
+      const float sb = round_to_grid(xla_min(t1, 448.0f), ElemFormat::kE4M3);
+      const Nvfp4Scale got{sb, mul_f32(sb, ts), encode_grid(sb, ElemFormat::kE4M3)};
+      c7.check(got.byte == want.byte && f32_bits(got.sb) == f32_bits(want.sb) && f32_bits(got.eff) == f32_bits(want.eff),
+               amax, ts, ElemFormat::kE4M3, got.byte, want.byte);
+    }
+  }
+  if (refused7_random * 1000 > random7 || refused7 < 1000 || max_dist7 < 1) {
+    std::printf("MISMATCH nvfp4_block_certificate refused %ld (%ld of %ld random), max distance %ld\n", refused7,
+                refused7_random, random7, max_dist7);
+    ++c7.bad;
+  }
+  c7.report();
+
+  return (c1.bad || c2.bad || c3.bad || c4.bad || c5.bad || c6.bad || c7.bad) ? 1 : 0;
 }
