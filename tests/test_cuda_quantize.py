@@ -74,7 +74,9 @@ def test_element_fast_path_matches_exact_functions_on_cpu(tmp_path):
         for ln in r.stdout.splitlines()
         if not ln.startswith("MISMATCH")
     }
-    assert set(counts) == {"encode_rne", "scaled", "mx", "nvfp4", "bf16_pairs", "nvfp4_certificate"}, r.stdout
+    assert set(counts) == {
+        "encode_rne", "scaled", "mx", "nvfp4", "bf16_pairs", "nvfp4_certificate", "nvfp4_block_certificate"
+    }, r.stdout
     assert all(cases > 100_000 and bad == 0 for cases, bad in counts.values()), r.stdout
     assert r.returncode == 0, r.stdout
 
