@@ -49,6 +49,8 @@
 #   raster1:SHAPE the default per-tensor kernel at SHAPE per MXPREC_SM90_RASTER:SWIZZLE in RASTERS
 #   ncu-narrow   Nsight Compute sections of the FP4 / FP6 / NVFP4 quantize kernels (hgroup / col / nvfp4_row) on 16384x4096
 #   cuda-quant-tests tests/test_cuda_quantize.py only
+#   cuda-sharding tests/test_cuda_sharding.py: dot_general's CUDA path and quantize_transposed sharded over every GPU
+#                (needs 2+ GPUs: kind nvidia-h200-x2)
 #   ncu-qsrc     ncu --set full + per-SASS-instruction counts of single quantize kernels (QSRC=spec:axis:kernel,...)
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
 #                kernels (delayed cast, tile 1x128 along axis -1, MXFP8 along both axes) on one 8192x8192 bf16 input
@@ -127,6 +129,9 @@ for stage in "$@"; do
         tests/test_dot_general.py -k "tie or gpu_xla" ;;
     cuda-quant-tests)  # tests/test_cuda_quantize.py only (the quantize kernels)
       step test_cuda_quantize "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda_quantize.py ;;
+    cuda-sharding)  # the CUDA path under jit + NamedSharding on every GPU of the machine (skips below 2 GPUs; run it on
+      # kind nvidia-h200-x2 or larger)
+      step test_cuda_sharding "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda_sharding.py ;;
     transpose)  # the FP8 code transpose: its GPU tests, then benchmarks/fp8_transpose.py (ours, XLA's, copy)
       step test_transpose "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda.py tests/test_dot_general.py \
         -k "transpose or auto_dot_general or auto_fp8_rowwise or gpu_xla"
