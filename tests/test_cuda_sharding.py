@@ -23,10 +23,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-import mxprec
-from mxprec import recipes
-from mxprec.dot_general import DotGeneralState
 from mxprec.kernels import cuda
+from test_sharding import _fns
 
 
 def _gpus() -> int:
@@ -41,7 +39,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 B, S, K, N = 2, 256, 512, 512
-DN = (((2,), (0,)), ((), ()))
 PATTERNS = {
     "dp": (P("x", None, None), P(None, None)),
     "tp": (P(None, None, None), P(None, "x")),
@@ -60,20 +57,6 @@ def _data():
     return x, w, ct
 
 
-def _fwd_bwd(preset, backend):
-    recipe = recipes.get(preset, backend=backend)
-    st = DotGeneralState.init(recipe)
-
-    def fwd(x, w):
-        return mxprec.dot_general(x, w, DN, preferred_element_type=jnp.float32, recipe=recipe, state=st)
-
-    def fwd_bwd(x, w, ct):
-        y, vjp = jax.vjp(fwd, x, w)
-        return (y, *vjp(ct))
-
-    return fwd_bwd
-
-
 def _bounds(x, w, ct):
     """2 * C * 2**-23 * (|a| @ |b|) for the forward (C = K), dX (C = N) and dW (C = B * S)."""
     ax, aw, ac = np.abs(x).astype(np.float64), np.abs(w).astype(np.float64), np.abs(ct).astype(np.float64)
@@ -89,7 +72,7 @@ def _bounds(x, w, ct):
 @pytest.mark.parametrize("preset,backend", CASES)
 def test_sharded_cuda_dot_general_matches_one_gpu(preset, backend, pattern):
     x, w, ct = _data()
-    f = jax.jit(_fwd_bwd(preset, backend))
+    f = jax.jit(_fns(preset, backend)[1])  # y, dX, dW of x @ w (test_sharding's)
     want = f(x, w, ct)  # one GPU
     mesh = Mesh(np.array(jax.devices("gpu")), ("x",))
     xs, ws = PATTERNS[pattern]
