@@ -13,6 +13,12 @@ def test_categorize_kernel_names():
     assert categorize("nvjet_sm90_tststt_128x256_64x4_1x2_h_bz_TNT") == "gemm_wide"
     assert categorize("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x256x32") == "gemm_wide"
     assert categorize("cutlass::device_kernel<GemmUniversal<MainloopSm90TmaGmmaWarpSpecializedFP8<float_e4m3_t>>>") == "gemm_fp8"
+    # mxprec's own GEMMs are FP8 (their names carry no type); its quantize / transpose kernels are not GEMMs.
+    assert categorize("void mxprec::cuda::persistent::blockwise_gemm_kernel<2, 0, 1, 192, 5, 1, 2>(CUtensorMap_st, "
+                      "CUtensorMap_st, float const*, void*, int, int,") == "gemm_fp8"
+    assert categorize("mxprec::cuda::(anonymous namespace)::transpose_scales_kernel(ScaleTranspose, long)") == "other"
+    assert categorize("void mxprec::cuda_quantize::(anonymous namespace)::col_kernel<(mxprec::InType)1, true, 8, "
+                      "false, true>(Args)") == "other"
     assert categorize("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16") == "attention"
     assert categorize("input_convert_transpose_fusion_8") == "other"
 

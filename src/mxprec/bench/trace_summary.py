@@ -25,6 +25,9 @@ _ATTN = re.compile(r"cudnn|fmha|flash|sdpa|attention|dot_product", re.IGNORECASE
 # cuBLASLt's nvjet kernels spell their A/B types as the first letters after the arch: q = E4M3,
 # r = E5M2 (t = BF16, s = FP32), e.g. nvjet_sm90_qrtst_... is an E4M3 x E5M2 GEMM.
 _NVJET_FP8 = re.compile(r"nvjet_sm\d+a?_[qr][qr]")
+# mxprec's own CUDA GEMMs (csrc/cuda_kernels) are all FP8; their names carry no type, e.g.
+# mxprec::cuda::persistent::blockwise_gemm_kernel<2, 0, 1, 192, 5, 1, 2>(...).
+_MXPREC_FP8 = re.compile(r"mxprec::cuda::(\w+::)*\w*gemm")
 
 
 def categorize(kernel: str) -> str:
@@ -32,7 +35,8 @@ def categorize(kernel: str) -> str:
     if _ATTN.search(kernel):
         return "attention"
     if _GEMM.search(kernel):
-        return "gemm_fp8" if _FP8.search(kernel) or _NVJET_FP8.search(kernel) else "gemm_wide"
+        fp8 = _FP8.search(kernel) or _NVJET_FP8.search(kernel) or _MXPREC_FP8.search(kernel)
+        return "gemm_fp8" if fp8 else "gemm_wide"
     return "other"
 
 
