@@ -117,6 +117,12 @@ def _check(spec, x: np.ndarray, axis: int, *, reference: bool = True, what: str 
         assert not ref_bad, f"{_sid(spec)} axis {axis} {what}: vs the numpy reference: {ref_bad}"
 
 
+def _check_both_axes(spec, x: np.ndarray, *, what: str = "", **kw):
+    """_check along the rows of x (axis -1), then along the columns of its transpose (axis 0)."""
+    _check(spec, x, -1, what=what, **kw)
+    _check(spec, np.ascontiguousarray(x.T), 0, what=what + " (axis 0)", **kw)
+
+
 def _pow2_edges(seed=21) -> np.ndarray:
     """(128, 256): each block of 16 has its amax on a power-of-two boundary of some format:
     m * 2**k and its FP32 neighbours, m in {1, 1.5, 1.75, 1.875} (2**k, E2M1 6, E4M3 448 / E5M2 57344 /
@@ -152,8 +158,7 @@ def test_bit_exact_every_spec_both_axes(spec):
     """hgroup / cta kernels (axis -1) and the vgroup kernel (axis 0, incl. tall row groups)."""
     for name, make in INPUTS.items():
         x = make()
-        _check(spec, x, -1, what=name)
-        _check(spec, np.ascontiguousarray(x.T), 0, what=name + " (axis 0)")
+        _check_both_axes(spec, x, what=name)
 
 
 POW2_SPECS = [
@@ -193,8 +198,7 @@ def test_nvfp4_block_scale_rounding_edges(dtype):
     x = _nvfp4_block_scale_edges()
     if dtype == "bfloat16":
         x = x.astype(ml_dtypes.bfloat16)
-    _check(NVFP4Scaling(), x, -1, what=f"block scale edges {dtype}")
-    _check(NVFP4Scaling(), np.ascontiguousarray(x.T), 0, what=f"block scale edges {dtype} (axis 0)")
+    _check_both_axes(NVFP4Scaling(), x, what=f"block scale edges {dtype}")
 
 
 def _nvfp4_e2m1_edges(ts_target: float, seed: int) -> np.ndarray:
@@ -233,8 +237,7 @@ def test_nvfp4_reciprocal_codes_beside_e2m1_midpoints(ts_target):
     negative elements, along both axes (nvfp4_row_kernel, col_kernel), bit-exact against the CPU oracle and the
     numpy reference."""
     x = _nvfp4_e2m1_edges(ts_target, seed=int(ts_target * 1000) % 997)
-    _check(NVFP4Scaling(), x, -1, what=f"E2M1 edges s_t~{ts_target:g}")
-    _check(NVFP4Scaling(), np.ascontiguousarray(x.T), 0, what=f"E2M1 edges s_t~{ts_target:g} (axis 0)")
+    _check_both_axes(NVFP4Scaling(), x, what=f"E2M1 edges s_t~{ts_target:g}")
 
 
 def _nvfp4_e4m3_scale_edges(ts_target: float, seed: int) -> np.ndarray:
@@ -268,16 +271,14 @@ def test_nvfp4_block_scales_beside_e4m3_midpoints(ts_target):
     certificate refuses (nvfp4_block_scale_cvt): t on and within 12 FP32 steps of every E4M3 grid point and midpoint,
     along both axes (nvfp4_row_kernel, col_kernel), bit-exact against the CPU oracle and the numpy reference."""
     x = _nvfp4_e4m3_scale_edges(ts_target, seed=int(ts_target * 1000) % 991)
-    _check(NVFP4Scaling(), x, -1, what=f"E4M3 scale edges s_t~{ts_target:g}")
-    _check(NVFP4Scaling(), np.ascontiguousarray(x.T), 0, what=f"E4M3 scale edges s_t~{ts_target:g} (axis 0)")
+    _check_both_axes(NVFP4Scaling(), x, what=f"E4M3 scale edges s_t~{ts_target:g}")
 
 
 @needs_gpu
 @pytest.mark.parametrize("spec", POW2_SPECS, ids=_sid)
 def test_power_of_two_amax_boundaries(spec):
     x = _pow2_edges()
-    _check(spec, x, -1, what="pow2_edges")
-    _check(spec, np.ascontiguousarray(x.T), 0, what="pow2_edges (axis 0)")
+    _check_both_axes(spec, x, what="pow2_edges")
 
 
 DTYPE_SPECS = [
@@ -305,8 +306,7 @@ def test_narrow_input_dtypes(spec, dtype):
         x = np.concatenate([x, x[::-1] * np.float32(0.75)], axis=1)
         with np.errstate(over="ignore"):
             xn = x.astype(np_dtype)
-        _check(spec, xn, -1, reference=False, what=f"{name} {dtype}")
-        _check(spec, np.ascontiguousarray(xn.T), 0, reference=False, what=f"{name} {dtype} (axis 0)")
+        _check_both_axes(spec, xn, reference=False, what=f"{name} {dtype}")
 
 
 SUBNORMAL_SPECS = [
@@ -328,8 +328,7 @@ def test_fp32_subnormals_follow_the_cpu_ftz_rules(spec):
     """FP32 denormal inputs and tiny amaxes (scale underflow to 0 -> x / 0): the exact path, vs the
     CPU oracle only (the numpy reference does not flush)."""
     x = C._subnormal()
-    _check(spec, x, -1, reference=False, what="subnormal")
-    _check(spec, np.ascontiguousarray(x.T), 0, reference=False, what="subnormal (axis 0)")
+    _check_both_axes(spec, x, reference=False, what="subnormal")
 
 
 @needs_gpu
@@ -340,8 +339,7 @@ def test_delayed_scale_edge_values(scale):
     """Delayed scales outside the fast path (tiny, denormal, 0, Inf, NaN) and powers of two (multiply)."""
     spec = DelayedScaling(E4M3, history_len=4)
     x = np.concatenate([C._specials(), C._subnormal()], axis=0)
-    _check(spec, x, -1, reference=False, what=f"scale {scale}", scale=scale)
-    _check(spec, np.ascontiguousarray(x.T), 0, reference=False, what=f"scale {scale} (axis 0)", scale=scale)
+    _check_both_axes(spec, x, reference=False, what=f"scale {scale}", scale=scale)
 
 
 def _division_adversarial(s: np.float32, seed: int = 0) -> np.ndarray:
@@ -527,8 +525,7 @@ def test_reciprocal_division_matches_ieee_division(scale):
     x = _division_adversarial(s)
     for fmt in (E4M3, E5M2):
         spec = DelayedScaling(fmt, history_len=4)
-        _check(spec, x, -1, reference=False, what=f"scale {scale:g}", scale=float(s))
-        _check(spec, np.ascontiguousarray(x.T), 0, reference=False, what=f"scale {scale:g} (axis 0)", scale=float(s))
+        _check_both_axes(spec, x, reference=False, what=f"scale {scale:g}", scale=float(s))
 
 
 @needs_gpu
@@ -780,8 +777,7 @@ def test_every_bf16_value_in_mx_fp6_fp4_blocks(spec):
     normal = x.copy()
     normal[np.abs(normal.astype(np.float32)) < np.float32(2.0**-126)] = 0
     for v, name in ((x, "every bf16"), (normal, "every normal bf16")):
-        _check(spec, v, -1, reference=v is normal, what=name)
-        _check(spec, np.ascontiguousarray(v.T), 0, reference=v is normal, what=name + " (axis 0)")
+        _check_both_axes(spec, v, reference=v is normal, what=name)
 
 
 # ----------------------------------------------------------------------------- wiring
