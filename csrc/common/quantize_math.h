@@ -152,6 +152,13 @@ MXPREC_HD inline Nvfp4Scale nvfp4_block_scale(float amax, float ts) {
   const float sb = round_to_grid(xla_min(div_f32(div_f32(amax, 6.0f), ts), 448.0f), ElemFormat::kE4M3);
   return Nvfp4Scale{sb, mul_f32(sb, ts), encode_grid(sb, ElemFormat::kE4M3)};
 }
+// The bits of |v| clamped to [lo, hi]: what the boundary certificates below (e4m3_boundary_key, e2m1_boundary_key)
+// measure distances on.
+MXPREC_HD inline uint32_t clamped_abs_bits(float v, uint32_t lo, uint32_t hi) {
+  const uint32_t a = abs_key(v);
+  return a < lo ? lo : (a > hi ? hi : a);
+}
+
 // NVFP4's block scale input t = RN(RN(amax / 6) / ts) without the two divisions (the CUDA kernels'
 // nvfp4_block_scale_cvt): t1 = RN(amax * c) with c = nvfp4_block_multiplier(ts) = RN(1 / RN(6 ts)), once per tensor.
 // Lemma: for ts in [2**-100, 2**100] and amax >= 2**-120 (every quotient normal), t1 / t lies within (1 +- 2**-24)**5,
@@ -168,8 +175,7 @@ MXPREC_HD inline float nvfp4_block_multiplier(float ts) {
   return (ts >= 0x1p-100f && ts <= 0x1p100f) ? 1.0f / (6.0f * ts) : bits_f32(kCanonicalNan);
 }
 MXPREC_HD inline uint32_t e4m3_boundary_key(float t1) {
-  const uint32_t a = f32_bits(t1) & 0x7FFFFFFFu;
-  const uint32_t c = a < 0x39840000u ? 0x39840000u : (a > 0x43DC0000u ? 0x43DC0000u : a);
+  const uint32_t c = clamped_abs_bits(t1, 0x39840000u, 0x43DC0000u);
   return c >= 0x3C800000u ? (c + 8u + 0x80000u) & 0xFFFFFu : (c + 8u) & 0x7FFFFu;
 }
 MXPREC_HD inline bool nvfp4_block_certified(float amax, float t1) {
@@ -395,8 +401,7 @@ MXPREC_HD inline ElemScale nvfp4_elem_scale(const Nvfp4Scale& b) {
 // code; elsewhere (e2m1_near_boundary) the kernels divide. A key per element and one test of their minimum per chunk.
 // (Inf: clamped, and both saturate; q0 is not NaN, since a group holding a NaN has a NaN amax and an exact mode.)
 MXPREC_HD inline uint32_t e2m1_boundary_key(float q0) {
-  const uint32_t a = f32_bits(q0) & 0x7FFFFFFFu;
-  const uint32_t c = a < 0x3E100000u ? 0x3E100000u : (a > 0x40B00000u ? 0x40B00000u : a);
+  const uint32_t c = clamped_abs_bits(q0, 0x3E100000u, 0x40B00000u);
   return (c + 8u) & 0x1FFFFFu;
 }
 MXPREC_HD inline bool e2m1_near_boundary(float q0) { return e2m1_boundary_key(q0) <= 16u; }

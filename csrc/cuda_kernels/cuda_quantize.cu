@@ -617,11 +617,11 @@ __device__ __forceinline__ ElemScale group_elem_scale(const Args& a, int64_t g, 
 // nvfp4_block_scale with s_b rounded onto the E4M3 grid by the hardware convert (cvt.rn.satfinite: RNE, and
 // t > 448 -> 448, which is xla_min(t, 448) then round_to_grid) and read back exactly through f16: the same s_b,
 // code and eff for every finite t (t >= +0: amax is finished, ts > 0; a denormal t was flushed to +0 by
-// div_f32). t = RN(RN(amax / 6) / ts) comes from one multiply by c = nvfp4_block_multiplier(ts) where
+// div_f32). t = RN(RN(amax / 6) / ts) comes from one multiply by bm = nvfp4_block_multiplier(ts) where
 // nvfp4_block_certified allows it (quantize_math.h), else from the two divisions. A NaN / Inf t (NaN / Inf amax)
 // takes the exact function.
-__device__ __forceinline__ Nvfp4Scale nvfp4_block_scale_cvt(float amax, float ts, float c) {
-  float t = __fmul_rn(amax, c);
+__device__ __forceinline__ Nvfp4Scale nvfp4_block_scale_cvt(float amax, float ts, float bm) {
+  float t = __fmul_rn(amax, bm);
   if (!nvfp4_block_certified(amax, t)) t = div_f32(div_f32(amax, 6.0f), ts);
   if (!isfinite(t)) return nvfp4_block_scale(amax, ts);
   unsigned short code2, h2;
@@ -631,11 +631,11 @@ __device__ __forceinline__ Nvfp4Scale nvfp4_block_scale_cvt(float amax, float ts
   return Nvfp4Scale{sb, mul_f32(sb, ts), static_cast<uint8_t>(code2 & 0xFFu)};
 }
 
-// NVFP4's element scale for a group with raw max |x| key `key` under the tensor scale ts, c =
+// NVFP4's element scale for a group with raw max |x| key `key` under the tensor scale ts, bm =
 // nvfp4_block_multiplier(ts) (the E4M3 block scale by nvfp4_block_scale_cvt); the block scale's E4M3 byte goes to
 // scale[i].
-__device__ __forceinline__ ElemScale nvfp4_group_scale(uint32_t key, float ts, float c, uint8_t* scale, int64_t i) {
-  const Nvfp4Scale b = nvfp4_block_scale_cvt(__uint_as_float(finish_key(key)), ts, c);
+__device__ __forceinline__ ElemScale nvfp4_group_scale(uint32_t key, float ts, float bm, uint8_t* scale, int64_t i) {
+  const Nvfp4Scale b = nvfp4_block_scale_cvt(__uint_as_float(finish_key(key)), ts, bm);
   scale[i] = b.byte;
   return nvfp4_elem_scale(b);
 }
@@ -663,7 +663,7 @@ __device__ __forceinline__ uint32_t nvfp4_keep(ElemScale es, uint32_t lanes) {
 // E2M1 codes (byte i = element i) of 8 elements, element i under multiplier m(i) and divisor d(i): q0 = RN(x * m);
 // if e2m1_near_boundary refuses one (on normal data about one chunk in 100, mostly elements equal to the tensor
 // amax times a power of two: exact midpoints and grid points), every element of the chunk takes
-// in_band_fp8_codes8's Markstein steps, which give RN(x / d) where 2**-20 <= |q0| <= 2**20 (outside, q0 is kept:
+// markstein_steps, which give RN(x / d) where 2**-20 <= |q0| <= 2**20 (outside, q0 is kept:
 // the same code). Then encode_rne of each quotient by the bf16-pair encoder on its round-to-odd bf16 pattern
 // (ro_bf16x2), two elements per instruction.
 template <class MAt, class DAt>
@@ -780,7 +780,7 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
 template <InType I>
 __global__ void __launch_bounds__(kThreads, 4) nvfp4_row_kernel(Args a) {
   static_assert(kUnroll == 4, "nvfp4_row_kernel: a thread owns two groups of two chunks");
-  const float ts = nvfp4_ts(a), c = nvfp4_block_multiplier(ts);
+  const float ts = nvfp4_ts(a), bm = nvfp4_block_multiplier(ts);
   if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   const int64_t nck = a.n / 8;  // even: groups are whole
   const int64_t k0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kUnroll;
@@ -802,7 +802,7 @@ __global__ void __launch_bounds__(kThreads, 4) nvfp4_row_kernel(Args a) {
       to_f32<I>(raw[2 * g + 1], v1);
       const uint32_t key = max(chunk_key(v0), chunk_key(v1));
       acc = max(acc, key);
-      const ElemScale es = nvfp4_group_scale(key, ts, c, scale, k0 / 2 + g);
+      const ElemScale es = nvfp4_group_scale(key, ts, bm, scale, k0 / 2 + g);
       const float r = recip_of_divisor(es);
       if (nvfp4_has_multiplier(es, r)) {
         const float m = nvfp4_multiplier(es, r), dv = nvfp4_divisor(es);
@@ -1390,7 +1390,7 @@ template <InType I>
 __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigned char* col_base, uint8_t* code_base,
                                                     int64_t grow0, int64_t col, float ts) {
   constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
-  const float c = nvfp4_block_multiplier(ts);
+  const float bm = nvfp4_block_multiplier(ts);
   uint32_t all = 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {  // rows 16 h .. 16 h + 15: one group per column
@@ -1404,7 +1404,7 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
     }
     all = max(all, max(k0, k1));
     uint8_t* scale = static_cast<uint8_t*>(a.scale) + (grow0 + h) * a.ngc + col;
-    const ElemScale es[2] = {nvfp4_group_scale(k0, ts, c, scale, 0), nvfp4_group_scale(k1, ts, c, scale, 1)};
+    const ElemScale es[2] = {nvfp4_group_scale(k0, ts, bm, scale, 0), nvfp4_group_scale(k1, ts, bm, scale, 1)};
     const float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
     const auto sat = [&es](int i) { return es[i & 1]; };
     const auto rat = [&rcp](int i) { return rcp[i & 1]; };
