@@ -416,7 +416,7 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
     kk = K // G if K % G == 0 else 0
     sizes: dict = {}
     whole: set = set()  # factors some dimension holds alone (their sizes are inferred)
-    compound: dict = {}  # main factor -> size, where it sits in "(main sub)"
+    compound: dict = {}  # factor -> size where it sits in "(main sub)" (given to Shardy unless also whole)
 
     def dim(main, sub, extent, unit_extent):
         """Dimension `extent` = size(main) * unit_extent: "main" or "(main sub)"."""
@@ -424,6 +424,7 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
             whole.add(main)
             return main
         sizes[sub] = unit_extent
+        compound[main] = extent // unit_extent
         return f"({main} {sub})"
 
     def operand(o: _Operand, data_shape, side: str, free: str):
@@ -431,12 +432,7 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
         free_extent = data_shape[3 - o.contract]
         unit = cfg.free_unit(o, side == "r")
         unit = unit if free_extent % unit == 0 else tr  # a backend's unit that N misses: N stays whole (gathered)
-        if unit > 1:
-            fdim = dim(free, f"{side}t", free_extent, unit)
-            compound[free] = free_extent // unit
-        else:
-            fdim = free
-            whole.add(free)
+        fdim = dim(free, f"{side}t", free_extent, unit)
         if kk:
             kdim = dim("k", f"{side}d", data_shape[o.contract], data_shape[o.contract] // kk)
         else:
@@ -460,9 +456,7 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
             s = ["b", "", ""]
             # One scale per tile row (extent rows / tr); a backend unit above tr groups unit / tr of them.
             s[o.contract] = ks
-            s[3 - o.contract] = dim(free, f"{side}u", free_extent // tr, unit // tr) if unit > tr else free
-            if unit == tr:
-                whole.add(free)
+            s[3 - o.contract] = dim(free, f"{side}u", free_extent // tr, unit // tr)
             scale = " ".join(s)
         return [data, scale, ""], fdim
 
@@ -470,8 +464,6 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
     rhs, ndim = operand(cfg.rhs, rd, "r", "n")
     bias = ndim if cfg.has_bias else ""
     rule = ", ".join(lhs + rhs + [bias]) + f" -> b {mdim} {ndim}"
-    if kk and "k" not in whole:
-        sizes["k"] = kk
     sizes.update({f: size for f, size in compound.items() if f not in whole})
     return rule, dict(sizes, reduction_factors=("k",) if kk else ())
 
