@@ -201,6 +201,13 @@ def test_nvfp4_block_scale_rounding_edges(dtype):
     _check_both_axes(NVFP4Scaling(), x, what=f"block scale edges {dtype}")
 
 
+def _after_tensor_amax_block(t_amax: np.float32, blocks: np.ndarray) -> np.ndarray:
+    """(128, 256) f32: a first 16-element block holding the tensor amax t_amax (then zeros), then `blocks` (2047, 16)."""
+    first = np.zeros((1, 16), np.float32)
+    first[0, 0] = t_amax
+    return np.concatenate([first, blocks]).reshape(128, 256).astype(np.float32)
+
+
 def _nvfp4_e2m1_edges(ts_target: float, seed: int) -> np.ndarray:
     """(128, 256) f32, NVFP4 blocks of 16 along rows. The first element, 2688 * ts_target, sets the tensor scale
     s_t; every other block has amax 6 * s_b * s_t for an E4M3 value s_b (its block scale) and elements within 12
@@ -224,9 +231,7 @@ def _nvfp4_e2m1_edges(ts_target: float, seed: int) -> np.ndarray:
     zero = rng.integers(0, 16, nblocks) == 0
     blocks[zero] = (blocks[zero] * np.float32(2.0**-12)).astype(np.float32)  # t = amax / 6 / s_t < 2**-10
     blocks *= np.where(rng.integers(0, 2, blocks.shape) == 1, 1.0, -1.0).astype(np.float32)
-    first = np.zeros((1, 16), np.float32)
-    first[0, 0] = t_amax
-    return np.concatenate([first, blocks]).reshape(128, 256).astype(np.float32)
+    return _after_tensor_amax_block(t_amax, blocks)
 
 
 @needs_gpu
@@ -259,9 +264,7 @@ def _nvfp4_e4m3_scale_edges(ts_target: float, seed: int) -> np.ndarray:
     rest = (amax[:, None] * rng.uniform(-1.0, 1.0, (nblocks, 15))).astype(np.float32)
     blocks = np.concatenate([amax[:, None], rest], axis=1)
     blocks[:, 0] *= np.where(rng.integers(0, 2, nblocks) == 1, 1.0, -1.0).astype(np.float32)
-    first = np.zeros((1, 16), np.float32)
-    first[0, 0] = t_amax
-    return np.concatenate([first, blocks]).reshape(128, 256).astype(np.float32)
+    return _after_tensor_amax_block(t_amax, blocks)
 
 
 @needs_gpu
