@@ -67,6 +67,7 @@ from mxprec.kernels.ffi import (
     _gemm_vmappable,
     _GemmCfg,
     _operand_desc,
+    _partitioned,
     _pmax_nan,
     _pspec,
     _spec_axes,
@@ -517,11 +518,8 @@ def _quantize_transposed_rule(cfg, mesh, value_types, result_types):
     return f"b (r rt) (c ct) -> b (c ct) (r rt), b (c ct) {scale_r}, , ", sizes
 
 
-_quantize_transposed_cp = custom_partitioning(_quantize_transposed_call, static_argnums=(0,))
-_quantize_transposed_cp.def_partition(
-    partition=_quantize_transposed_partition,
-    infer_sharding_from_operands=_quantize_transposed_infer,
-    sharding_rule=_quantize_transposed_rule,
+_quantize_transposed_cp = _partitioned(
+    _quantize_transposed_call, _quantize_transposed_partition, _quantize_transposed_infer, _quantize_transposed_rule
 )
 
 

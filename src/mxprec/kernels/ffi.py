@@ -468,12 +468,15 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
     return rule, dict(sizes, reduction_factors=("k",) if kk else ())
 
 
-_gemm_cp = custom_partitioning(_gemm_impl, static_argnums=(0,))
-_gemm_cp.def_partition(
-    partition=_gemm_partition,
-    infer_sharding_from_operands=_gemm_infer,
-    sharding_rule=_gemm_rule,
-)
+def _partitioned(impl, partition, infer, rule):
+    """``custom_partitioning`` of ``impl(cfg, *arrays)`` (cfg static) with its GSPMD callbacks and Shardy rule: every
+    cfg-taking custom call of the package (GEMM, quantize here; mxprec.kernels.cuda's transposed quantize)."""
+    cp = custom_partitioning(impl, static_argnums=(0,))
+    cp.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule)
+    return cp
+
+
+_gemm_cp = _partitioned(_gemm_impl, _gemm_partition, _gemm_infer, _gemm_rule)
 
 
 @functools.cache
@@ -718,12 +721,7 @@ def _quant_rule(cfg: _QuantCfg, mesh, value_types, result_types):
     return rule, sizes
 
 
-_quant_cp = custom_partitioning(_quant_impl, static_argnums=(0,))
-_quant_cp.def_partition(
-    partition=_quant_partition,
-    infer_sharding_from_operands=_quant_infer,
-    sharding_rule=_quant_rule,
-)
+_quant_cp = _partitioned(_quant_impl, _quant_partition, _quant_infer, _quant_rule)
 
 
 @functools.cache
