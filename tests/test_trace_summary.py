@@ -33,13 +33,16 @@ def test_summarize_trace_counts_gpu_stream_kernels_per_step(tmp_path):
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 8, "args": {"name": "XLA Ops"}},
         {"ph": "X", "pid": 1, "tid": 7, "name": "nvjet_sm90_qqtst_x", "ts": 0, "dur": 3000.0},
         {"ph": "X", "pid": 1, "tid": 7, "name": "loop_add_fusion", "ts": 0, "dur": 1000.0},
+        {"ph": "X", "pid": 1, "tid": 7, "name": "Memset 3", "ts": 0, "dur": 2.0},
+        {"ph": "X", "pid": 1, "tid": 7, "name": "Memset 3", "ts": 0, "dur": 2.0},
         {"ph": "X", "pid": 1, "tid": 8, "name": "fusion.1", "ts": 0, "dur": 4000.0},
         {"ph": "X", "pid": 2, "tid": 1, "name": "python", "ts": 0, "dur": 9000.0},
     ]
     with gzip.open(run / "host.trace.json.gz", "wt") as f:
         json.dump({"traceEvents": events}, f)
     s = summarize_trace(str(tmp_path), steps=2)
-    assert s["gpu_kernel_ms"] == 2.0  # (3 + 1) ms over 2 steps; the XLA Ops row is not a kernel
-    assert s["categories_ms"] == {"gemm_fp8": 1.5, "other": 0.5}
+    assert s["gpu_kernel_ms"] == 2.002  # (3 + 1 + 0.004) ms over 2 steps; the XLA Ops row is not a kernel
+    assert s["categories_ms"] == {"gemm_fp8": 1.5, "other": 0.502}
     assert s["top_ops_ms"] == [["fusion.1", 2.0]]
-    assert s["kernel_launches"] == 1  # 2 kernels over 2 steps
+    assert s["kernel_launches"] == 2  # 4 kernels over 2 steps
+    assert s["top_kernels_launches"] == {"nvjet_sm90_qqtst_x": 0.5, "loop_add_fusion": 0.5, "Memset 3": 1.0}

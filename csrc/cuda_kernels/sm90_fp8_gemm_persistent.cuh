@@ -32,6 +32,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "sm90_fp8_gemm_blockwise.h"
 
@@ -288,6 +289,10 @@ constexpr int kSbAhead = MXPREC_PERSISTENT_SB_AHEAD;  // k blocks between a 128x
 #ifndef MXPREC_PERSISTENT_SPLIT_N
 #define MXPREC_PERSISTENT_SPLIT_N 1
 #endif
+// The block-scaled 160 / 192-column tiles too (twenty-eighth session); 0 keeps their one-group loop.
+#ifndef MXPREC_PERSISTENT_SPLIT_N_BLOCK
+#define MXPREC_PERSISTENT_SPLIT_N_BLOCK 1
+#endif
 // Timing experiments only (wrong results): 1 replaces the epilogue-scaled kernels' epilogue by a sum of the
 // accumulators (so the promotion stays), 2 drops their promotion FADDs.
 #ifndef MXPREC_PERSISTENT_EXPERIMENT
@@ -388,37 +393,54 @@ __device__ __forceinline__ void issue_k_block(float* part, uint64_t desc_a, uint
   wgmma_commit();
 }
 
-// acc += part * s per 8-column group j of the thread's two rows (s0: row0, s1: row0 + 8), s = the first 128-column
-// B scale tile's product for groups j < kLo, the second's for the rest (tiles wider than 128 columns).
-template <int kAcc, int kLo>
-__device__ __forceinline__ void promote_split(float* acc, const float* part, float s0_lo, float s1_lo, float s0_hi,
-                                              float s1_hi) {
+// acc += part * s for kGroups 8-column groups of the thread's two rows (s0: row0, s1: row0 + 8): part's groups
+// 0 .. kGroups are the tile's groups kJ0 .. kJ0 + kGroups (kJ0 > 0: the second half of a split tile). s = the first
+// 128-column B scale tile's product for tile groups t < kLo, the second's for the rest (tiles wider than 128 columns).
+template <int kGroups, int kJ0, int kLo>
+__device__ __forceinline__ void promote_groups(float* acc, const float* part, float s0_lo, float s1_lo, float s0_hi,
+                                               float s1_hi) {
 #pragma unroll
-  for (int j = 0; j < kAcc / 4; ++j) {
-    const float s0 = j < kLo ? s0_lo : s0_hi, s1 = j < kLo ? s1_lo : s1_hi;
-    acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-    acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-    acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-    acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
+  for (int j = 0; j < kGroups; ++j) {
+    const int t = kJ0 + j;
+    const float s0 = t < kLo ? s0_lo : s0_hi, s1 = t < kLo ? s1_lo : s1_hi;
+    acc[4 * t + 0] = fmaf(part[4 * j + 0], s0, acc[4 * t + 0]);
+    acc[4 * t + 1] = fmaf(part[4 * j + 1], s0, acc[4 * t + 1]);
+    acc[4 * t + 2] = fmaf(part[4 * j + 2], s1, acc[4 * t + 2]);
+    acc[4 * t + 3] = fmaf(part[4 * j + 3], s1, acc[4 * t + 3]);
   }
 }
 // The same, for a tile whose first column lies `off` (a multiple of 32) past a 128-column B scale boundary: its
 // first (128 - off) columns take the first scale. One uniform branch per k block picks the unrolled copy.
-template <int kAcc, int kBlockN>
+template <int kGroups, int kJ0, int kBlockN>
 __device__ __forceinline__ void promote_two_scale_tiles(float* acc, const float* part, int off, float s0_lo,
                                                         float s1_lo, float s0_hi, float s1_hi) {
   static_assert(kBlockN % 32 == 0 && kBlockN + 128 - (kBlockN % 64 == 0 ? 64 : 32) <= 256,
                 "at most two B scale tiles per CTA tile");
   if (off == 0) {
-    promote_split<kAcc, 16>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
+    promote_groups<kGroups, kJ0, 16>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
   } else if (off == 64) {
-    promote_split<kAcc, 8>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
+    promote_groups<kGroups, kJ0, 8>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
   } else if constexpr (kBlockN % 64 != 0) {  // off is a multiple of 64 when kBlockN is
     if (off == 32) {
-      promote_split<kAcc, 12>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
+      promote_groups<kGroups, kJ0, 12>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
     } else {
-      promote_split<kAcc, 4>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
+      promote_groups<kGroups, kJ0, 4>(acc, part, s0_lo, s1_lo, s0_hi, s1_hi);
     }
+  }
+}
+// 1x128 B scales: acc += part * (sa * sb[n]) for kGroups column groups (tile groups kJ0 ..), sb of the tile's columns
+// read from the stage's shared-memory B scales at `sfb` (this thread's first column), two per group.
+template <int kGroups, int kJ0>
+__device__ __forceinline__ void promote_column_scales(float* acc, const float* part, float sa0, float sa1,
+                                                      uint32_t sfb) {
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    const int t = kJ0 + j;
+    const float2 sbv = lds_f32x2(sfb + 32 * t);
+    acc[4 * t + 0] = fmaf(part[4 * j + 0], sa0 * sbv.x, acc[4 * t + 0]);
+    acc[4 * t + 1] = fmaf(part[4 * j + 1], sa0 * sbv.y, acc[4 * t + 1]);
+    acc[4 * t + 2] = fmaf(part[4 * j + 2], sa1 * sbv.x, acc[4 * t + 2]);
+    acc[4 * t + 3] = fmaf(part[4 * j + 3], sa1 * sbv.y, acc[4 * t + 3]);
   }
 }
 
@@ -517,7 +539,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kWide = kBlockN > 128;  // N % kBlockN may be nonzero: the last column tile is partial
   // Epilogue-scaled wide tiles: each k block as two half-width WGMMA groups (columns [0, kBlockN / 2) and the rest)
   // into two partial sums, so that the second half's WGMMAs run while the first half is promoted.
-  constexpr bool kSplitN = kEpilogueScaled && kWide && MXPREC_PERSISTENT_SPLIT_N;
+  constexpr bool kSplitN =
+      kWide && MXPREC_PERSISTENT_SPLIT_N && (kEpilogueScaled || MXPREC_PERSISTENT_SPLIT_N_BLOCK);
   constexpr int kClusterSize = kClusterM * kClusterN;
   constexpr int kARows = kBlockM / kClusterN;  // rows of the A tile this CTA loads (and multicasts)
   constexpr int kBRows = kBlockN / kClusterM;  // rows of the B tile this CTA loads (and multicasts)
@@ -687,10 +710,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
 
-      // Waits for stage s, reads its scales and issues its WGMMAs into `part`; kb is the k block it holds.
-      auto issue = [&](int kb, float* part) -> KBlockScales {
-        KBlockScales sc;
-        sc.stage = s;
+      // Takes k block kb's 128x128 B scales (sc.sb, sc.sb_hi) off the ring and loads k block kb + kSbAhead's.
+      auto take_b_scales = [&](int kb, KBlockScales& sc) {
         sc.sb = sb_next[0];
         sc.sb_hi = sb_hi_next[0];
         if constexpr (kRowsB == 128) {
@@ -707,11 +728,21 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         }
+      };
+      // Waits for stage s and reads its A scales.
+      auto wait_stage = [&](KBlockScales& sc) {
+        sc.stage = s;
         mbar_wait(full0 + 8 * s, phase);
         if constexpr (!kEpilogueScaled) {
           sc.sa0 = lds_f32(sfa0 + s * Smem::kSfaBytes);
           sc.sa1 = lds_f32(sfa0 + s * Smem::kSfaBytes + 32);
         }
+      };
+      // Waits for stage s, reads its scales and issues its WGMMAs into `part`; kb is the k block it holds.
+      auto issue = [&](int kb, float* part) -> KBlockScales {
+        KBlockScales sc;
+        take_b_scales(kb, sc);
+        wait_stage(sc);
         issue_k_block<kPair, kBlockN>(part, desc_a0 + ((s * Smem::kABytes) >> 4),
                                       desc_b0 + ((s * Smem::kBBytes) >> 4));
         return sc;
@@ -741,19 +772,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           release(stage);
           const float s0 = sc.sa0 * sc.sb, s1 = sc.sa1 * sc.sb;
           if constexpr (kWide) {
-            promote_two_scale_tiles<kAcc, kBlockN>(acc, part, off_b, s0, s1, sc.sa0 * sc.sb_hi, sc.sa1 * sc.sb_hi);
+            promote_two_scale_tiles<kAcc / 4, 0, kBlockN>(acc, part, off_b, s0, s1, sc.sa0 * sc.sb_hi,
+                                                           sc.sa1 * sc.sb_hi);
           } else {  // one B scale tile: every column group takes the first scale
-            promote_split<kAcc, kAcc / 4>(acc, part, s0, s1, s0, s1);
+            promote_groups<kAcc / 4, 0, kAcc / 4>(acc, part, s0, s1, s0, s1);
           }
         } else {
-#pragma unroll
-          for (int j = 0; j < kAcc / 4; ++j) {
-            const float2 sbv = lds_f32x2(sfb0 + stage * Smem::kSfbBytes + 32 * j);
-            acc[4 * j + 0] = fmaf(part[4 * j + 0], sc.sa0 * sbv.x, acc[4 * j + 0]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], sc.sa0 * sbv.y, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], sc.sa1 * sbv.x, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], sc.sa1 * sbv.y, acc[4 * j + 3]);
-          }
+          promote_column_scales<kAcc / 4, 0>(acc, part, sc.sa0, sc.sa1, sfb0 + stage * Smem::kSfbBytes);
           __syncwarp();  // every lane has read the stage's B scales
           release(stage);
         }
@@ -795,34 +820,51 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else if constexpr (kSplitN) {
         // Per k block: lo = columns [0, kHalfN), hi = the rest, each 4 WGMMAs of 64 x kHalfN x 32 (the B tile's rows
         // from kHalfN on start kHalfN * 128 bytes, a multiple of the 1024-byte swizzle atom, into it); lo is
-        // promoted while hi runs, and the stage released once both are complete.
-        constexpr int kHalfN = kBlockN / 2, kHalfAcc = kAcc / 2;
+        // promoted while hi runs, and the stage released once both are complete (with 1x128 B scales, once hi's
+        // promotion has read the stage's B scales). Each column keeps its promotion, acc = fma(part, s, acc) (or
+        // acc + part) in k block order, so the result is the one-group loop's bit for bit.
+        constexpr int kHalfN = kBlockN / 2, kHalfAcc = kAcc / 2, kHalfGroups = kHalfAcc / 4;
         float* lo = part0;  // the first kHalfAcc registers of each partial sum (the rest stay unused)
         float* hi = part1;
         auto issue_half = [&](float* half, int first_col) {
           issue_k_block<kPair, kHalfN>(half, desc_a0 + ((s * Smem::kABytes) >> 4),
                                        desc_b0 + ((s * Smem::kBBytes + first_col * kBlockK) >> 4));
         };
-        auto add_half = [&](float* half, int first) {
+        // Promotes half kHalf (0: lo, 1: hi) of k block sc into acc.
+        auto promote_half = [&](auto half_index, const KBlockScales& sc, float* half) {
+          constexpr int kHalf = decltype(half_index)::value;
+          constexpr int kJ0 = kHalf * kHalfGroups;
 #pragma unroll
           for (int i = 0; i < kHalfAcc; ++i) fence_operand(half[i]);
+          if constexpr (kEpilogueScaled) {
 #pragma unroll
-          for (int i = 0; i < kHalfAcc; ++i) acc[first + i] += half[i];
+            for (int i = 0; i < kHalfAcc; ++i) acc[4 * kJ0 + i] += half[i];
+          } else if constexpr (kRowsB == 128) {
+            promote_two_scale_tiles<kHalfGroups, kJ0, kBlockN>(acc, half, off_b, sc.sa0 * sc.sb, sc.sa1 * sc.sb,
+                                                               sc.sa0 * sc.sb_hi, sc.sa1 * sc.sb_hi);
+          } else {
+            promote_column_scales<kHalfGroups, kJ0>(acc, half, sc.sa0, sc.sa1, sfb0 + sc.stage * Smem::kSfbBytes);
+          }
         };
         // Two groups in flight across a loop's back edge, or issued while the other half of the previous k block is
         // still running, make ptxas serialize every WGMMA (C7514), so each k block's groups complete within its
         // iteration: only lo's promotion runs under the warpgroup's own WGMMAs (hi's).
         for (int kb = 0; kb < num_kb; ++kb) {
-          mbar_wait(full0 + 8 * s, phase);
+          KBlockScales sc;
+          take_b_scales(kb, sc);
+          wait_stage(sc);
           issue_half(lo, 0);
           issue_half(hi, kHalfN);
-          const int stage = s;
           advance();
           wgmma_wait<1>();  // lo
-          add_half(lo, 0);
+          promote_half(std::integral_constant<int, 0>{}, sc, lo);
           wgmma_wait<0>();  // hi
-          release(stage);
-          add_half(hi, kHalfAcc);
+          if constexpr (kRowsB != 1) release(sc.stage);
+          promote_half(std::integral_constant<int, 1>{}, sc, hi);
+          if constexpr (kRowsB == 1) {
+            __syncwarp();  // every lane has read the stage's B scales
+            release(sc.stage);
+          }
         }
       } else {
         for (int kb = 0; kb < num_kb; ++kb) {

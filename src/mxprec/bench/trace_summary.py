@@ -48,7 +48,7 @@ def _latest_trace(log_dir: str) -> str:
 
 
 def summarize_trace(log_dir: str, steps: int = 1, top: int = 25) -> dict:
-    """Per-step GPU time (ms): by kernel category, top kernels, top XLA ops; kernel launches per step."""
+    """Per-step GPU time (ms): by kernel category, top kernels (and their launches), top XLA ops; launches per step."""
     with gzip.open(_latest_trace(log_dir), "rt") as f:
         events = json.load(f)["traceEvents"]
     gpu_pids, stream_tids, op_tids = set(), set(), set()
@@ -92,6 +92,8 @@ def summarize_trace(log_dir: str, steps: int = 1, top: int = 25) -> dict:
         "kernel_launches": round(sum(launches.values()) / max(steps, 1)),
         "categories_ms": {c: round(us * per_step, 3) for c, us in cats.most_common()},
         "top_kernels_ms": [[k[:200], categorize(k), round(us * per_step, 3)] for k, us in kernels.most_common(top)],
+        # launches per step of the same kernels (a memset or a small transpose: many cheap calls, or a few slow ones)
+        "top_kernels_launches": {k[:200]: round(launches[k] / max(steps, 1), 1) for k, _ in kernels.most_common(top)},
         "top_ops_ms": [[k[:120], round(us * per_step, 3)] for k, us in ops.most_common(top)],
         "lines_ms": {k: round(us * per_step, 3) for k, us in per_line.most_common(20)},
     }
