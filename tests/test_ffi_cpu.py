@@ -319,6 +319,55 @@ def test_fp8_block_weight_is_quantized_once_for_fprop_and_dgrad(monkeypatch):
     np.testing.assert_array_equal(np.asarray(dw), np.asarray(dw6))
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        RowScaling(formats.E4M3),
+        TileScaling(formats.E4M3, tile=(1, 128)),
+        TileScaling(formats.E5M2, tile=(128, 128)),
+        MXScaling(formats.E2M1),
+        TensorScaling(formats.E4M3),
+        NVFP4Scaling(),
+    ],
+    ids=lambda s: type(s).__name__,
+)
+def test_quantize_without_amax_keeps_codes_and_scales(spec):
+    """``ffi.quantize(amax=False)``: row / tile / mx calls carry ``amax_mode=3`` (no amax computed; QTensor.amax
+    NaN); the kinds that scale by the tensor amax ignore the request. Codes and scales are the same bits."""
+    x = jnp.asarray(_normal(31, (256, 384)) * 3.0)
+    q = ffi.quantize(x, spec, axis=-1)
+    f = jax.jit(lambda x: ffi.quantize(x, spec, axis=-1, amax=False))
+    skip = isinstance(spec, (RowScaling, TileScaling, MXScaling))
+    assert ("amax_mode = 3" in f.lower(x).as_text()) == skip
+    qn = f(x)
+    for got, want in ((qn.data, q.data), (qn.scale, q.scale)):
+        np.testing.assert_array_equal(np.atleast_1d(np.asarray(got)).view(np.uint8),
+                                      np.atleast_1d(np.asarray(want)).view(np.uint8))
+    if skip:
+        assert np.isnan(np.asarray(qn.amax))
+    else:
+        assert float(qn.amax) == float(q.amax) == float(np.max(np.abs(np.asarray(x))))
+
+
+def test_fp8_block_quantizes_without_the_amax():
+    """dot_general's quantize calls compute the tensor amax only where a delayed-scaling state reads it: fp8_block
+    (no state) sends ``amax_mode=3`` on every call; the gradients are those of calls that compute it."""
+    x = jnp.asarray(_normal(23, (256, 384)))
+    w = jnp.asarray(_normal(24, (384, 256)) * 0.05)
+    grads = _fp8_block_grads(x, w)
+    text = grads.lower(x, w).as_text()
+    assert text.count("amax_mode = 3") == text.count("mxprec_quantize") == 5
+    dx, dw = grads(x, w)
+    real = ffi.quantize
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ffi, "quantize", lambda *a, amax=True, **k: real(*a, **k))  # always amax=True
+        grads_amax = _fp8_block_grads(x, w)
+        assert "amax_mode = 3" not in grads_amax.lower(x, w).as_text()
+        dx1, dw1 = grads_amax(x, w)
+    np.testing.assert_array_equal(np.asarray(dx), np.asarray(dx1))
+    np.testing.assert_array_equal(np.asarray(dw), np.asarray(dw1))
+
+
 def test_quantize_traffic_script_counts_the_step_s_quantize_calls():
     """benchmarks/quantize_traffic.py on the micro config: every quantize call of the compiled fp8_block step is
     found with its operand (bf16 here), inside the scanned layers or outside them, and the weight reuse above
@@ -689,6 +738,8 @@ def check_malformed_quantize_calls_raise():
         ({}, "not a multiple of the block 32"),
         ({"kind": 0}, "kind=0"),
         ({"scale_rule": 5}, "scale_rule"),
+        ({"amax_mode": 4}, "amax_mode=4"),
+        ({"kind": 5, "fmt": 4, "block": 16, "amax_mode": 3}, "amax_mode=3 .*needs kind row, tile or mx"),
     ):
         kw = {k: np.int32(v) for k, v in dict(attrs, **over).items()}
         with pytest.raises(jax.errors.JaxRuntimeError, match=match):

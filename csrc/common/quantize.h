@@ -19,18 +19,21 @@
 //                                                  e.g. the pmax of the shards' amaxes)
 //                                     amax_mode=2: the scale's shape, the per-group amax to use
 //                                                  (row / tile; e.g. pmax across K shards)
+//                                     amax_mode=3: ignored; the amax result is not computed (row,
+//                                                  tile, mx: their scales come from their groups)
 // Results, in order:
 //   0  data          FP8: f8e4m3fn | f8e5m2, x's shape
 //                    FP4: u8, x's shape with L/2 (element 2i low nibble)
 //                    FP6: u8, x's shape with 3L/4 (4 codes in 3 bytes, little-endian)
 //   1  scale         tensor: f32 (); row: f32 x with L=1; tile: f32 x with L/blk and the row
 //                    axis /tr; mx: f8e8m0fnu x with L/blk; nvfp4: f8e4m3fn x with L/16
-//   2  amax          f32 (): max |x| over this buffer (NaN if any NaN), the QTensor's amax
+//   2  amax          f32 (): max |x| over this buffer (NaN if any NaN), the QTensor's amax;
+//                    amax_mode=3: unspecified (a kernel may leave it unwritten)
 //   3  tensor_scale  f32 (): NVFP4 s_t = amax / 2688 (1 if amax == 0); 1 for other kinds
 //
 // Attributes (int32): kind (ScalingKind, not none), fmt (ElemFormat; nvfp4: e2m1),
 // block, tile_rows, scale_rule (ScaleRule: 0 rceil, 1 floor; mx only), power_of_two (0|1, tile),
-// axis (1|2), delayed (0|1), amax_mode (0|1|2).
+// axis (1|2), delayed (0|1), amax_mode (0|1|2|3).
 #ifndef MXPREC_CSRC_COMMON_QUANTIZE_H_
 #define MXPREC_CSRC_COMMON_QUANTIZE_H_
 
@@ -47,6 +50,7 @@ enum class AmaxMode : int32_t {
   kLocal = 0,     // compute amaxes from x
   kTensor = 1,    // amax_in () is the tensor amax (tensor, nvfp4)
   kPerGroup = 2,  // amax_in has the scale's shape (row, tile)
+  kUnwanted = 3,  // the caller does not read the amax result (row, tile, mx): no tensor amax
 };
 
 struct QuantizeDesc {

@@ -47,8 +47,8 @@ inline ffi::Error validate_quantize(const char* op, const ffi::AnyBuffer& x, con
     return invalid(o + ": scale_rule=" + std::to_string(scale_rule) + " must be 0 (rceil) or 1 (floor)");
   if ((power_of_two != 0 && power_of_two != 1) || (delayed != 0 && delayed != 1))
     return invalid(o + ": power_of_two and delayed must be 0 or 1");
-  if (amax_mode < 0 || amax_mode > 2)
-    return invalid(o + ": amax_mode=" + std::to_string(amax_mode) + " must be 0, 1 or 2");
+  if (amax_mode < 0 || amax_mode > 3)
+    return invalid(o + ": amax_mode=" + std::to_string(amax_mode) + " must be 0, 1, 2 or 3");
   const QuantizeDesc d{static_cast<ScalingKind>(kind), static_cast<ElemFormat>(fmt),
                        (kind == 3 || kind == 4 || kind == 5) ? block : 1, kind == 3 ? tile_rows : 1,
                        static_cast<ScaleRule>(scale_rule), power_of_two == 1, axis, delayed == 1,
@@ -59,6 +59,10 @@ inline ffi::Error validate_quantize(const char* op, const ffi::AnyBuffer& x, con
     return invalid(o + ": amax_mode=1 (tensor amax) needs kind tensor or nvfp4, got " + describe_quantize(d));
   if (d.amax_mode == AmaxMode::kPerGroup && !(d.kind == ScalingKind::kRow || d.kind == ScalingKind::kTile))
     return invalid(o + ": amax_mode=2 (per-group amax) needs kind row or tile, got " + describe_quantize(d));
+  if (d.amax_mode == AmaxMode::kUnwanted &&
+      !(d.kind == ScalingKind::kRow || d.kind == ScalingKind::kTile || d.kind == ScalingKind::kMX))
+    return invalid(o + ": amax_mode=3 (no amax result) needs kind row, tile or mx (the others scale by the tensor "
+                   "amax), got " + describe_quantize(d));
 
   const auto xd = x.dimensions();
   if (xd.size() != 3 || !is_wide_float(x.element_type()))

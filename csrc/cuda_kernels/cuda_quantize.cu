@@ -1891,7 +1891,8 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     }
     return ffi::Error::Success();
   }
-  a.acc_amax = (kind == ScalingKind::kNVFP4 && a.amode == 0) ? 0 : 1;
+  // NVFP4 took its amax in the pass above; amax_mode 3: no amax result (row / tile / mx), not computed.
+  a.acc_amax = (kind == ScalingKind::kNVFP4 && a.amode == 0) || a.amode == 3 ? 0 : 1;
   const int bits = format_bits(static_cast<ElemFormat>(a.fmt));
   const bool x16 = aligned(a.x, 16) && aligned(a.data, 16);
   const int64_t gh = a.gh, gw = a.gw;
@@ -2076,8 +2077,11 @@ ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, 
   a.ngc = a.cols / a.gw;
   a.ngroups = (a.rows / a.gh) * a.ngc;
 
-  cudaError_t ce = cudaMemsetAsync(a.amax, 0, sizeof(uint32_t), stream);
-  if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
+  cudaError_t ce = cudaSuccess;
+  if (a.amode != 3) {  // the atomicMax target; amax_mode 3 leaves the amax result unwritten (no memset either)
+    ce = cudaMemsetAsync(a.amax, 0, sizeof(uint32_t), stream);
+    if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
+  }
   ffi::Error err = ffi::Error::Success();
   switch (x.element_type()) {
     case ffi::DataType::F32: err = launch<InType::kF32>(stream, scratch, a); break;
@@ -2114,7 +2118,7 @@ cudaError_t launch_col_transposed(cudaStream_t stream, const Args& a) {
 ffi::Error QuantizeTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
                                       ffi::Result<ffi::AnyBuffer> scale, ffi::Result<ffi::AnyBuffer> amax_out,
                                       ffi::Result<ffi::AnyBuffer> tensor_scale_out, int32_t fmt, int32_t block,
-                                      int32_t power_of_two) {
+                                      int32_t power_of_two, int32_t amax_mode) {
   const std::string o(kOpT);
   const auto xd = x.dimensions();
   if (xd.size() != 3 || !is_wide_float(x.element_type()))
@@ -2124,6 +2128,8 @@ ffi::Error QuantizeTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi
   if (block != 32 && block != 64 && block != 128)
     return invalid(o + ": block=" + std::to_string(block) + " must be 32, 64 or 128");
   if (power_of_two != 0 && power_of_two != 1) return invalid(o + ": power_of_two must be 0 or 1");
+  if (amax_mode != 0 && amax_mode != 3)
+    return invalid(o + ": amax_mode=" + std::to_string(amax_mode) + " must be 0 (amax result) or 3 (none)");
   const int64_t B = xd[0], R = xd[1], C = xd[2];
   if (B <= 0 || R <= 0 || C <= 0 || R % kColTile != 0 || C % kColTile != 0) {
     std::ostringstream os;
@@ -2156,9 +2162,12 @@ ffi::Error QuantizeTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi
   a.fmt = fmt;
   a.pow2 = power_of_two;
   a.axis = 1;
-  a.acc_amax = 1;
-  cudaError_t ce = cudaMemsetAsync(a.amax, 0, sizeof(uint32_t), stream);
-  if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
+  a.acc_amax = amax_mode == 3 ? 0 : 1;  // amax_mode 3: the amax result is left unwritten
+  cudaError_t ce = cudaSuccess;
+  if (a.acc_amax) {
+    ce = cudaMemsetAsync(a.amax, 0, sizeof(uint32_t), stream);
+    if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
+  }
   switch (x.element_type()) {
     case ffi::DataType::F32: ce = launch_col_transposed<InType::kF32>(stream, a); break;
     case ffi::DataType::BF16: ce = launch_col_transposed<InType::kBF16>(stream, a); break;
@@ -2187,7 +2196,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeTransposedCuda, mxprec::cuda_quantiz
                                   .Ret<xla::ffi::AnyBuffer>()   // tensor_scale
                                   .Attr<int32_t>("fmt")
                                   .Attr<int32_t>("block")
-                                  .Attr<int32_t>("power_of_two"));
+                                  .Attr<int32_t>("power_of_two")
+                                  .Attr<int32_t>("amax_mode"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeCuda, mxprec::cuda_quantize::QuantizeCudaImpl,
                               MXPREC_QUANTIZE_BIND(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>().Ctx<xla::ffi::ScratchAllocator>()));

@@ -159,7 +159,8 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
     ROCm), bit-identical to the JAX quantizer; ``"auto"`` (resolved to "auto" only where the CUDA
     kernels are loaded) runs it for the kinds in ``mxprec.kernels.cuda.AUTO_QUANTIZE`` (and, for a
     ``weight`` operand, as ``cuda.auto_quantizes`` says). Stochastic rounding (a PRNG key) uses the JAX
-    quantizer.
+    quantizer. The custom call computes the tensor amax only where a delayed-scaling ``state`` will read it
+    (``ffi.quantize(amax=...)``); elsewhere the QTensor's amax is NaN.
     """
     if spec is None:
         return t if recipe.compute_dtype is None else t.astype(recipe.compute_dtype)
@@ -174,7 +175,7 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
         if platform == "cpu":
             from mxprec.kernels import ffi
 
-            return ffi.quantize(t, spec, axis, state=delayed_state)
+            return ffi.quantize(t, spec, axis, state=delayed_state, amax=state is not None)
         if platform == "gpu":
             from mxprec.kernels import cuda, ffi, hip
 
@@ -182,7 +183,7 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
                 if hip.available() and hip.supports_quantize(spec):
                     return hip.quantize(t, spec, axis, state=delayed_state)
             elif cuda.available():  # libmxprec_cuda.so: every kind (csrc/cuda_kernels/cuda_quantize.cu)
-                return ffi.quantize(t, spec, axis, state=delayed_state)
+                return ffi.quantize(t, spec, axis, state=delayed_state, amax=state is not None)
     if isinstance(spec, DelayedScaling):
         return quantize(t, spec, axis=axis, state=state)
     return quantize(t, spec, axis=axis, key=key)
@@ -251,7 +252,7 @@ def _q_wgrad(src, spec, recipe: Recipe, state=None, key=None, backend="xla", q_p
     if spec is not None and _transposed_wgrad_quantize(src, spec, key, backend):
         from mxprec.kernels import cuda
 
-        return cuda.quantize_transposed(src, spec)
+        return cuda.quantize_transposed(src, spec, amax=False)  # Wgrad's copies: their amax is never read
     return _q(src, spec, 1, recipe, state, key, backend)
 
 

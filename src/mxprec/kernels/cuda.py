@@ -68,6 +68,7 @@ from mxprec.kernels.ffi import (
     _GemmCfg,
     _operand_desc,
     _partitioned,
+    _NO_AMAX,
     _pmax_nan,
     _pspec,
     _spec_axes,
@@ -456,9 +457,11 @@ class _TransposedQuantCfg:
     block: int
     power_of_two: int
     dtype: str  # the FP8 codes' dtype name
+    amax: bool = True  # False: amax_mode 3, the kernel computes no amax (QTensor.amax NaN)
 
     def attrs(self) -> dict:
-        return dict(fmt=np.int32(self.fmt), block=np.int32(self.block), power_of_two=np.int32(self.power_of_two))
+        return dict(fmt=np.int32(self.fmt), block=np.int32(self.block), power_of_two=np.int32(self.power_of_two),
+                    amax_mode=np.int32(0 if self.amax else 3))
 
 
 def _quantize_transposed_call(cfg: _TransposedQuantCfg, x):
@@ -496,6 +499,8 @@ def _quantize_transposed_partition(cfg, mesh, arg_shapes, result_shape):
 
     def lower_fn(x):
         data, scale, amax, ts = _quantize_transposed_call(cfg, x)
+        if not cfg.amax:  # the kernel left it unwritten
+            return data, scale, _NO_AMAX(), ts
         return data, scale, _pmax_nan(amax, axes), ts  # QTensor.amax: the whole tensor's
 
     return mesh, lower_fn, _quantize_transposed_results(mesh, dims), (NamedSharding(mesh, _pspec(dims)),)
@@ -539,12 +544,14 @@ def _quantize_transposed_vmappable(cfg: _TransposedQuantCfg):
     return f
 
 
-def quantize_transposed(x: jax.Array, spec: TileScaling) -> QTensor:
+def quantize_transposed(x: jax.Array, spec: TileScaling, amax: bool = True) -> QTensor:
     """``mxprec.quantize(swapaxes(x, 1, 2), spec, axis=2)`` on the CUDA kernel, reading ``x`` as it lies.
 
     Args:
       x: ``(B, R, C)`` float32 / bfloat16 / float16, R and C multiples of 128.
       spec: FP8 ``TileScaling`` with tile ``(1, G)``, G in 32 / 64 / 128 (groups of G consecutive R).
+      amax: False skips the tensor amax (no zeroed result buffer, no atomics: the caller does not read it);
+        QTensor.amax is then NaN.
 
     Returns:
       QTensor of shape ``(B, C, R)`` quantized along axis 2: data ``(B, C, R)`` FP8, scale f32 ``(B, C, R / G)``,
@@ -560,10 +567,11 @@ def quantize_transposed(x: jax.Array, spec: TileScaling) -> QTensor:
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.quantize_transposed: {reason}")
     b, r, c = x.shape
-    cfg = _TransposedQuantCfg(FMT[spec.fmt.name], spec.tile[1], int(spec.power_of_two), jnp.dtype(spec.fmt.jnp_dtype).name)
-    data, scale, amax, _ = _quantize_transposed_vmappable(cfg)(x)
-    return QTensor(data=data, scale=scale, amax=amax, tensor_scale=None, spec=spec, axis=2, shape=(b, c, r),
-                   dtype=jnp.dtype(x.dtype))
+    cfg = _TransposedQuantCfg(FMT[spec.fmt.name], spec.tile[1], int(spec.power_of_two),
+                              jnp.dtype(spec.fmt.jnp_dtype).name, bool(amax))
+    data, scale, amax_out, _ = _quantize_transposed_vmappable(cfg)(x)
+    return QTensor(data=data, scale=scale, amax=amax_out if amax else _NO_AMAX(), tensor_scale=None, spec=spec,
+                   axis=2, shape=(b, c, r), dtype=jnp.dtype(x.dtype))
 
 
 def _to_tn(q: QTensor, contract: int) -> jax.Array:

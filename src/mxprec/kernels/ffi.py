@@ -562,6 +562,9 @@ class _QuantCfg:
     power_of_two: int
     axis: int  # of the 3-D view: 1 or 2
     delayed: int
+    # 1: the caller does not read the amax result (kinds row / tile / mx): amax_mode 3, no amax computed, and
+    # QTensor.amax is NaN (_NO_AMAX). Not an attribute of its own.
+    no_amax: int = 0
 
     @property
     def bits(self) -> int:
@@ -569,6 +572,8 @@ class _QuantCfg:
 
     def attrs(self, amax_mode: int = 0) -> dict:
         d = dataclasses.asdict(self)
+        if d.pop("no_amax") and amax_mode == 0:
+            amax_mode = 3
         d["amax_mode"] = amax_mode
         return {k: np.int32(v) for k, v in d.items()}
 
@@ -600,6 +605,15 @@ class _QuantCfg:
     def group(self) -> int:
         unit = {8: 1, 6: 4, 4: 2}[self.bits]
         return math.lcm(unit, self.block if self.kind in (3, 4, 5) else 1)
+
+
+def _NO_AMAX():  # noqa: N802 - a constant's maker
+    """QTensor.amax of a quantization that did not compute it (``amax=False``): NaN, so a stray use shows."""
+    return jnp.full((), jnp.nan, jnp.float32)
+
+
+# Kinds (_QuantCfg.kind) whose scales come from their groups alone: row, tile, mx. Only they can skip the amax.
+_AMAX_OPTIONAL_KINDS = (2, 3, 4)
 
 
 def _quant_ffi(cfg: _QuantCfg, x, scale_in, amax_in=None, amax_mode: int = 0):
@@ -673,6 +687,8 @@ def _quant_partition(cfg: _QuantCfg, mesh, arg_shapes, result_shape):
             data, scale, amax, ts = _quant_ffi(cfg, x, scale_in, amax_rows, amax_mode=2)
         else:
             data, scale, amax, ts = _quant_ffi(cfg, x, scale_in)
+        if cfg.no_amax:  # not computed (amax_mode 3 leaves the result unwritten); nothing to reduce
+            return data, scale, _NO_AMAX(), ts
         return data, scale, _pmax_nan(amax, axes), ts
 
     return mesh, lower_fn, plan.result_shardings(), plan.arg_shardings()
@@ -798,7 +814,7 @@ def _quantized_shapes(shape, axis: int, cfg: _QuantCfg) -> tuple[tuple, tuple | 
     return tuple(data_shape), tuple(scale_shape)
 
 
-def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
+def quantize(x: jax.Array, spec, axis: int = -1, state=None, amax: bool = True) -> QTensor:
     """``mxprec_quantize``: the custom-call twin of :func:`mxprec.quantize` (bit-identical output).
 
     Args:
@@ -806,6 +822,10 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
       spec: TensorScaling, DelayedScaling, RowScaling, TileScaling, MXScaling or NVFP4Scaling.
       axis: the quantization (contraction) axis.
       state: DelayedScalingState (required for DelayedScaling; its ``scale`` is used).
+      amax: False where the caller never reads ``QTensor.amax``: for RowScaling, TileScaling and MXScaling (whose
+        scales come from their groups alone) the call then computes no tensor amax (``amax_mode=3``: on CUDA no
+        zeroed result buffer and no atomics) and ``QTensor.amax`` is NaN. The other kinds scale by the tensor
+        amax and return it either way. Codes and scales are the same bits.
 
     Returns:
       QTensor with exactly the fields :func:`mxprec.quantize` returns (RNE rounding; stochastic
@@ -816,7 +836,8 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
     ``amax_in`` f32 (tensor amax ``()`` or per-group amax, used by the sharded lowering);
     results: data (FP8 typed / uint8 packed along the axis), scale (f32 / E8M0 / E4M3 as
     QTensor), amax f32 ``()``, tensor_scale f32 ``()``. Attributes (int32): kind, fmt, block,
-    tile_rows, scale_rule, power_of_two, axis, delayed, amax_mode.
+    tile_rows, scale_rule, power_of_two, axis, delayed, amax_mode (0 local, 1 tensor amax in,
+    2 per-group amax in, 3 no amax result).
 
     Platforms: "cpu" (libmxprec_cpu.so) and "cuda" (libmxprec_cuda.so, sm_90a kernels for every
     kind, axis 1 quantized in place; docs/backends/cuda.md). Both equal mxprec.quantize as XLA's CPU
@@ -836,13 +857,17 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
     shape = tuple(x.shape)
     shape3, axis3 = _view3(shape, axis)
     cfg = _quant_cfg(spec, axis3)
-    data3, scale3, amax, ts = _quant_vmappable(cfg)(jnp.reshape(x, shape3), scale_in)
+    if not amax and cfg.kind in _AMAX_OPTIONAL_KINDS:
+        cfg = dataclasses.replace(cfg, no_amax=1)
+    data3, scale3, amax_out, ts = _quant_vmappable(cfg)(jnp.reshape(x, shape3), scale_in)
+    if cfg.no_amax:
+        amax_out = _NO_AMAX()
     data_shape, scale_shape = _quantized_shapes(shape, axis, cfg)
     scale = scale3 if scale_shape is None else scale3.reshape(scale_shape)
     return QTensor(
         data=data3.reshape(data_shape),
         scale=scale,
-        amax=amax,
+        amax=amax_out,
         tensor_scale=ts if cfg.kind == 5 else None,
         spec=spec,
         axis=axis,
