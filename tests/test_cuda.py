@@ -418,12 +418,13 @@ def test_persistent_block_kernel_against_cutlass(monkeypatch, family, cluster, o
         ("block", 256, 384, 1024, "cutlass"),  # N < 8192
         ("block", 256, 8192, 1024, "persistent"),  # N >= 8192, K <= 8192; K = 1024: the pipelined loop's paired tail
         ("block", 256, 8192, 128, "persistent"),  # one k block
+        ("block", 256, 16384, 1024, "cutlass"),  # N >= 16384
     ],
 )
 @pytest.mark.parametrize("setting", [None, "auto"])
 def test_block_default_kernel_is_auto(monkeypatch, family, m, n, k, expected, setting):
     """MXPREC_SM90_BLOCKWISE_KERNEL unset or "auto": per shape, the kernel that measured faster (the persistent one
-    for 1x128 B scales, and for 128x128 B scales with N >= 8192 and K <= 8192; CUTLASS's otherwise). The output is
+    for 1x128 B scales, and for 128x128 B scales with 8192 <= N < 16384 and K <= 8192; CUTLASS's otherwise). The output is
     that kernel's bit for bit, within the reference bound. With 1x128 B scales the two kernels round
     sa[m] * sb[n] differently, so the output shows that the persistent kernel ran; with 128x128 B scales they agree
     bit for bit, so these cases check the output only."""

@@ -149,6 +149,28 @@ def _pow2_edges(seed=21) -> np.ndarray:
 INPUTS = dict(C.INPUTS)  # normal, specials, dyadic_ties, division_ties: (128, 256) f32
 
 
+# ----------------------------------------------------------------------------- amax=False (amax_mode 3)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    "spec", [s for s in SPECS if isinstance(s, (RowScaling, TileScaling, MXScaling))][::2], ids=_sid
+)
+def test_without_amax_the_same_codes_and_scales(spec):
+    """``ffi.quantize(amax=False)`` (dot_general without a delayed-scaling state: no cudaMemsetAsync, no atomics):
+    the codes and scales of the call that computes the amax, bit for bit, on both axes (hgroup / row / col /
+    vgroup / cta kernels); QTensor.amax NaN."""
+    for name, make in INPUTS.items():
+        x = make()
+        for axis, xx in ((-1, x), (0, np.ascontiguousarray(x.T))):
+            want = _gpu_q(spec, axis)(jnp.asarray(xx), None)
+            got = jax.jit(lambda t, axis=axis: ffi.quantize(t, spec, axis, amax=False))(jnp.asarray(xx))
+            what = f"{_sid(spec)} {name} axis {axis}"
+            np.testing.assert_array_equal(C._u8(got.data), C._u8(want.data), err_msg=what)
+            np.testing.assert_array_equal(C._u8(got.scale), C._u8(want.scale), err_msg=what)
+            assert np.isnan(np.asarray(got.amax)), what
+
+
 # ----------------------------------------------------------------------------- every spec, both axes
 
 

@@ -271,3 +271,21 @@ def test_fp8_block_gradients_bit_identical_with_the_transposed_quantize(monkeypa
     assert t1 == t0 - 2, (t0, t1)
     np.testing.assert_array_equal(np.asarray(dx1, np.float32), np.asarray(dx0, np.float32))
     np.testing.assert_array_equal(np.asarray(dw1), np.asarray(dw0))
+
+
+@needs_gpu
+@pytest.mark.parametrize("spec", SPECS[:2], ids=_sid)
+def test_without_amax_the_same_codes_and_scales(spec):
+    """``amax=False`` (dot_general's Wgrad copies, amax_mode 3: no zeroed amax buffer, no atomics): the codes and
+    scales of the call that computes the amax, bit for bit, and QTensor.amax NaN. The input holds NaN / Inf, so a
+    kernel still accumulating into the unwritten amax result would not change what this compares."""
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((2, 256, 384)) * np.exp2(rng.integers(-8, 8, (2, 256, 1)))).astype(np.float32)
+    x[1, 5, 7] = np.inf
+    want = _gpu_transposed(x, spec)
+    f = jax.jit(lambda t: cuda.quantize_transposed(t, spec, amax=False))
+    assert "amax_mode = 3" in f.lower(jnp.asarray(x)).as_text()
+    got = f(jnp.asarray(x))
+    np.testing.assert_array_equal(C._u8(got.data), C._u8(want.data))
+    np.testing.assert_array_equal(np.asarray(got.scale).view(np.uint32), np.asarray(want.scale).view(np.uint32))
+    assert np.isnan(np.asarray(got.amax)) and np.asarray(want.amax) == np.inf
