@@ -311,3 +311,22 @@ def test_quantize_transposed_sharding_rule(mesh, monkeypatch, xspec, cols):
     assert spec[0] == xspec[0]
     assert spec[2] == xspec[1]  # x's R axis is the codes' last axis
     assert spec[1] == (None if cut else xspec[2])
+
+
+def test_quantize_transposed_without_amax_reduces_nothing(mesh, monkeypatch):
+    """``amax=False`` (amax_mode 3): the sharded call's codes and scales as before, no cross-shard reduction of the
+    amax the kernel did not compute (no all-reduce), and a NaN amax."""
+    from mxprec.kernels import cuda
+
+    monkeypatch.setattr(cuda, "_quantize_transposed_call", _quantize_transposed_stand_in)
+    cfg = cuda._TransposedQuantCfg(0, 128, 0, jnp.dtype(jnp.float8_e4m3fn).name, amax=False)
+    assert cfg.attrs()["amax_mode"] == 3
+    x = np.random.default_rng(25).standard_normal((4, 1024, 512)).astype(np.float32)
+    want = jax.jit(lambda v: _quantize_transposed_stand_in(cfg, v))(x)
+    f = jax.jit(cuda._quantize_transposed_vmappable(cfg))
+    xd = jax.device_put(x, NamedSharding(mesh, P("data", "model", None)))
+    got = f(xd)
+    for a, b in zip(got[:2], want[:2]):
+        assert np.array_equal(np.asarray(a).reshape(-1).view(np.uint8), np.asarray(b).reshape(-1).view(np.uint8))
+    assert np.isnan(np.asarray(got[2]))
+    assert "all-reduce" not in f.lower(xd).compile().as_text()
