@@ -66,9 +66,9 @@ from mxprec.kernels.ffi import (
     _dims_of,
     _gemm_vmappable,
     _GemmCfg,
+    _nan_amax,
     _operand_desc,
     _partitioned,
-    _NO_AMAX,
     _pmax_nan,
     _pspec,
     _spec_axes,
@@ -500,7 +500,7 @@ def _quantize_transposed_partition(cfg, mesh, arg_shapes, result_shape):
     def lower_fn(x):
         data, scale, amax, ts = _quantize_transposed_call(cfg, x)
         if not cfg.amax:  # the kernel left it unwritten
-            return data, scale, _NO_AMAX(), ts
+            return data, scale, _nan_amax(), ts
         return data, scale, _pmax_nan(amax, axes), ts  # QTensor.amax: the whole tensor's
 
     return mesh, lower_fn, _quantize_transposed_results(mesh, dims), (NamedSharding(mesh, _pspec(dims)),)
@@ -570,7 +570,7 @@ def quantize_transposed(x: jax.Array, spec: TileScaling, amax: bool = True) -> Q
     cfg = _TransposedQuantCfg(FMT[spec.fmt.name], spec.tile[1], int(spec.power_of_two),
                               jnp.dtype(spec.fmt.jnp_dtype).name, bool(amax))
     data, scale, amax_out, _ = _quantize_transposed_vmappable(cfg)(x)
-    return QTensor(data=data, scale=scale, amax=amax_out if amax else _NO_AMAX(), tensor_scale=None, spec=spec,
+    return QTensor(data=data, scale=scale, amax=amax_out if amax else _nan_amax(), tensor_scale=None, spec=spec,
                    axis=2, shape=(b, c, r), dtype=jnp.dtype(x.dtype))
 
 

@@ -563,7 +563,7 @@ class _QuantCfg:
     axis: int  # of the 3-D view: 1 or 2
     delayed: int
     # 1: the caller does not read the amax result (kinds row / tile / mx): amax_mode 3, no amax computed, and
-    # QTensor.amax is NaN (_NO_AMAX). Not an attribute of its own.
+    # QTensor.amax is NaN (_nan_amax). Not an attribute of its own.
     no_amax: int = 0
 
     @property
@@ -607,7 +607,7 @@ class _QuantCfg:
         return math.lcm(unit, self.block if self.kind in (3, 4, 5) else 1)
 
 
-def _NO_AMAX():  # noqa: N802 - a constant's maker
+def _nan_amax():
     """QTensor.amax of a quantization that did not compute it (``amax=False``): NaN, so a stray use shows."""
     return jnp.full((), jnp.nan, jnp.float32)
 
@@ -688,7 +688,7 @@ def _quant_partition(cfg: _QuantCfg, mesh, arg_shapes, result_shape):
         else:
             data, scale, amax, ts = _quant_ffi(cfg, x, scale_in)
         if cfg.no_amax:  # not computed (amax_mode 3 leaves the result unwritten); nothing to reduce
-            return data, scale, _NO_AMAX(), ts
+            return data, scale, _nan_amax(), ts
         return data, scale, _pmax_nan(amax, axes), ts
 
     return mesh, lower_fn, plan.result_shardings(), plan.arg_shardings()
@@ -861,7 +861,7 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None, amax: bool = True) 
         cfg = dataclasses.replace(cfg, no_amax=1)
     data3, scale3, amax_out, ts = _quant_vmappable(cfg)(jnp.reshape(x, shape3), scale_in)
     if cfg.no_amax:
-        amax_out = _NO_AMAX()
+        amax_out = _nan_amax()
     data_shape, scale_shape = _quantized_shapes(shape, axis, cfg)
     scale = scale3 if scale_shape is None else scale3.reshape(scale_shape)
     return QTensor(
