@@ -10,9 +10,9 @@
 //
 // kRowsB == 0 (kEpilogueScaled): the per-tensor and row-wise families. No scales in the mainloop: every 128 of K
 // the partial sum is promoted as acc += partial, and the epilogue applies the scales (EpilogueScales), as the
-// CUTLASS per-tensor / row-wise kernels do (sm90_fp8_gemm_tensorwise.h, sm90_fp8_gemm_rowwise.h). Their 160 / 192-
-// column tiles split each k block into two half-width WGMMA groups (kSplitN); with bf16 output and 128 / 160 columns
-// two warps of the producer warpgroup issue the TMA stores (kStoreWarp, SmemLayout).
+// CUTLASS per-tensor / row-wise kernels do (sm90_fp8_gemm_tensorwise.h, sm90_fp8_gemm_rowwise.h). With bf16 output
+// and 128 / 160 columns two warps of the producer warpgroup issue their TMA stores (kStoreWarp, SmemLayout). The
+// 160 / 192-column tiles of every family split each k block into two half-width WGMMA groups (kSplitN).
 //
 // CTA: 384 threads, a 128 x kBlockN output tile (kBlockN = 128, 160 or 192). Warpgroup 0 (40 registers) is the
 // producer: one thread issues the TMA loads of A, B and the A scales (with kRowsB == 1 also the B scales) into a
@@ -537,8 +537,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kEpilogueScaled = kRowsB == 0;  // per-tensor / row-wise: scales in the epilogue only
   constexpr bool kPipelined = (kRowsB == 128 || kEpilogueScaled) && kBlockN == 128;
   constexpr bool kWide = kBlockN > 128;  // N % kBlockN may be nonzero: the last column tile is partial
-  // Epilogue-scaled wide tiles: each k block as two half-width WGMMA groups (columns [0, kBlockN / 2) and the rest)
-  // into two partial sums, so that the second half's WGMMAs run while the first half is promoted.
+  // Wide tiles (every family since the twenty-eighth session): each k block as two half-width WGMMA groups (columns
+  // [0, kBlockN / 2) and the rest) into two partial sums, so that the second half's WGMMAs run while the first half
+  // is promoted.
   constexpr bool kSplitN =
       kWide && MXPREC_PERSISTENT_SPLIT_N && (kEpilogueScaled || MXPREC_PERSISTENT_SPLIT_N_BLOCK);
   constexpr int kClusterSize = kClusterM * kClusterN;
