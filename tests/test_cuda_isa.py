@@ -295,19 +295,20 @@ def test_sm90_blockwise_sass_has_qgmma_and_scaled_promotion(fam, out):
 def test_sm90_persistent_blockwise_sass():
     """mxprec's own persistent kernel (sm90_fp8_gemm_persistent.cu). Block-scaled: 72 kernels (3 pairs x 2 outputs
     x 2 B scale shapes x clusters 1x1 / 1x2 x CTA tiles 128 x 128 / 160 / 192); per-tensor / row-wise (kRowsB 0,
-    the scales in the epilogue): 54 (3 pairs x 2 outputs x clusters 1x1 / 1x2 / 2x1 x the 3 tiles). 64x128 /
-    64x160 / 64x192 FP8 wgmma for the 3 pairs, an FFMA per accumulator register per k block in the block-scaled
-    ones (the scaled promotion) and an FADD in the others (acc += partial), TMA loads (multicast ones for the
-    clusters' shared tiles) and TMA stores (the bf16 epilogue), the 232-register consumer warpgroups, and the
-    pipelined k loop of the 128-column tiles except with 1x128 B scales. Per-tensor / row-wise 160 / 192-column
-    tiles: the split k loop (64x80 / 64x96 wgmma halves, the first half awaited alone); with bf16 output and 128 /
-    160 columns, the store warps' named-barrier handshake (BAR.ARV)."""
+    the scales in the epilogue): 54 (3 pairs x 2 outputs x clusters 1x1 / 1x2 / 2x1 x the 3 tiles). 64x128 FP8
+    wgmma for the 3 pairs, an FFMA per accumulator register per k block in the block-scaled ones (the scaled
+    promotion) and an FADD in the others (acc += partial), TMA loads (multicast ones for the clusters' shared
+    tiles) and TMA stores (the bf16 epilogue), the 232-register consumer warpgroups, and the pipelined k loop of
+    the 128-column tiles except with 1x128 B scales. 160 / 192-column tiles of every family (block-scaled ones since
+    the twenty-eighth session): the split k loop (64x80 / 64x96 wgmma halves, the first half awaited alone, no
+    full-width wgmma); with bf16 output and 128 / 160 columns, the per-tensor / row-wise store warps' named-barrier
+    handshake (BAR.ARV)."""
     sass = _sass(_first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o"))
     bodies = re.split(r"\n\s*Function : ", sass)[1:]
     names = [body.split("\n", 1)[0] for body in bodies]
     assert sum("blockwise_gemm_kernel" in nm for nm in names) == 126, names
     for pair in _SM90_PAIRS:
-        for width in (128, 160, 192):
+        for width in (128, 80, 96):  # 128-column tiles, and the halves of the split 160 / 192-column ones
             assert re.search(rf"QGMMA\.64x{width}x32\.F32\.{pair}", sass), (pair, width)
     for op in ("UTMALDG.3D.MULTICAST", "UTMASTG.3D", "USETMAXREG"):
         assert op in sass, op
@@ -316,8 +317,9 @@ def test_sm90_persistent_blockwise_sass():
         promote = r"\bFADD\b" if rows_b == 0 else r"\bFFMA\b"
         assert len(re.findall(promote, body)) >= width // 2, name
         # The software-pipelined k loop (the older of two WGMMA groups awaited, wait_group 1) with 128x128 B scales
-        # or none and 128 columns; 1x128 B scales and the wider tiles: one group at a time (wait_group 0 only).
-        split = rows_b == 0 and width > 128
+        # or none and 128 columns; 1x128 B scales at 128 columns: one group at a time (wait_group 0 only); the wider
+        # tiles of every family (twenty-eighth session): the split loop (its first half awaited alone, wait_group 1).
+        split = width > 128
         pipelined = rows_b != 1 and width == 128
         assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == (pipelined or split), name
         if split:
