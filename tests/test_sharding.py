@@ -270,15 +270,17 @@ def test_sharded_gemm_keeps_the_backend_units(mesh, family, sharded, unit):
 
 
 def _quantize_transposed_stand_in(cfg, x):
-    """What ``mxprec_quantize_transposed`` returns (docs/ffi.md), from mxprec.quantize: the CPU has no such kernel,
-    so the next test runs the call's sharding rule and partitioning around this stand-in."""
+    """What ``_quantize_transposed_call`` returns (``mxprec_quantize_transposed``, docs/ffi.md; a NaN amax with
+    ``no_amax``), from mxprec.quantize: the CPU has no such kernel, so the next tests run the call's sharding rule and
+    partitioning around this stand-in."""
     from mxprec.kernels import cuda
 
     fmt = {0: formats.E4M3, 1: formats.E5M2}[cfg.fmt]
     q = mxprec.quantize(jnp.swapaxes(x, 1, 2), TileScaling(fmt, (1, cfg.block), power_of_two=bool(cfg.power_of_two)),
                         axis=2)
     assert q.data.dtype == jnp.dtype(cfg.dtype)
-    return q.data, q.scale, q.amax, jnp.ones((), jnp.float32)
+    amax = jnp.full((), jnp.nan, jnp.float32) if cfg.no_amax else q.amax
+    return q.data, q.scale, amax, jnp.ones((), jnp.float32)
 
 
 @pytest.mark.parametrize("xspec", [P("data", "model", None), P("data", None, "model"), P(None, ("data", "model"), None)],
@@ -319,7 +321,7 @@ def test_quantize_transposed_without_amax_reduces_nothing(mesh, monkeypatch):
     from mxprec.kernels import cuda
 
     monkeypatch.setattr(cuda, "_quantize_transposed_call", _quantize_transposed_stand_in)
-    cfg = cuda._TransposedQuantCfg(0, 128, 0, jnp.dtype(jnp.float8_e4m3fn).name, amax=False)
+    cfg = cuda._TransposedQuantCfg(0, 128, 0, jnp.dtype(jnp.float8_e4m3fn).name, no_amax=1)
     assert cfg.attrs()["amax_mode"] == 3
     x = np.random.default_rng(25).standard_normal((4, 1024, 512)).astype(np.float32)
     want = jax.jit(lambda v: _quantize_transposed_stand_in(cfg, v))(x)

@@ -457,11 +457,11 @@ class _TransposedQuantCfg:
     block: int
     power_of_two: int
     dtype: str  # the FP8 codes' dtype name
-    amax: bool = True  # False: amax_mode 3, the kernel computes no amax (QTensor.amax NaN)
+    no_amax: int = 0  # 1: amax_mode 3, the kernel computes no amax (QTensor.amax NaN), as ffi._QuantCfg's
 
     def attrs(self) -> dict:
         return dict(fmt=np.int32(self.fmt), block=np.int32(self.block), power_of_two=np.int32(self.power_of_two),
-                    amax_mode=np.int32(0 if self.amax else 3))
+                    amax_mode=np.int32(3 if self.no_amax else 0))
 
 
 def _quantize_transposed_call(cfg: _TransposedQuantCfg, x):
@@ -472,7 +472,9 @@ def _quantize_transposed_call(cfg: _TransposedQuantCfg, x):
         jax.ShapeDtypeStruct((), jnp.float32),
         jax.ShapeDtypeStruct((), jnp.float32),
     )
-    return tuple(jax.ffi.ffi_call(QUANTIZE_TRANSPOSED_TARGET, outs, vmap_method="sequential")(x, **cfg.attrs()))
+    call = jax.ffi.ffi_call(QUANTIZE_TRANSPOSED_TARGET, outs, vmap_method="sequential")
+    data, scale, amax, ts = call(x, **cfg.attrs())
+    return data, scale, _nan_amax() if cfg.no_amax else amax, ts  # no_amax: the kernel leaves amax unwritten
 
 
 _TRANSPOSED_TILE = 128  # the kernel's 128 x 128 tiles: a shard keeps R and C multiples of 128
@@ -499,9 +501,8 @@ def _quantize_transposed_partition(cfg, mesh, arg_shapes, result_shape):
 
     def lower_fn(x):
         data, scale, amax, ts = _quantize_transposed_call(cfg, x)
-        if not cfg.amax:  # the kernel left it unwritten
-            return data, scale, _nan_amax(), ts
-        return data, scale, _pmax_nan(amax, axes), ts  # QTensor.amax: the whole tensor's
+        # QTensor.amax: the whole tensor's; no_amax: NaN, nothing to reduce
+        return data, scale, amax if cfg.no_amax else _pmax_nan(amax, axes), ts
 
     return mesh, lower_fn, _quantize_transposed_results(mesh, dims), (NamedSharding(mesh, _pspec(dims)),)
 
@@ -568,10 +569,10 @@ def quantize_transposed(x: jax.Array, spec: TileScaling, amax: bool = True) -> Q
         raise ValueError(f"mxprec.kernels.cuda.quantize_transposed: {reason}")
     b, r, c = x.shape
     cfg = _TransposedQuantCfg(FMT[spec.fmt.name], spec.tile[1], int(spec.power_of_two),
-                              jnp.dtype(spec.fmt.jnp_dtype).name, bool(amax))
+                              jnp.dtype(spec.fmt.jnp_dtype).name, int(not amax))
     data, scale, amax_out, _ = _quantize_transposed_vmappable(cfg)(x)
-    return QTensor(data=data, scale=scale, amax=amax_out if amax else _nan_amax(), tensor_scale=None, spec=spec,
-                   axis=2, shape=(b, c, r), dtype=jnp.dtype(x.dtype))
+    return QTensor(data=data, scale=scale, amax=amax_out, tensor_scale=None, spec=spec, axis=2, shape=(b, c, r),
+                   dtype=jnp.dtype(x.dtype))
 
 
 def _to_tn(q: QTensor, contract: int) -> jax.Array:

@@ -627,7 +627,8 @@ def _quant_ffi(cfg: _QuantCfg, x, scale_in, amax_in=None, amax_mode: int = 0):
     if amax_in is None:
         amax_in = jnp.zeros((), jnp.float32)
     call = jax.ffi.ffi_call(QUANTIZE_TARGET, outs, vmap_method="sequential")
-    return tuple(call(x, scale_in, amax_in, **cfg.attrs(amax_mode)))
+    data, scale, amax, ts = call(x, scale_in, amax_in, **cfg.attrs(amax_mode))
+    return data, scale, _nan_amax() if cfg.no_amax else amax, ts  # no_amax: the kernel may leave amax unwritten
 
 
 def _quant_impl(cfg: _QuantCfg, x, scale_in):
@@ -687,9 +688,7 @@ def _quant_partition(cfg: _QuantCfg, mesh, arg_shapes, result_shape):
             data, scale, amax, ts = _quant_ffi(cfg, x, scale_in, amax_rows, amax_mode=2)
         else:
             data, scale, amax, ts = _quant_ffi(cfg, x, scale_in)
-        if cfg.no_amax:  # not computed (amax_mode 3 leaves the result unwritten); nothing to reduce
-            return data, scale, _nan_amax(), ts
-        return data, scale, _pmax_nan(amax, axes), ts
+        return data, scale, amax if cfg.no_amax else _pmax_nan(amax, axes), ts  # no_amax: NaN, nothing to reduce
 
     return mesh, lower_fn, plan.result_shardings(), plan.arg_shardings()
 
@@ -860,8 +859,6 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None, amax: bool = True) 
     if not amax and cfg.kind in _AMAX_OPTIONAL_KINDS:
         cfg = dataclasses.replace(cfg, no_amax=1)
     data3, scale3, amax_out, ts = _quant_vmappable(cfg)(jnp.reshape(x, shape3), scale_in)
-    if cfg.no_amax:
-        amax_out = _nan_amax()
     data_shape, scale_shape = _quantized_shapes(shape, axis, cfg)
     scale = scale3 if scale_shape is None else scale3.reshape(scale_shape)
     return QTensor(
