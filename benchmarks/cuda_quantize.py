@@ -8,7 +8,9 @@ column-wise copy Wgrad needs): "copy" (``jnp.copy`` in jit: XLA's device-to-devi
 (the pure-JAX mxprec.quantize compiled by XLA, the peer) and "mxprec" (mxprec.kernels.ffi.quantize:
 the custom call) for tensor / delayed / row / tile 1x128 / tile 128x128 / MXFP8 / MXFP4 / NVFP4, and Wgrad's
 K-major 1x128 copy ("tile1x128_e4m3_kmajor": mxprec.kernels.cuda.quantize_transposed against the quantize along
-axis 0 + FP8 code transpose it replaces, "mxprec+transpose").
+axis 0 + FP8 code transpose it replaces, "mxprec+transpose"), and dY's two copies in one call
+("tile1x128_e4m3_rows_kmajor": mxprec.kernels.cuda.quantize_rows_and_transposed, the 1 x 128 row copy and the K-major
+copy from one read of x, against the two calls it replaces, "two calls"; GB/s counts x once plus both copies).
 Timing: one jitted call quantizes ``--sets`` distinct inputs (together far larger than the 50 MB L2);
 ``--timing kernel`` (default) sums the GPU kernel time of ``--reps`` calls from a jax.profiler trace,
 ``--timing wall`` takes the median wall time of synchronized calls (launch + sync overhead included:
@@ -47,8 +49,12 @@ KERNELS = {
     # Wgrad's K-major copy (axis 0 only): "mxprec" is mxprec.kernels.cuda.quantize_transposed (codes written
     # transposed), "mxprec+transpose" the path it replaces (quantize along axis 0, then transpose_codes).
     "tile1x128_e4m3_kmajor": ("TileScaling(E4M3, (1, 128))", 1, 1),
+    # dY's Dgrad (1 x 128 along rows) and Wgrad (K-major) copies (axis 0 only): "mxprec" is
+    # mxprec.kernels.cuda.quantize_rows_and_transposed, "two calls" ffi.quantize along axis -1 + quantize_transposed.
+    "tile1x128_e4m3_rows_kmajor": ("TileScaling(E4M3, (1, 128))", 1, 1),
 }
-KMAJOR = {"tile1x128_e4m3_kmajor"}
+ROWS_KMAJOR = {"tile1x128_e4m3_rows_kmajor"}
+KMAJOR = {"tile1x128_e4m3_kmajor", *ROWS_KMAJOR}
 QUICK = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3"]
 AXIS0 = ["tensor_e4m3", "row_e4m3", "tile1x128_e4m3", "mxfp8_e4m3", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4_e2m1", "nvfp4",
          *KMAJOR]
@@ -204,7 +210,7 @@ def run(args):
                 if isinstance(spec, DelayedScaling):
                     st = DelayedScalingState.init(spec)
                     state = DelayedScalingState(st.amax_history, jnp.float32(0.0123))
-                nbytes = x_bytes + _out_bytes(spec, shape, axis)
+                nbytes = x_bytes + _out_bytes(spec, shape, axis) * (2 if name in ROWS_KMAJOR else 1)
                 passes = KERNELS[name][1 if axis == -1 else 2]
 
                 def ours(*t, spec=spec, axis=axis, state=state):
@@ -220,7 +226,15 @@ def run(args):
                     qs = [ffi.quantize(v, spec, 0) for v in t]
                     return [(cuda.transpose_codes(q.data), jnp.swapaxes(q.scale, 0, 1)) for q in qs]
 
-                if name in KMAJOR:
+                def rows_and_kmajor(*t, spec=spec):
+                    return [cuda.quantize_rows_and_transposed(v[None], spec, spec) for v in t]
+
+                def two_calls(*t, spec=spec):
+                    return [(ffi.quantize(v, spec, -1), cuda.quantize_transposed(v[None], spec)) for v in t]
+
+                if name in ROWS_KMAJOR:
+                    impls = (("mxprec", rows_and_kmajor), ("two calls", two_calls))
+                elif name in KMAJOR:
                     impls = (("mxprec", kmajor), ("mxprec+transpose", quantize_then_transpose))
                 else:
                     impls = (("mxprec", ours),) if args.no_peer else (("mxprec", ours), ("xla", peer))

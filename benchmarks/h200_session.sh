@@ -27,6 +27,9 @@
 #   llama-ab:ARMS each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so), same call
 #   kmajor:ARMS  Wgrad's K-major quantize kernel: its GPU tests, cuda_quantize.py against quantize + code transpose,
 #                then each arm with MXPREC_TRANSPOSED_QUANTIZE=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
+#   dy-copies:ARMS dY's Dgrad + Wgrad copies in one call (mxprec.kernels.cuda.quantize_rows_and_transposed): the
+#                transposed-quantize GPU tests, cuda_quantize.py against the two calls, then each arm with
+#                MXPREC_ROWS_TRANSPOSED_QUANTIZE=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
 #   forms:FORMS  benchmarks/xla_fp8_forms.py: which HLO form of the XLA per-tensor FP8 GEMM becomes one
 #                cuBLASLt call (and compile/step times of one dot_general step per form)
 #   profile:ARMS like llama:ARMS with --profile (jax.profiler, 2 traced steps) and 5 timed steps
@@ -310,6 +313,18 @@ for stage in "$@"; do
         for knob in 0 1; do
           LLAMA_ENV=(MXPREC_TRANSPOSED_QUANTIZE="$knob")
           for arm in "${arms[@]}"; do llama_step "llama_${arm}_kmajor${knob}_$round${TAG:-}" "$arm"; done
+        done
+      done
+      LLAMA_ENV=() ;;
+    dy-copies:*)  # dy-copies:ARMS: see the header
+      step dycopies_tests "$PY" -m pytest -q tests/test_cuda_quantize_transposed.py
+      step dycopies_quant "$PY" benchmarks/cuda_quantize.py --kernels tile1x128_e4m3_rows_kmajor --no-peer \
+        --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,16384x14336}" --out "$R/dycopies_quant"
+      IFS=, read -r -a arms <<< "${stage#dy-copies:}"
+      for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
+        for knob in 0 1; do
+          LLAMA_ENV=(MXPREC_ROWS_TRANSPOSED_QUANTIZE="$knob")
+          for arm in "${arms[@]}"; do llama_step "llama_${arm}_dycopies${knob}_$round${TAG:-}" "$arm"; done
         done
       done
       LLAMA_ENV=() ;;

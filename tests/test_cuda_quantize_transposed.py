@@ -7,7 +7,8 @@ kTransposed). GPU tests compare every QTensor field bit for bit with the CPU ora
 tests/test_cuda_quantize.py does for mxprec_quantize) on the adversarial input sets, with the numpy reference, and
 with mxprec_quantize along axis 1; dot_general's fp8_block gradients must be bit-identical with and without the
 transposed quantize. The CPU tests check the argument rules and dot_general's routing (the kernel emulated by the
-JAX quantizer).
+JAX quantizer). ``quantize_rows_and_transposed`` (the same call also writing x's own 1 x 128 row groups, dY's Dgrad
+copy) is checked the same way: both QTensors bit for bit against the two separate calls and the CPU oracle.
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ def test_dot_general_wgrad_through_transposed_operands(monkeypatch, residuals):
     dx0, dw0 = _fp8_block_grads(x, w, residuals)
     calls = []
     monkeypatch.setattr(dg, "_transposed_wgrad_quantize", lambda src, spec, key, backend: True)
+    monkeypatch.setattr(dg, "_rows_and_transposed_grad", lambda g, recipe, keys, backend: False)
     monkeypatch.setattr(cuda, "quantize_transposed", _emulated_transposed(calls))
     dx1, dw1 = _fp8_block_grads(x, w, residuals)
     # Wgrad's X (B=1, M=512, K=384) and dY (1, 512, 256), each through the transposed quantize once.
@@ -132,6 +134,75 @@ def test_routing_stays_off_the_xla_backend_and_the_cpu():
     if jax.default_backend() != "gpu":
         assert not dg._transposed_wgrad_quantize(x, spec, None, "auto")
         assert not dg._transposed_wgrad_quantize(x, spec, None, "ffi")
+
+
+def test_why_not_rows_and_transposed_names_the_rule():
+    ok, rows = TileScaling(E4M3, (1, 64)), TileScaling(E5M2, (1, 128))
+    assert cuda.why_not_quantize_rows_and_transposed((2, 256, 384), jnp.bfloat16, rows, ok, check_library=False) == ""
+    for shape, row_spec, spec, words in (
+        ((2, 256, 384), TileScaling(E4M3, (1, 64)), ok, "row_spec"),
+        ((2, 256, 384), TileScaling(E4M3, (128, 128)), ok, "tile (1, 128)"),
+        ((2, 256, 384), MXScaling(E4M3), ok, "row_spec"),
+        ((2, 256, 384), rows, TileScaling(E4M3, (1, 16)), "tile (1, G)"),
+        ((2, 200, 384), rows, ok, "multiples of 128"),
+    ):
+        reason = cuda.why_not_quantize_rows_and_transposed(shape, jnp.float32, row_spec, spec, check_library=False)
+        assert words in reason, (shape, row_spec, spec, reason)
+
+
+def test_rows_and_transposed_knob_is_validated(monkeypatch):
+    monkeypatch.setenv("MXPREC_ROWS_TRANSPOSED_QUANTIZE", "on")
+    with pytest.raises(ValueError, match="MXPREC_ROWS_TRANSPOSED_QUANTIZE"):
+        cuda.quantizes_rows_and_transposed()
+    monkeypatch.setenv("MXPREC_ROWS_TRANSPOSED_QUANTIZE", "0")
+    assert not cuda.quantizes_rows_and_transposed()
+
+
+@pytest.mark.skipif(cuda.available(), reason="checks the error without the CUDA library")
+def test_rows_and_transposed_without_the_library_raises_value_error():
+    spec = TileScaling(E4M3, (1, 128))
+    with pytest.raises(ValueError, match="quantize_rows_and_transposed"):
+        cuda.quantize_rows_and_transposed(jnp.zeros((1, 128, 128), jnp.float32), spec, spec)
+
+
+@pytest.mark.parametrize("residuals", ["wide", "quantized"])
+def test_dot_general_dy_copies_from_one_call(monkeypatch, residuals):
+    """Where dY's two copies come from quantize_rows_and_transposed (here emulated by the JAX quantizer), dX and dW
+    are the GEMMs of the same codes: dX bit for bit, dW up to XLA's summation order of the other layout."""
+    rng = np.random.default_rng(4)
+    x = jnp.asarray(rng.standard_normal((2, 256, 384)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((384, 256)) / 16, jnp.float32)
+    dx0, dw0 = _fp8_block_grads(x, w, residuals)
+    calls, pairs = [], []
+
+    def rows_and_transposed(g, row_spec, spec, amax=True):
+        pairs.append((tuple(g.shape), row_spec, spec))
+        assert not amax  # fp8_block keeps no delayed state: nobody reads dY's amax
+        return quantize(g, row_spec, axis=2), quantize(jnp.swapaxes(g, 1, 2), spec, axis=2)
+
+    monkeypatch.setattr(dg, "_transposed_wgrad_quantize", lambda src, spec, key, backend: True)
+    monkeypatch.setattr(dg, "_rows_and_transposed_grad", lambda g, recipe, keys, backend: True)
+    monkeypatch.setattr(cuda, "quantize_transposed", _emulated_transposed(calls))
+    monkeypatch.setattr(cuda, "quantize_rows_and_transposed", rows_and_transposed)
+    dx1, dw1 = _fp8_block_grads(x, w, residuals)
+    recipe = mxprec.recipes.get("fp8_block")
+    assert pairs == [((1, 512, 256), recipe.dgrad_grad, recipe.wgrad_grad)], pairs  # dY (B=1, M=512, N=256)
+    assert [s for s, _ in calls] == [(1, 512, 384)], calls  # only X's Wgrad copy goes through quantize_transposed
+    np.testing.assert_array_equal(np.asarray(dx1), np.asarray(dx0))
+    dw0 = np.asarray(dw0)
+    np.testing.assert_allclose(np.asarray(dw1), dw0, rtol=0, atol=1e-5 * np.abs(dw0).max())
+
+
+def test_dy_copies_routing_needs_the_cuda_quantizer_for_both():
+    g = jnp.zeros((1, 256, 256), jnp.float32)
+    block = mxprec.recipes.get("fp8_block")
+    assert not dg._rows_and_transposed_grad(g, block, (None, None), "xla")
+    if jax.default_backend() != "gpu":
+        assert not dg._rows_and_transposed_grad(g, block, (None, None), "auto")
+        assert not dg._rows_and_transposed_grad(g, block, (None, None), "ffi")
+    assert not dg._rows_and_transposed_grad(g, block, (jax.random.key(0), None), "ffi")  # stochastic rounding
+    rowwise = mxprec.recipes.get("fp8_rowwise")  # no 1 x 128 tiles
+    assert not dg._rows_and_transposed_grad(g, rowwise, (None, None), "ffi")
 
 
 # ----------------------------------------------------------------------------- GPU: bit-exact
@@ -245,8 +316,11 @@ def test_bad_arguments_raise_before_the_kernel():
 # ----------------------------------------------------------------------------- GPU: dot_general
 
 
-def _grads(backend, knob, monkeypatch, residuals="wide"):
+def _grads(backend, knob, monkeypatch, residuals="wide", rows_knob="0"):
+    """fp8_block's (dX, dW) and optimized HLO with MXPREC_TRANSPOSED_QUANTIZE=knob and
+    MXPREC_ROWS_TRANSPOSED_QUANTIZE=rows_knob (dY's two copies from one call)."""
     monkeypatch.setenv("MXPREC_TRANSPOSED_QUANTIZE", knob)
+    monkeypatch.setenv("MXPREC_ROWS_TRANSPOSED_QUANTIZE", rows_knob)
     recipe = mxprec.recipes.get("fp8_block", backend=backend, residuals=residuals)
     rng = np.random.default_rng(5)
     x = jnp.asarray(rng.standard_normal((2, 256, 512)), jnp.bfloat16)
@@ -290,3 +364,116 @@ def test_without_amax_the_same_codes_and_scales(spec):
     np.testing.assert_array_equal(C._u8(got.data), C._u8(want.data))
     np.testing.assert_array_equal(np.asarray(got.scale).view(np.uint32), np.asarray(want.scale).view(np.uint32))
     assert np.isnan(np.asarray(got.amax)) and np.asarray(want.amax) == np.inf
+
+
+# ----------------------------------------------------------------------------- GPU: rows and transposed in one call
+
+ROW_SPECS = [TileScaling(E4M3, (1, 128)), TileScaling(E5M2, (1, 128)), TileScaling(E4M3, (1, 128), power_of_two=True)]
+PAIRS = [(ROW_SPECS[0], SPECS[0]), (ROW_SPECS[1], SPECS[0]), (ROW_SPECS[2], SPECS[3]), (ROW_SPECS[0], SPECS[4]),
+         (ROW_SPECS[1], SPECS[1])]
+
+
+def _pid(pair) -> str:
+    return f"rows_{_sid(pair[0])}-cols_{_sid(pair[1])}"
+
+
+def _check_rows_and_transposed(x: np.ndarray, row_spec, spec, what: str, amax: bool = True):
+    """Both QTensors against the two separate CUDA calls (bit for bit, amax included) and the CPU oracle."""
+    rows, cols = jax.jit(lambda t: cuda.quantize_rows_and_transposed(t, row_spec, spec, amax=amax))(jnp.asarray(x))
+    assert rows.shape == x.shape and rows.axis == 2 and cols.shape == (x.shape[0], x.shape[2], x.shape[1])
+    want_rows = jax.jit(lambda t: ffi.quantize(t, row_spec, 2))(jnp.asarray(x))
+    want_cols = _gpu_transposed(x, spec)
+    for got, want, name in ((rows, want_rows, "rows"), (cols, want_cols, "transposed")):
+        np.testing.assert_array_equal(C._u8(got.data), C._u8(want.data), err_msg=f"{what}: {name} codes")
+        np.testing.assert_array_equal(np.asarray(got.scale).view(np.uint32), np.asarray(want.scale).view(np.uint32),
+                                      err_msg=f"{what}: {name} scales")
+        if amax:
+            np.testing.assert_array_equal(np.asarray(got.amax), np.asarray(want.amax), err_msg=f"{what}: {name} amax")
+        else:
+            assert np.isnan(np.asarray(got.amax)), what
+    if amax:  # the row copy against the CPU oracle too (the transposed one: _check, above)
+        r = C._jax_q(row_spec, 2)(jax.device_put(x, jax.devices("cpu")[0]), None)
+        bad = C._qtensor_mismatch(rows, r)
+        assert not bad, f"{_pid((row_spec, spec))} {what}: rows vs mxprec.quantize (CPU): {bad}"
+
+
+@needs_gpu
+@pytest.mark.parametrize("pair", PAIRS, ids=_pid)
+def test_rows_and_transposed_bit_exact_on_the_adversarial_inputs(pair):
+    for name, make in C.INPUTS.items():
+        x = make()  # (128, 256) f32
+        _check_rows_and_transposed(x[None], *pair, name)
+        _check_rows_and_transposed(np.ascontiguousarray(x.T)[None], *pair, name + " (transposed input)")
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("pair", PAIRS[:2] + PAIRS[3:4], ids=_pid)
+def test_rows_and_transposed_batches_and_input_dtypes(pair, dtype):
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((3, 256, 384)) * np.exp2(rng.integers(-8, 8, (3, 256, 1)))
+    x[1, :128, :7] = 0.0
+    x[1, 7, 128:256] = 0.0  # a whole zero row group
+    x[2, 128:, 200] = np.inf
+    x[0, 9, 300] = np.nan
+    x = x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
+    _check_rows_and_transposed(x, *pair, f"(3, 256, 384) {dtype}")
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_rows_and_transposed_gradient_like_inputs(dtype):
+    from test_cuda_quantize import _gradient_like
+
+    x = _gradient_like((2, 256, 384))
+    x = x.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else x
+    for pair in PAIRS[:2]:
+        _check_rows_and_transposed(x, *pair, f"gradient-like {dtype}")
+
+
+@needs_gpu
+def test_rows_and_transposed_large_bf16_without_amax():
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((1, 1024, 4096), np.float32) * np.exp2(rng.integers(-10, 10, (1, 1024, 1)))
+    _check_rows_and_transposed(x.astype(ml_dtypes.bfloat16), *PAIRS[0], "(1, 1024, 4096) bf16", amax=False)
+    f = jax.jit(lambda t: cuda.quantize_rows_and_transposed(t, *PAIRS[0], amax=False))
+    assert "amax_mode = 3" in f.lower(jnp.asarray(x)).as_text()
+
+
+@needs_gpu
+def test_rows_and_transposed_under_vmap():
+    rng = np.random.default_rng(15)
+    x = (rng.standard_normal((3, 2, 256, 384)) * np.exp2(rng.integers(-8, 8, (3, 1, 1, 1)))).astype(np.float32)
+    got = jax.jit(jax.vmap(lambda t: cuda.quantize_rows_and_transposed(t, *PAIRS[1])))(jnp.asarray(x))
+    for i in range(3):
+        want = jax.jit(lambda t: cuda.quantize_rows_and_transposed(t, *PAIRS[1]))(jnp.asarray(x[i]))
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(C._u8(g.data[i]), C._u8(w.data))
+            np.testing.assert_array_equal(np.asarray(g.scale[i]).view(np.uint32), np.asarray(w.scale).view(np.uint32))
+            assert np.asarray(g.amax[i]) == np.asarray(w.amax)
+
+
+@needs_gpu
+def test_rows_and_transposed_bad_arguments_raise_before_the_kernel():
+    with pytest.raises(ValueError, match="row_spec"):
+        cuda.quantize_rows_and_transposed(jnp.zeros((1, 128, 128), jnp.float32), TileScaling(E4M3, (1, 32)), SPECS[0])
+    with pytest.raises(ValueError, match="multiples of 128"):
+        cuda.quantize_rows_and_transposed(jnp.zeros((1, 128, 96), jnp.float32), *PAIRS[0])
+
+
+def _grads_rows(backend, knob, monkeypatch, residuals="wide"):
+    return _grads(backend, "1", monkeypatch, residuals, rows_knob=knob)
+
+
+@needs_gpu
+@pytest.mark.parametrize("backend,residuals", [("auto", "wide"), ("ffi", "wide"), ("auto", "quantized")])
+def test_fp8_block_gradients_bit_identical_with_dy_copies_from_one_call(monkeypatch, backend, residuals):
+    (dx0, dw0), hlo0 = _grads_rows(backend, "0", monkeypatch, residuals)
+    (dx1, dw1), hlo1 = _grads_rows(backend, "1", monkeypatch, residuals)
+    calls = lambda hlo, target: hlo.count(f'custom_call_target="{target}"')
+    assert calls(hlo1, cuda.QUANTIZE_ROWS_TRANSPOSED_TARGET) == 1 and calls(hlo0, cuda.QUANTIZE_ROWS_TRANSPOSED_TARGET) == 0
+    # dY's transposed call and its Dgrad quantize call became the one call; X's transposed call stays.
+    assert calls(hlo1, cuda.QUANTIZE_TRANSPOSED_TARGET) == 1 and calls(hlo0, cuda.QUANTIZE_TRANSPOSED_TARGET) == 2
+    assert calls(hlo1, "mxprec_quantize") == calls(hlo0, "mxprec_quantize") - 1
+    np.testing.assert_array_equal(np.asarray(dx1, np.float32), np.asarray(dx0, np.float32))
+    np.testing.assert_array_equal(np.asarray(dw1), np.asarray(dw0))

@@ -275,12 +275,18 @@ def _quantize_transposed_stand_in(cfg, x):
     partitioning around this stand-in."""
     from mxprec.kernels import cuda
 
-    fmt = {0: formats.E4M3, 1: formats.E5M2}[cfg.fmt]
-    q = mxprec.quantize(jnp.swapaxes(x, 1, 2), TileScaling(fmt, (1, cfg.block), power_of_two=bool(cfg.power_of_two)),
-                        axis=2)
+    fmts = {0: formats.E4M3, 1: formats.E5M2}
+    q = mxprec.quantize(jnp.swapaxes(x, 1, 2),
+                        TileScaling(fmts[cfg.fmt], (1, cfg.block), power_of_two=bool(cfg.power_of_two)), axis=2)
     assert q.data.dtype == jnp.dtype(cfg.dtype)
     amax = jnp.full((), jnp.nan, jnp.float32) if cfg.no_amax else q.amax
-    return q.data, q.scale, amax, jnp.ones((), jnp.float32)
+    rows = ()
+    if cfg.row_dtype:  # mxprec_quantize_rows_transposed: x's own 1 x 128 row groups too
+        qr = mxprec.quantize(x, TileScaling(fmts[cfg.row_fmt], (1, 128), power_of_two=bool(cfg.row_power_of_two)),
+                             axis=2)
+        assert qr.data.dtype == jnp.dtype(cfg.row_dtype)
+        rows = (qr.data, qr.scale)
+    return (q.data, q.scale, amax, jnp.ones((), jnp.float32), *rows)
 
 
 @pytest.mark.parametrize("xspec", [P("data", "model", None), P("data", None, "model"), P(None, ("data", "model"), None)],
@@ -332,3 +338,34 @@ def test_quantize_transposed_without_amax_reduces_nothing(mesh, monkeypatch):
         assert np.array_equal(np.asarray(a).reshape(-1).view(np.uint8), np.asarray(b).reshape(-1).view(np.uint8))
     assert np.isnan(np.asarray(got[2]))
     assert "all-reduce" not in f.lower(xd).compile().as_text()
+
+
+@pytest.mark.parametrize("xspec", [P("data", "model", None), P("data", None, "model"), P(None, ("data", "model"), None)],
+                         ids=("B_R", "B_C", "R8"))
+@pytest.mark.parametrize("cols", [512, 384])
+def test_quantize_rows_transposed_sharding_rule(mesh, monkeypatch, xspec, cols):
+    """``mxprec_quantize_rows_transposed`` (quantize_rows_and_transposed) sharded: the transposed copy as above, the
+    row copy (B, R, C) and its scales (B, R, C / 128) keep x's sharding (a C sharding that would cut a tile is
+    dropped for both), everything bit for bit the unsharded result."""
+    from mxprec.kernels import cuda
+
+    monkeypatch.setattr(cuda, "_quantize_transposed_call", _quantize_transposed_stand_in)
+    cfg = cuda._TransposedQuantCfg(0, 128, 0, jnp.dtype(jnp.float8_e4m3fn).name, 0, 1, 1,
+                                   jnp.dtype(jnp.float8_e5m2).name)
+    assert cfg.n_results == 6 and cfg.attrs()["row_fmt"] == 1
+    rng = np.random.default_rng(26)
+    x = (rng.standard_normal((4, 1024, cols)) * np.exp2(rng.integers(-6, 6, (4, 1024, 1)))).astype(np.float32)
+    x[2, 900, 7] = -700.0  # the tensor amax on one shard
+    want = jax.jit(lambda v: _quantize_transposed_stand_in(cfg, v))(x)
+    f = jax.jit(cuda._quantize_transposed_vmappable(cfg))
+    xd = jax.device_put(x, NamedSharding(mesh, xspec))
+    got = f(xd)
+    assert len(got) == 6
+    for name, a, b in zip(("data", "scale", "amax", "tensor_scale", "row_data", "row_scale"), got, want):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape and np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)), name
+    cut = xspec[2] is not None and cols // 4 % 128 != 0
+    assert ("all-gather" in f.lower(xd).compile().as_text()) == cut
+    for rows in got[4:]:
+        spec = tuple(rows.sharding.spec) + (None,) * 3
+        assert spec[:2] == tuple(xspec)[:2] and spec[2] == (None if cut else xspec[2]), spec

@@ -120,6 +120,9 @@ struct Args {
   uint32_t* keys;        // vgroup kVKeysOut / kVKeysIn: per-group max |x| keys (scratch)
   int32_t vec;           // tensor / amax kernels: x 16-byte aligned (chunks of 8 use vector loads)
   int64_t batch_rows;    // col_kernel kTransposed: R of x (B, R, C), the rows of one batch entry
+  uint8_t* row_data;     // col_kernel kRows: x's own 1 x 128 row groups' codes (B, R, C) ...
+  float* row_scale;      // ... and scales (B, R, C / 128)
+  int32_t row_fmt, row_pow2;  // ... their FP8 format and power-of-two flag
 };
 
 // ------------------------------------------------------------------------------------ loads
@@ -1433,6 +1436,57 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
   return all;
 }
 
+// col_kernel kRows: the row groups (1 x 128 along axis 2, one per tile row) of the staged 128 x 128 tile, with the
+// codes and scales hgroup_kernel writes for them (mxprec_quantize_rows_transposed: Dgrad's copy of dY beside Wgrad's
+// K-major one, from one read of x). A warp owns 16 tile rows, 4 lanes a row in two passes of 8 rows; a lane's
+// chunks are q, q + 4, q + 8, q + 12 (q = lane % 4), hgroup_kernel's own split of a 1 x 128 group, so the group
+// key (its 4-lane max), the scale (group_elem_scale) and the codes (codes8_uniform, band from the key) are that
+// kernel's, bit for bit. Odd rows read their chunk pairs swapped, so each quarter warp's 16-byte shared loads
+// (two rows) hit 8 distinct bank groups; a row's 4 lanes store one whole 32-byte sector per step.
+template <InType I>
+__device__ __forceinline__ void tile_row_groups(const Args& a, const unsigned char* xin, int64_t r0, int64_t c0) {
+  constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
+  constexpr int kChunkBytes = 8 * static_cast<int>(in_bytes<I>());
+  Args ar = a;  // the row copy's scale attributes (kind kTile, amax_mode 0 / 3: the scales come from the keys)
+  ar.scale = a.row_scale;
+  ar.fmt = a.row_fmt;
+  ar.pow2 = a.row_pow2;
+  const ElemFormat f = static_cast<ElemFormat>(a.row_fmt);
+  const int lane = threadIdx.x & 31, q = lane & 3, sub = lane >> 2, odd = sub & 1;
+  const int64_t ngc = a.cols / kColTile;
+#pragma unroll 1
+  for (int pass = 0; pass < 2; ++pass) {
+    const int row = (threadIdx.x >> 5) * 16 + pass * 8 + sub;
+    const unsigned char* src = xin + row * kRowBytes;
+    const auto chunk_of = [&](int j) { return q + 4 * (j ^ odd); };
+    const auto raw_of = [&](int j) { return *reinterpret_cast<const Raw<I>*>(src + chunk_of(j) * kChunkBytes); };
+    uint32_t key = 0;
+    if constexpr (I == InType::kBF16) {
+      const Raw<I> raw[4] = {raw_of(0), raw_of(1), raw_of(2), raw_of(3)};
+      key = bf16_chunks_key(raw);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float v[8];
+        to_f32<I>(raw_of(j), v);
+        key = max(key, chunk_key(v));
+      }
+    }
+    key = max(key, __shfl_xor_sync(kFull, key, 1));
+    key = max(key, __shfl_xor_sync(kFull, key, 2));
+    const ElemScale es = group_elem_scale(ar, (r0 + row) * ngc + c0 / kColTile, key, 1.0f, q == 0);
+    const float r = recip_of_divisor(es);
+    const bool band = markstein_band(es, r, key);
+    uint8_t* out = a.row_data + (r0 + row) * a.cols + c0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // the chunks read again from shared memory: fewer live registers
+      float v[8];
+      to_f32<I>(raw_of(j), v);
+      *reinterpret_cast<uint2*>(out + chunk_of(j) * 8) = codes8_uniform<true, true>(v, es, r, f, band);
+    }
+  }
+}
+
 // kBand: the kind can divide (row / tile scales), so a thread whose columns markstein_band admits takes the
 // straight Markstein division (in_band_fp8_codes8); MX scales are powers of two (kMul) and skip it.
 // kTransposed (FP8 groups of 32 / 64 / 128 rows x 1 column): the codes and scales of the (B, C, R) transpose,
@@ -1440,12 +1494,13 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
 // kBits: the code width. 8: FP8 (any kind of the dispatch below); 6 / 4: MX FP6 / FP4, codes packed down
 // the columns (4 rows in 3 bytes / 2 rows in a byte, mxprec's packing along the quantized axis), so the
 // tile's codes are kColTile * kBits / 8 rows of kColTile bytes. kNvfp4 (kBits 4): NVFP4's groups of 16 rows
-// (nvfp4_col_codes).
-template <InType I, bool kBand, int kBits = 8, bool kNvfp4 = false, bool kTransposed = false>
-__global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
+// (nvfp4_col_codes). kRows (with kTransposed, 1 x 128 row groups): also x's own row groups (tile_row_groups).
+template <InType I, bool kBand, int kBits = 8, bool kNvfp4 = false, bool kTransposed = false, bool kRows = false>
+__global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
   static_assert(kBits == 8 || (!kBand && (kBits == 6 || kBits == 4)), "col_kernel: FP8, or MX FP6 / FP4");
   static_assert(!kNvfp4 || kBits == 4, "col_kernel: NVFP4 codes are 4 bits");
   static_assert(!kTransposed || (kBits == 8 && !kNvfp4), "col_kernel: transposed output for FP8 codes only");
+  static_assert(!kRows || kTransposed, "col_kernel: the row groups come with the transposed output");
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
   constexpr int kCodeRows = kColTile * kBits / 8;                              // rows of packed codes
@@ -1663,6 +1718,7 @@ __global__ void __launch_bounds__(kThreads) col_kernel(Args a) {
       *reinterpret_cast<uint4*>(out + c * a.batch_rows + piece * 16) =
           reinterpret_cast<const uint4*>(codes + c * kColTile)[piece ^ ((c >> 1) & 7)];
     }
+    if constexpr (kRows) tile_row_groups<I>(a, xin, r0, c0);  // x's tile is still in shared memory
   } else {
 #pragma unroll
     for (int i = threadIdx.x; i < kCodeRows * kColTile / 16; i += kThreads) {
@@ -2100,11 +2156,16 @@ ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, 
 // amax f32 () and tensor_scale f32 () (1). The same codes and scales as mxprec_quantize along axis 1, in the
 // K-major layout a GEMM contracting R wants (Wgrad's X and dY), so no transpose of the codes follows.
 // col_kernel's tiles: R and C multiples of 128, x and data 16-byte aligned.
+// `mxprec_quantize_rows_transposed` (mxprec.kernels.cuda.quantize_rows_and_transposed): the same results, plus
+// x's own FP8 1 x 128 row groups (TileScaling (1, 128) along axis 2, format `row_fmt`): row_data (B, R, C),
+// row_scale f32 (B, R, C / 128), mxprec_quantize's bits for them, from the same read of x (Dgrad's and Wgrad's
+// copies of dY in one kernel). The amax (amax_mode 0) is the tensor's, shared by both copies.
 constexpr const char* kOpT = "mxprec_quantize_transposed (CUDA)";
+constexpr const char* kOpRT = "mxprec_quantize_rows_transposed (CUDA)";
 
-template <InType I>
+template <InType I, bool kRows>
 cudaError_t launch_col_transposed(cudaStream_t stream, const Args& a) {
-  constexpr auto kKernel = col_kernel<I, true, 8, false, true>;
+  constexpr auto kKernel = col_kernel<I, true, 8, false, true, kRows>;
   constexpr size_t smem = col_smem_bytes<I>();
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
@@ -2115,11 +2176,11 @@ cudaError_t launch_col_transposed(cudaStream_t stream, const Args& a) {
   return cudaSuccess;
 }
 
-ffi::Error QuantizeTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
-                                      ffi::Result<ffi::AnyBuffer> scale, ffi::Result<ffi::AnyBuffer> amax_out,
-                                      ffi::Result<ffi::AnyBuffer> tensor_scale_out, int32_t fmt, int32_t block,
-                                      int32_t power_of_two, int32_t amax_mode) {
-  const std::string o(kOpT);
+// Checks the transposed call's operand, attributes and results and fills `a` for col_kernel kTransposed.
+ffi::Error transposed_args(const char* op, ffi::AnyBuffer x, ffi::AnyBuffer& data, ffi::AnyBuffer& scale,
+                           ffi::AnyBuffer& amax_out, ffi::AnyBuffer& tensor_scale_out, int32_t fmt, int32_t block,
+                           int32_t power_of_two, int32_t amax_mode, Args& a) {
+  const std::string o(op);
   const auto xd = x.dimensions();
   if (xd.size() != 3 || !is_wide_float(x.element_type()))
     return invalid(o + ": x must be a 3-D float32/bfloat16/float16 array, got shape " + dims_str(xd) + " dtype " +
@@ -2139,16 +2200,15 @@ ffi::Error QuantizeTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi
   if (B * R / kColTile > kMaxGridY || C / kColTile > kMaxGrid)
     return ffi::Error(ffi::ErrorCode::kUnimplemented, o + ": x " + dims_str(xd) + " is too large");
   const Dims3 scalar{0, {0, 0, 0}};
-  if (auto e = check_buffer(kOpT, "data result", *data, Dims3{3, {B, C, R}}, data_dtype(static_cast<ElemFormat>(fmt)));
+  if (auto e = check_buffer(op, "data result", data, Dims3{3, {B, C, R}}, data_dtype(static_cast<ElemFormat>(fmt)));
       e.failure())
     return e;
-  if (auto e = check_buffer(kOpT, "scale result", *scale, Dims3{3, {B, C, R / block}}, ffi::DataType::F32);
-      e.failure())
+  if (auto e = check_buffer(op, "scale result", scale, Dims3{3, {B, C, R / block}}, ffi::DataType::F32); e.failure())
     return e;
-  if (auto e = check_buffer(kOpT, "amax result", *amax_out, scalar, ffi::DataType::F32); e.failure()) return e;
-  if (auto e = check_buffer(kOpT, "tensor_scale result", *tensor_scale_out, scalar, ffi::DataType::F32); e.failure())
+  if (auto e = check_buffer(op, "amax result", amax_out, scalar, ffi::DataType::F32); e.failure()) return e;
+  if (auto e = check_buffer(op, "tensor_scale result", tensor_scale_out, scalar, ffi::DataType::F32); e.failure())
     return e;
-  Args a = buffer_args(x, *data, *scale, *amax_out, *tensor_scale_out);
+  a = buffer_args(x, data, scale, amax_out, tensor_scale_out);
   if (!aligned(a.x, 16) || !aligned(a.data, 16)) return invalid(o + ": x and data must be 16-byte aligned");
   a.rows = B * R;
   a.cols = C;
@@ -2163,20 +2223,70 @@ ffi::Error QuantizeTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi
   a.pow2 = power_of_two;
   a.axis = 1;
   a.acc_amax = amax_mode == 3 ? 0 : 1;  // amax_mode 3: the amax result is left unwritten
+  return ffi::Error::Success();
+}
+
+// Zeroes the amax result where the kernel maxes into it, then launches col_kernel kTransposed (+ kRows).
+template <bool kRows>
+ffi::Error launch_transposed(cudaStream_t stream, ffi::DataType dtype, const Args& a) {
   cudaError_t ce = cudaSuccess;
   if (a.acc_amax) {
     ce = cudaMemsetAsync(a.amax, 0, sizeof(uint32_t), stream);
     if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
   }
-  switch (x.element_type()) {
-    case ffi::DataType::F32: ce = launch_col_transposed<InType::kF32>(stream, a); break;
-    case ffi::DataType::BF16: ce = launch_col_transposed<InType::kBF16>(stream, a); break;
-    default: ce = launch_col_transposed<InType::kF16>(stream, a); break;
+  switch (dtype) {
+    case ffi::DataType::F32: ce = launch_col_transposed<InType::kF32, kRows>(stream, a); break;
+    case ffi::DataType::BF16: ce = launch_col_transposed<InType::kBF16, kRows>(stream, a); break;
+    default: ce = launch_col_transposed<InType::kF16, kRows>(stream, a); break;
   }
   if (ce != cudaSuccess) return cuda_error("col_kernel (transposed) launch setup", ce);
   ce = cudaGetLastError();
   if (ce != cudaSuccess) return cuda_error("kernel launch", ce);
   return ffi::Error::Success();
+}
+
+ffi::Error QuantizeTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
+                                      ffi::Result<ffi::AnyBuffer> scale, ffi::Result<ffi::AnyBuffer> amax_out,
+                                      ffi::Result<ffi::AnyBuffer> tensor_scale_out, int32_t fmt, int32_t block,
+                                      int32_t power_of_two, int32_t amax_mode) {
+  Args a{};
+  if (auto e = transposed_args(kOpT, x, *data, *scale, *amax_out, *tensor_scale_out, fmt, block, power_of_two,
+                               amax_mode, a);
+      e.failure())
+    return e;
+  return launch_transposed<false>(stream, x.element_type(), a);
+}
+
+ffi::Error QuantizeRowsTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> data,
+                                          ffi::Result<ffi::AnyBuffer> scale, ffi::Result<ffi::AnyBuffer> amax_out,
+                                          ffi::Result<ffi::AnyBuffer> tensor_scale_out,
+                                          ffi::Result<ffi::AnyBuffer> row_data, ffi::Result<ffi::AnyBuffer> row_scale,
+                                          int32_t fmt, int32_t block, int32_t power_of_two, int32_t amax_mode,
+                                          int32_t row_fmt, int32_t row_power_of_two) {
+  const std::string o(kOpRT);
+  Args a{};
+  if (auto e = transposed_args(kOpRT, x, *data, *scale, *amax_out, *tensor_scale_out, fmt, block, power_of_two,
+                               amax_mode, a);
+      e.failure())
+    return e;
+  if (!is_fp8(row_fmt))
+    return invalid(o + ": row_fmt=" + std::to_string(row_fmt) + " must be an FP8 format (e4m3, e5m2)");
+  if (row_power_of_two != 0 && row_power_of_two != 1) return invalid(o + ": row_power_of_two must be 0 or 1");
+  const auto xd = x.dimensions();
+  const int64_t B = xd[0], R = xd[1], C = xd[2];
+  if (auto e = check_buffer(kOpRT, "row_data result", *row_data, Dims3{3, {B, R, C}},
+                            data_dtype(static_cast<ElemFormat>(row_fmt)));
+      e.failure())
+    return e;
+  if (auto e = check_buffer(kOpRT, "row_scale result", *row_scale, Dims3{3, {B, R, C / kColTile}}, ffi::DataType::F32);
+      e.failure())
+    return e;
+  a.row_data = static_cast<uint8_t*>(row_data->untyped_data());
+  a.row_scale = static_cast<float*>(row_scale->untyped_data());
+  if (!aligned(a.row_data, 16)) return invalid(o + ": row_data must be 16-byte aligned");
+  a.row_fmt = row_fmt;
+  a.row_pow2 = row_power_of_two;
+  return launch_transposed<true>(stream, x.element_type(), a);
 }
 
 }  // namespace
@@ -2185,6 +2295,7 @@ ffi::Error QuantizeTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi
 
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeCuda);
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeTransposedCuda);
+MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeRowsTransposedCuda);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeTransposedCuda, mxprec::cuda_quantize::QuantizeTransposedCudaImpl,
                               xla::ffi::Ffi::Bind()
@@ -2198,6 +2309,23 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeTransposedCuda, mxprec::cuda_quantiz
                                   .Attr<int32_t>("block")
                                   .Attr<int32_t>("power_of_two")
                                   .Attr<int32_t>("amax_mode"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeRowsTransposedCuda, mxprec::cuda_quantize::QuantizeRowsTransposedCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()   // x
+                                  .Ret<xla::ffi::AnyBuffer>()   // data (B, C, R)
+                                  .Ret<xla::ffi::AnyBuffer>()   // scale (B, C, R / block)
+                                  .Ret<xla::ffi::AnyBuffer>()   // amax
+                                  .Ret<xla::ffi::AnyBuffer>()   // tensor_scale
+                                  .Ret<xla::ffi::AnyBuffer>()   // row_data (B, R, C)
+                                  .Ret<xla::ffi::AnyBuffer>()   // row_scale (B, R, C / 128)
+                                  .Attr<int32_t>("fmt")
+                                  .Attr<int32_t>("block")
+                                  .Attr<int32_t>("power_of_two")
+                                  .Attr<int32_t>("amax_mode")
+                                  .Attr<int32_t>("row_fmt")
+                                  .Attr<int32_t>("row_power_of_two"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeCuda, mxprec::cuda_quantize::QuantizeCudaImpl,
                               MXPREC_QUANTIZE_BIND(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>().Ctx<xla::ffi::ScratchAllocator>()));

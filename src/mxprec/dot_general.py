@@ -15,7 +15,9 @@ the same codes and scales, the Fprop copy is reused instead (:func:`_reusable`):
 square FP8 tiles such as fp8_block's 128x128 W (one weight quantization fewer per dot_general; bit-identical).
 On the CUDA kernels, Wgrad's 1 x G tiled X and dY come from the quantize kernel already K-major (the QTensor of
 their transpose along its last axis, :func:`mxprec.kernels.cuda.quantize_transposed`): the same codes and
-scales, without the transpose of the FP8 codes in front of the GEMM (:func:`_transposed_wgrad_quantize`).
+scales, without the transpose of the FP8 codes in front of the GEMM (:func:`_transposed_wgrad_quantize`); dY's
+Dgrad copy (1 x 128 tiles along N) then comes from the same call, which reads dY once for both
+(:func:`_rows_and_transposed_grad`).
 
 Delayed scaling: pass ``state=DotGeneralState`` (see :meth:`DotGeneralState.init`). The forward
 uses the scales in ``state``; the backward returns the *updated* state as the cotangent of
@@ -243,6 +245,23 @@ def _transposed_wgrad_quantize(src, spec, key, backend) -> bool:
     return not cuda.why_not_quantize_transposed(src.shape, src.dtype, spec)
 
 
+def _rows_and_transposed_grad(g, recipe: Recipe, keys, backend) -> bool:
+    """Whether dY's Dgrad copy (along N) and Wgrad's K-major copy come from one call that reads dY once
+    (:func:`mxprec.kernels.cuda.quantize_rows_and_transposed`, the same bits as the two calls): where Wgrad's copy
+    comes from the transposed quantize (:func:`_transposed_wgrad_quantize`) and the Dgrad copy, FP8 1 x 128 tiles
+    and unkeyed, from the CUDA quantize kernel. ``MXPREC_ROWS_TRANSPOSED_QUANTIZE=0`` turns it off."""
+    (k_dgrad, k_wgrad), spec_d, spec_w = keys, recipe.dgrad_grad, recipe.wgrad_grad
+    if k_dgrad is not None or spec_d is None or spec_w is None:
+        return False
+    if not _transposed_wgrad_quantize(g, spec_w, k_wgrad, backend):
+        return False
+    from mxprec.kernels import cuda
+
+    if not cuda.quantizes_rows_and_transposed() or (backend == "auto" and not cuda.auto_quantizes(spec_d)):
+        return False
+    return not cuda.why_not_quantize_rows_and_transposed(g.shape, g.dtype, spec_d, spec_w)
+
+
 def _q_wgrad(src, spec, recipe: Recipe, state=None, key=None, backend="xla", q_prev=None):
     """Wgrad's operand ``src`` (B, M, F) quantized along M (its contraction axis): Fprop's / Dgrad's copy
     ``q_prev`` where it is exactly that (:func:`_reusable`), else QTensor (B, M, F) along axis 1, or, where
@@ -305,12 +324,19 @@ def _bwd(meta: _Meta, res, g):
     k_dgrad, k_wgrad = _grad_keys(r, g)
     st_g = st.grad if st else None
     be = meta.backend
-    qg_d = _q(g, r.dgrad_grad, 2, r, st_g, k_dgrad, backend=be)
+    qg_w = None
+    if _rows_and_transposed_grad(g, r, (k_dgrad, k_wgrad), be):
+        from mxprec.kernels import cuda
+
+        qg_d, qg_w = cuda.quantize_rows_and_transposed(g, r.dgrad_grad, r.wgrad_grad, amax=st_g is not None)
+    else:
+        qg_d = _q(g, r.dgrad_grad, 2, r, st_g, k_dgrad, backend=be)
     qw_d = rw if isinstance(rw, QTensor) else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be,
                                                 weight=True)
     dx = kernels.scaled_gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=meta.backend)
     qx_w = rx if isinstance(rx, QTensor) else _q_wgrad(rx, r.wgrad_lhs, r, st.lhs if st else None, backend=be)
-    qg_w = _q_wgrad(g, r.wgrad_grad, r, st_g, k_wgrad, backend=be, q_prev=qg_d)
+    if qg_w is None:
+        qg_w = _q_wgrad(g, r.wgrad_grad, r, st_g, k_wgrad, backend=be, q_prev=qg_d)
     dw = kernels.scaled_gemm(qx_w, qg_w, lhs_contract=_wgrad_contract(qx_w), rhs_contract=_wgrad_contract(qg_w),
                              out_dtype=meta.w_dtype, backend=meta.backend)
     ct_state = None

@@ -82,6 +82,7 @@ __all__ = [
     "AUTO_QUANTIZE",
     "AUTO_QUANTIZE_WEIGHTS",
     "LIBRARY_NAME",
+    "QUANTIZE_ROWS_TRANSPOSED_TARGET",
     "QUANTIZE_TRANSPOSED_TARGET",
     "SYMBOL",
     "TARGET",
@@ -92,13 +93,16 @@ __all__ = [
     "auto_quantizes",
     "available",
     "library_search_paths",
+    "quantize_rows_and_transposed",
     "quantize_transposed",
+    "quantizes_rows_and_transposed",
     "quantizes_transposed",
     "require",
     "scaled_gemm",
     "supports",
     "transpose_codes",
     "transposes_codes",
+    "why_not_quantize_rows_and_transposed",
     "why_not_quantize_transposed",
     "why_unsupported",
 ]
@@ -130,10 +134,12 @@ def _gpu_precondition():
 
 TRANSPOSE_TARGET = "mxprec_transpose_bytes"
 QUANTIZE_TRANSPOSED_TARGET = "mxprec_quantize_transposed"
+QUANTIZE_ROWS_TRANSPOSED_TARGET = "mxprec_quantize_rows_transposed"
 _LIB = NativeLibrary(file=LIBRARY_NAME,
                      symbols={TARGET: SYMBOL, "mxprec_quantize": "MxprecQuantizeCuda",
                               TRANSPOSE_TARGET: "MxprecTransposeBytesCuda",
-                              QUANTIZE_TRANSPOSED_TARGET: "MxprecQuantizeTransposedCuda"},
+                              QUANTIZE_TRANSPOSED_TARGET: "MxprecQuantizeTransposedCuda",
+                              QUANTIZE_ROWS_TRANSPOSED_TARGET: "MxprecQuantizeRowsTransposedCuda"},
                      platform="CUDA", build_hint=BUILD_HINT,
                      build_dirs=("build-cuda", "build"), precondition=_gpu_precondition,
                      env_var="MXPREC_CUDA_LIBRARY")
@@ -418,6 +424,7 @@ def transpose_codes(x: jax.Array) -> jax.Array:
 # ----------------------------------------------------------------------------- quantize into the K-major layout
 
 _TRANSPOSED_BLOCKS = (32, 64, 128)
+_ROW_BLOCK = 128  # quantize_rows_and_transposed: the row copy's groups, one per row of a 128 x 128 tile
 _WIDE_DTYPES = tuple(jnp.dtype(d) for d in (jnp.float32, jnp.bfloat16, jnp.float16))
 
 
@@ -451,30 +458,46 @@ def quantizes_transposed() -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class _TransposedQuantCfg:
-    """The attributes of one ``mxprec_quantize_transposed`` call."""
+    """The attributes of one ``mxprec_quantize_transposed`` call, or, with ``row_dtype``, of one
+    ``mxprec_quantize_rows_transposed`` call (x's own 1 x 128 row groups too)."""
 
     fmt: int
     block: int
     power_of_two: int
     dtype: str  # the FP8 codes' dtype name
     no_amax: int = 0  # 1: amax_mode 3, the kernel computes no amax (QTensor.amax NaN), as ffi._QuantCfg's
+    row_fmt: int = 0
+    row_power_of_two: int = 0
+    row_dtype: str = ""  # the row copy's FP8 codes' dtype name; "" = no row copy
 
     def attrs(self) -> dict:
-        return dict(fmt=np.int32(self.fmt), block=np.int32(self.block), power_of_two=np.int32(self.power_of_two),
-                    amax_mode=np.int32(3 if self.no_amax else 0))
+        attrs = dict(fmt=np.int32(self.fmt), block=np.int32(self.block), power_of_two=np.int32(self.power_of_two),
+                     amax_mode=np.int32(3 if self.no_amax else 0))
+        if self.row_dtype:
+            attrs.update(row_fmt=np.int32(self.row_fmt), row_power_of_two=np.int32(self.row_power_of_two))
+        return attrs
+
+    @property
+    def n_results(self) -> int:
+        return 6 if self.row_dtype else 4
 
 
 def _quantize_transposed_call(cfg: _TransposedQuantCfg, x):
+    """data (B, C, R), scale (B, C, R / G), amax, tensor_scale (+ row_data (B, R, C), row_scale (B, R, C / 128))."""
     b, r, c = x.shape
-    outs = (
+    outs = [
         jax.ShapeDtypeStruct((b, c, r), jnp.dtype(cfg.dtype)),
         jax.ShapeDtypeStruct((b, c, r // cfg.block), jnp.float32),
         jax.ShapeDtypeStruct((), jnp.float32),
         jax.ShapeDtypeStruct((), jnp.float32),
-    )
-    call = jax.ffi.ffi_call(QUANTIZE_TRANSPOSED_TARGET, outs, vmap_method="sequential")
-    data, scale, amax, ts = call(x, **cfg.attrs())
-    return data, scale, _nan_amax() if cfg.no_amax else amax, ts  # no_amax: the kernel leaves amax unwritten
+    ]
+    if cfg.row_dtype:
+        outs += [jax.ShapeDtypeStruct((b, r, c), jnp.dtype(cfg.row_dtype)),
+                 jax.ShapeDtypeStruct((b, r, c // _ROW_BLOCK), jnp.float32)]
+    target = QUANTIZE_ROWS_TRANSPOSED_TARGET if cfg.row_dtype else QUANTIZE_TRANSPOSED_TARGET
+    data, scale, amax, ts, *rows = jax.ffi.ffi_call(target, tuple(outs), vmap_method="sequential")(x, **cfg.attrs())
+    # no_amax: the kernel leaves amax unwritten
+    return (data, scale, _nan_amax() if cfg.no_amax else amax, ts, *rows)
 
 
 _TRANSPOSED_TILE = 128  # the kernel's 128 x 128 tiles: a shard keeps R and C multiples of 128
@@ -487,12 +510,14 @@ def _quantize_transposed_dims(mesh, x) -> list[tuple]:
     return [a if a and x.shape[d] % (_axes_size(mesh, a) * units[d]) == 0 else () for d, a in enumerate(dims)]
 
 
-def _quantize_transposed_results(mesh, dims):
-    """data (B, C, R) and scale (B, C, R / G) take x's B, R, C shardings; amax and tensor_scale are replicated."""
+def _quantize_transposed_results(cfg, mesh, dims):
+    """data (B, C, R) and scale (B, C, R / G) take x's B, R, C shardings; amax and tensor_scale are replicated;
+    row_data (B, R, C) and row_scale (B, R, C / 128) keep x's."""
     b, r, c = dims
     swapped = NamedSharding(mesh, _pspec([b, c, r]))
     rep = NamedSharding(mesh, P())
-    return (swapped, swapped, rep, rep)
+    rows = (NamedSharding(mesh, _pspec(dims)),) * 2 if cfg.row_dtype else ()
+    return (swapped, swapped, rep, rep, *rows)
 
 
 def _quantize_transposed_partition(cfg, mesh, arg_shapes, result_shape):
@@ -500,28 +525,32 @@ def _quantize_transposed_partition(cfg, mesh, arg_shapes, result_shape):
     axes = tuple(a for d in dims for a in d)
 
     def lower_fn(x):
-        data, scale, amax, ts = _quantize_transposed_call(cfg, x)
+        data, scale, amax, ts, *rows = _quantize_transposed_call(cfg, x)
         # QTensor.amax: the whole tensor's; no_amax: NaN, nothing to reduce
-        return data, scale, amax if cfg.no_amax else _pmax_nan(amax, axes), ts
+        return (data, scale, amax if cfg.no_amax else _pmax_nan(amax, axes), ts, *rows)
 
-    return mesh, lower_fn, _quantize_transposed_results(mesh, dims), (NamedSharding(mesh, _pspec(dims)),)
+    return mesh, lower_fn, _quantize_transposed_results(cfg, mesh, dims), (NamedSharding(mesh, _pspec(dims)),)
 
 
 def _quantize_transposed_infer(cfg, mesh, arg_shapes, result_shape):
-    return _quantize_transposed_results(mesh, _quantize_transposed_dims(mesh, arg_shapes[0]))
+    return _quantize_transposed_results(cfg, mesh, _quantize_transposed_dims(mesh, arg_shapes[0]))
 
 
 def _quantize_transposed_rule(cfg, mesh, value_types, result_types):
     """Shardy rule: factors b, r, c in whole 128 x 128 tiles; the scale's R axis holds 128 / G groups per tile."""
     _, rows, cols = _dims_of(value_types[0])
     per_tile = _TRANSPOSED_TILE // cfg.block
-    # Factors that sit only inside "(main sub)" need their sizes: c always, r unless the scale holds it alone.
-    sizes = dict(rt=_TRANSPOSED_TILE, ct=_TRANSPOSED_TILE, c=cols // _TRANSPOSED_TILE)
+    # Factors that sit only inside "(main sub)" need their sizes: c unless the row scale (one group per 128-column
+    # tile) holds it alone, r unless the scale holds it alone.
+    sizes = dict(rt=_TRANSPOSED_TILE, ct=_TRANSPOSED_TILE)
+    if not cfg.row_dtype:
+        sizes.update(c=cols // _TRANSPOSED_TILE)
     scale_r = "r"
     if per_tile > 1:
         sizes.update(r=rows // _TRANSPOSED_TILE, rg=per_tile)
         scale_r = "(r rg)"
-    return f"b (r rt) (c ct) -> b (c ct) (r rt), b (c ct) {scale_r}, , ", sizes
+    row_results = ", b (r rt) (c ct), b (r rt) c" if cfg.row_dtype else ""
+    return f"b (r rt) (c ct) -> b (c ct) (r rt), b (c ct) {scale_r}, , {row_results}", sizes
 
 
 _quantize_transposed_cp = _partitioned(
@@ -540,7 +569,7 @@ def _quantize_transposed_vmappable(cfg: _TransposedQuantCfg):
     @f.def_vmap
     def rule(axis_size, in_batched, x):
         del axis_size, in_batched
-        return lax.map(f, x), (True,) * 4
+        return lax.map(f, x), (True,) * cfg.n_results
 
     return f
 
@@ -573,6 +602,58 @@ def quantize_transposed(x: jax.Array, spec: TileScaling, amax: bool = True) -> Q
     data, scale, amax_out, _ = _quantize_transposed_vmappable(cfg)(x)
     return QTensor(data=data, scale=scale, amax=amax_out, tensor_scale=None, spec=spec, axis=2, shape=(b, c, r),
                    dtype=jnp.dtype(x.dtype))
+
+
+def why_not_quantize_rows_and_transposed(shape, dtype, row_spec, spec, *, check_library: bool = True) -> str:
+    """Empty string when :func:`quantize_rows_and_transposed` runs ``x`` of ``shape`` / ``dtype``, else why not."""
+    if not (isinstance(row_spec, TileScaling) and row_spec.tile == (1, _ROW_BLOCK) and row_spec.fmt.is_fp8):
+        return f"row_spec {row_spec!r}: the row copy takes FP8 TileScaling with tile (1, {_ROW_BLOCK})"
+    return why_not_quantize_transposed(shape, dtype, spec, check_library=check_library)
+
+
+def quantizes_rows_and_transposed() -> bool:
+    """Whether dot_general quantizes dY for Dgrad and Wgrad in one call (:func:`quantize_rows_and_transposed`) where
+    both copies would come from the CUDA kernels: ``MXPREC_ROWS_TRANSPOSED_QUANTIZE`` (``1``, the default, or ``0``;
+    a measurement knob: ``0`` runs the two kernels, the same bits) and :func:`quantizes_transposed`."""
+    mode = os.environ.get("MXPREC_ROWS_TRANSPOSED_QUANTIZE", "1")
+    if mode not in ("0", "1"):
+        raise ValueError(f"MXPREC_ROWS_TRANSPOSED_QUANTIZE must be 0 or 1, got {mode!r}")
+    return mode == "1" and quantizes_transposed()
+
+
+def quantize_rows_and_transposed(x: jax.Array, row_spec: TileScaling, spec: TileScaling,
+                                 amax: bool = True) -> tuple[QTensor, QTensor]:
+    """``(mxprec.quantize(x, row_spec, axis=2), quantize_transposed(x, spec))`` from one read of ``x``.
+
+    Args:
+      x: ``(B, R, C)`` float32 / bfloat16 / float16, R and C multiples of 128.
+      row_spec: FP8 ``TileScaling`` with tile ``(1, 128)``: x's own row groups (Dgrad's dY).
+      spec: FP8 ``TileScaling`` with tile ``(1, G)``, G in 32 / 64 / 128: groups of G consecutive R, written as the
+        ``(B, C, R)`` transpose (Wgrad's K-major dY), as :func:`quantize_transposed`.
+      amax: False skips the tensor amax (QTensor.amax NaN in both), as :func:`quantize_transposed`.
+
+    Returns:
+      ``(rows, transposed)``: QTensor ``(B, R, C)`` along axis 2 (data FP8, scale f32 ``(B, R, C / 128)``) and the
+      QTensor of :func:`quantize_transposed`, each bit for bit what the two calls return, with the same amax. One
+      custom call, ``mxprec_quantize_rows_transposed`` (csrc/cuda_kernels/cuda_quantize.cu: ``col_kernel`` also
+      quantizing the rows of each 128 x 128 tile it stages, ``tile_row_groups``): x is read once, not twice.
+      Sharding and vmap as :func:`quantize_transposed` (the row copy keeps x's sharding). Raises ValueError where
+      :func:`why_not_quantize_rows_and_transposed` says no.
+    """
+    reason = why_not_quantize_rows_and_transposed(x.shape, x.dtype, row_spec, spec)
+    if reason:
+        raise ValueError(f"mxprec.kernels.cuda.quantize_rows_and_transposed: {reason}")
+    b, r, c = x.shape
+    cfg = _TransposedQuantCfg(FMT[spec.fmt.name], spec.tile[1], int(spec.power_of_two),
+                              jnp.dtype(spec.fmt.jnp_dtype).name, int(not amax), FMT[row_spec.fmt.name],
+                              int(row_spec.power_of_two), jnp.dtype(row_spec.fmt.jnp_dtype).name)
+    data, scale, amax_out, _, row_data, row_scale = _quantize_transposed_vmappable(cfg)(x)
+    dtype = jnp.dtype(x.dtype)
+    rows = QTensor(data=row_data, scale=row_scale, amax=amax_out, tensor_scale=None, spec=row_spec, axis=2,
+                   shape=(b, r, c), dtype=dtype)
+    transposed = QTensor(data=data, scale=scale, amax=amax_out, tensor_scale=None, spec=spec, axis=2,
+                         shape=(b, c, r), dtype=dtype)
+    return rows, transposed
 
 
 def _to_tn(q: QTensor, contract: int) -> jax.Array:
