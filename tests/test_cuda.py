@@ -416,15 +416,17 @@ def test_persistent_block_kernel_against_cutlass(monkeypatch, family, cluster, o
         ("block1d", 256, 384, 1024, "persistent"),  # 1x128 B scales: always (128-column tiles below 2^25 outputs)
         ("block1d", 8192, 4096, 128, "persistent"),  # 2^25 output elements: its 192-column tiles
         ("block", 256, 384, 1024, "cutlass"),  # N < 8192
-        ("block", 256, 8192, 1024, "persistent"),  # N >= 8192, K <= 8192; K = 1024: the pipelined loop's paired tail
-        ("block", 256, 8192, 128, "persistent"),  # one k block
-        ("block", 256, 16384, 1024, "cutlass"),  # N >= 16384
+        ("block", 256, 8192, 1024, "cutlass"),  # M < 8192
+        ("block", 8192, 8192, 1024, "persistent"),  # M, N >= 8192, K <= 8192; K = 1024: the pipelined loop's paired tail
+        ("block", 8192, 8192, 128, "persistent"),  # one k block
+        ("block", 8192, 16384, 1024, "cutlass"),  # N >= 16384
     ],
 )
 @pytest.mark.parametrize("setting", [None, "auto"])
 def test_block_default_kernel_is_auto(monkeypatch, family, m, n, k, expected, setting):
     """MXPREC_SM90_BLOCKWISE_KERNEL unset or "auto": per shape, the kernel that measured faster (the persistent one
-    for 1x128 B scales, and for 128x128 B scales with 8192 <= N < 16384 and K <= 8192; CUTLASS's otherwise). The output is
+    for 1x128 B scales, and for 128x128 B scales with M >= 8192, 8192 <= N < 16384 and K <= 8192; CUTLASS's
+    otherwise). The output is
     that kernel's bit for bit, within the reference bound. With 1x128 B scales the two kernels round
     sa[m] * sb[n] differently, so the output shows that the persistent kernel ran; with 128x128 B scales they agree
     bit for bit, so these cases check the output only."""
