@@ -70,18 +70,23 @@ def test_why_not_names_the_rule():
         assert words in reason, (shape, spec, reason)
 
 
-def test_knob_is_validated(monkeypatch):
-    monkeypatch.setenv("MXPREC_TRANSPOSED_QUANTIZE", "yes")
-    with pytest.raises(ValueError, match="MXPREC_TRANSPOSED_QUANTIZE"):
-        cuda.quantizes_transposed()
-    monkeypatch.setenv("MXPREC_TRANSPOSED_QUANTIZE", "0")
-    assert not cuda.quantizes_transposed()
+@pytest.mark.parametrize("var,knob", [("MXPREC_TRANSPOSED_QUANTIZE", "quantizes_transposed"),
+                                      ("MXPREC_ROWS_TRANSPOSED_QUANTIZE", "quantizes_rows_and_transposed")])
+def test_knob_is_validated(monkeypatch, var, knob):
+    monkeypatch.setenv(var, "yes")
+    with pytest.raises(ValueError, match=var):
+        getattr(cuda, knob)()
+    monkeypatch.setenv(var, "0")
+    assert not getattr(cuda, knob)()
 
 
 @pytest.mark.skipif(cuda.available(), reason="checks the error without the CUDA library")
-def test_unavailable_library_raises_value_error():
-    with pytest.raises(ValueError, match="quantize_transposed"):
-        cuda.quantize_transposed(jnp.zeros((1, 128, 128), jnp.float32), TileScaling(E4M3, (1, 128)))
+@pytest.mark.parametrize("name", ["quantize_transposed", "quantize_rows_and_transposed"])
+def test_unavailable_library_raises_value_error(name):
+    x, spec = jnp.zeros((1, 128, 128), jnp.float32), TileScaling(E4M3, (1, 128))
+    args = (x, spec) if name == "quantize_transposed" else (x, spec, spec)
+    with pytest.raises(ValueError, match=name):
+        getattr(cuda, name)(*args)
 
 
 # ----------------------------------------------------------------------------- CPU: dot_general's routing
@@ -148,21 +153,6 @@ def test_why_not_rows_and_transposed_names_the_rule():
     ):
         reason = cuda.why_not_quantize_rows_and_transposed(shape, jnp.float32, row_spec, spec, check_library=False)
         assert words in reason, (shape, row_spec, spec, reason)
-
-
-def test_rows_and_transposed_knob_is_validated(monkeypatch):
-    monkeypatch.setenv("MXPREC_ROWS_TRANSPOSED_QUANTIZE", "on")
-    with pytest.raises(ValueError, match="MXPREC_ROWS_TRANSPOSED_QUANTIZE"):
-        cuda.quantizes_rows_and_transposed()
-    monkeypatch.setenv("MXPREC_ROWS_TRANSPOSED_QUANTIZE", "0")
-    assert not cuda.quantizes_rows_and_transposed()
-
-
-@pytest.mark.skipif(cuda.available(), reason="checks the error without the CUDA library")
-def test_rows_and_transposed_without_the_library_raises_value_error():
-    spec = TileScaling(E4M3, (1, 128))
-    with pytest.raises(ValueError, match="quantize_rows_and_transposed"):
-        cuda.quantize_rows_and_transposed(jnp.zeros((1, 128, 128), jnp.float32), spec, spec)
 
 
 @pytest.mark.parametrize("residuals", ["wide", "quantized"])
@@ -275,13 +265,16 @@ def test_under_vmap_one_call_per_example():
 @needs_gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gradient_like_inputs(dtype):
-    """Zeros, -0, FP32 subnormals and quotients far below the FP8 range (the band path's small quotients)."""
+    """Zeros, -0, FP32 subnormals and quotients far below the FP8 range (the band path's small quotients), through
+    quantize_transposed and quantize_rows_and_transposed."""
     from test_cuda_quantize import _gradient_like
 
     x = _gradient_like((2, 256, 384))
     x = x.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else x
     for spec in SPECS[:2]:
         _check(x, spec, f"gradient-like {dtype}")
+    for pair in PAIRS[:2]:
+        _check_rows_and_transposed(x, *pair, f"gradient-like {dtype}")
 
 
 @needs_gpu
@@ -418,17 +411,6 @@ def test_rows_and_transposed_batches_and_input_dtypes(pair, dtype):
     x[0, 9, 300] = np.nan
     x = x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
     _check_rows_and_transposed(x, *pair, f"(3, 256, 384) {dtype}")
-
-
-@needs_gpu
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_rows_and_transposed_gradient_like_inputs(dtype):
-    from test_cuda_quantize import _gradient_like
-
-    x = _gradient_like((2, 256, 384))
-    x = x.astype(ml_dtypes.bfloat16) if dtype == "bfloat16" else x
-    for pair in PAIRS[:2]:
-        _check_rows_and_transposed(x, *pair, f"gradient-like {dtype}")
 
 
 @needs_gpu
