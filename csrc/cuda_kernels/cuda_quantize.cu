@@ -1494,7 +1494,9 @@ __device__ __forceinline__ void tile_row_groups(const Args& a, const unsigned ch
 // kBits: the code width. 8: FP8 (any kind of the dispatch below); 6 / 4: MX FP6 / FP4, codes packed down
 // the columns (4 rows in 3 bytes / 2 rows in a byte, mxprec's packing along the quantized axis), so the
 // tile's codes are kColTile * kBits / 8 rows of kColTile bytes. kNvfp4 (kBits 4): NVFP4's groups of 16 rows
-// (nvfp4_col_codes). kRows (with kTransposed, 1 x 128 row groups): also x's own row groups (tile_row_groups).
+// (nvfp4_col_codes). kRows (with kTransposed, 1 x 128 row groups): also x's own row groups (tile_row_groups); those
+// instances are held to 4 CTAs per SM (64 registers; 79 without the bound, 3 CTAs per SM and 7.5 % slower on the
+// H200), the others keep no minimum (0: their registers, and SASS, as before the kRows instances existed).
 template <InType I, bool kBand, int kBits = 8, bool kNvfp4 = false, bool kTransposed = false, bool kRows = false>
 __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
   static_assert(kBits == 8 || (!kBand && (kBits == 6 || kBits == 4)), "col_kernel: FP8, or MX FP6 / FP4");
