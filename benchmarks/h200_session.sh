@@ -96,6 +96,19 @@ llama_step() {  # llama_step NAME ARM [BENCH ARGS...]: one arm of $CONFIG, env f
     --isolate off --no-progress --out "$R/$name" ${LLAMA_ARGS:-} "$@"
 }
 LLAMA_ENV=()
+
+knob_rounds() {  # knob_rounds VAR TAG ARMS: each arm (comma-separated) with VAR=0, then VAR=1, LLAMA_PAIRS rounds
+  # (default 2), one process each, named llama_ARM_TAG<0|1>_ROUND
+  local var="$1" tag="$2" arms arm round knob
+  IFS=, read -r -a arms <<< "$3"
+  for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
+    for knob in 0 1; do
+      LLAMA_ENV=("$var=$knob")
+      for arm in "${arms[@]}"; do llama_step "llama_${arm}_${tag}${knob}_$round${TAG:-}" "$arm"; done
+    done
+  done
+  LLAMA_ENV=()
+}
 # AQ, once for the llama: and hlo: stages: the arm's environment entry and its name tag (_aq + AQ's names).
 AQ_ENV=(${AQ+MXPREC_AUTO_QUANTIZE=$AQ})
 AQ_TAG="${AQ+_aq${AQ//,/_}}"
@@ -308,26 +321,12 @@ for stage in "$@"; do
       step kmajor_tests "$PY" -m pytest -q tests/test_cuda_quantize_transposed.py
       step kmajor_quant "$PY" benchmarks/cuda_quantize.py --kernels tile1x128_e4m3_kmajor,tile1x128_e4m3 --no-peer \
         --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,16384x14336}" --out "$R/kmajor_quant"
-      IFS=, read -r -a arms <<< "${stage#kmajor:}"
-      for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
-        for knob in 0 1; do
-          LLAMA_ENV=(MXPREC_TRANSPOSED_QUANTIZE="$knob")
-          for arm in "${arms[@]}"; do llama_step "llama_${arm}_kmajor${knob}_$round${TAG:-}" "$arm"; done
-        done
-      done
-      LLAMA_ENV=() ;;
+      knob_rounds MXPREC_TRANSPOSED_QUANTIZE kmajor "${stage#kmajor:}" ;;
     dy-copies:*)  # dy-copies:ARMS: see the header
       step dycopies_tests "$PY" -m pytest -q tests/test_cuda_quantize_transposed.py
       step dycopies_quant "$PY" benchmarks/cuda_quantize.py --kernels tile1x128_e4m3_rows_kmajor --no-peer \
         --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,16384x14336}" --out "$R/dycopies_quant"
-      IFS=, read -r -a arms <<< "${stage#dy-copies:}"
-      for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
-        for knob in 0 1; do
-          LLAMA_ENV=(MXPREC_ROWS_TRANSPOSED_QUANTIZE="$knob")
-          for arm in "${arms[@]}"; do llama_step "llama_${arm}_dycopies${knob}_$round${TAG:-}" "$arm"; done
-        done
-      done
-      LLAMA_ENV=() ;;
+      knob_rounds MXPREC_ROWS_TRANSPOSED_QUANTIZE dycopies "${stage#dy-copies:}" ;;
     forms:*)  # forms:FORM,FORM,... one process per form
       IFS=, read -r -a forms <<< "${stage#forms:}"
       for form in "${forms[@]}"; do

@@ -327,18 +327,28 @@ def _grads(backend, knob, monkeypatch, residuals="wide", rows_knob="0"):
     return f(x, w), f.lower(x, w).compile().as_text()
 
 
+def _calls(hlo: str, target: str) -> int:
+    return hlo.count(f'custom_call_target="{target}"')
+
+
+def _bit_identical_grads(monkeypatch, backend, residuals, off: dict, on: dict) -> tuple[str, str]:
+    """fp8_block's (dX, dW) with the knobs ``off``, then ``on`` (keyword arguments of _grads): bit-identical.
+    Returns the two optimized HLO texts."""
+    (dx0, dw0), hlo0 = _grads(backend, monkeypatch=monkeypatch, residuals=residuals, **off)
+    (dx1, dw1), hlo1 = _grads(backend, monkeypatch=monkeypatch, residuals=residuals, **on)
+    np.testing.assert_array_equal(np.asarray(dx1, np.float32), np.asarray(dx0, np.float32))
+    np.testing.assert_array_equal(np.asarray(dw1), np.asarray(dw0))
+    return hlo0, hlo1
+
+
 @needs_gpu
 @pytest.mark.parametrize("backend,residuals", [("auto", "wide"), ("ffi", "wide"), ("auto", "quantized")])
 def test_fp8_block_gradients_bit_identical_with_the_transposed_quantize(monkeypatch, backend, residuals):
-    (dx0, dw0), hlo0 = _grads(backend, "0", monkeypatch, residuals)
-    (dx1, dw1), hlo1 = _grads(backend, "1", monkeypatch, residuals)
-    calls = lambda hlo, target: hlo.count(f'custom_call_target="{target}"')
-    assert calls(hlo1, cuda.QUANTIZE_TRANSPOSED_TARGET) == 2 and calls(hlo0, cuda.QUANTIZE_TRANSPOSED_TARGET) == 0
+    hlo0, hlo1 = _bit_identical_grads(monkeypatch, backend, residuals, dict(knob="0"), dict(knob="1"))
+    assert _calls(hlo1, cuda.QUANTIZE_TRANSPOSED_TARGET) == 2 and _calls(hlo0, cuda.QUANTIZE_TRANSPOSED_TARGET) == 0
     # Wgrad's two operands lose their code transposes (Fprop's W keeps its own).
-    t0, t1 = calls(hlo0, cuda.TRANSPOSE_TARGET), calls(hlo1, cuda.TRANSPOSE_TARGET)
+    t0, t1 = _calls(hlo0, cuda.TRANSPOSE_TARGET), _calls(hlo1, cuda.TRANSPOSE_TARGET)
     assert t1 == t0 - 2, (t0, t1)
-    np.testing.assert_array_equal(np.asarray(dx1, np.float32), np.asarray(dx0, np.float32))
-    np.testing.assert_array_equal(np.asarray(dw1), np.asarray(dw0))
 
 
 @needs_gpu
@@ -443,19 +453,13 @@ def test_rows_and_transposed_bad_arguments_raise_before_the_kernel():
         cuda.quantize_rows_and_transposed(jnp.zeros((1, 128, 96), jnp.float32), *PAIRS[0])
 
 
-def _grads_rows(backend, knob, monkeypatch, residuals="wide"):
-    return _grads(backend, "1", monkeypatch, residuals, rows_knob=knob)
-
-
 @needs_gpu
 @pytest.mark.parametrize("backend,residuals", [("auto", "wide"), ("ffi", "wide"), ("auto", "quantized")])
 def test_fp8_block_gradients_bit_identical_with_dy_copies_from_one_call(monkeypatch, backend, residuals):
-    (dx0, dw0), hlo0 = _grads_rows(backend, "0", monkeypatch, residuals)
-    (dx1, dw1), hlo1 = _grads_rows(backend, "1", monkeypatch, residuals)
-    calls = lambda hlo, target: hlo.count(f'custom_call_target="{target}"')
-    assert calls(hlo1, cuda.QUANTIZE_ROWS_TRANSPOSED_TARGET) == 1 and calls(hlo0, cuda.QUANTIZE_ROWS_TRANSPOSED_TARGET) == 0
+    hlo0, hlo1 = _bit_identical_grads(monkeypatch, backend, residuals, dict(knob="1", rows_knob="0"),
+                                      dict(knob="1", rows_knob="1"))
+    rows_t = cuda.QUANTIZE_ROWS_TRANSPOSED_TARGET
+    assert _calls(hlo1, rows_t) == 1 and _calls(hlo0, rows_t) == 0
     # dY's transposed call and its Dgrad quantize call became the one call; X's transposed call stays.
-    assert calls(hlo1, cuda.QUANTIZE_TRANSPOSED_TARGET) == 1 and calls(hlo0, cuda.QUANTIZE_TRANSPOSED_TARGET) == 2
-    assert calls(hlo1, "mxprec_quantize") == calls(hlo0, "mxprec_quantize") - 1
-    np.testing.assert_array_equal(np.asarray(dx1, np.float32), np.asarray(dx0, np.float32))
-    np.testing.assert_array_equal(np.asarray(dw1), np.asarray(dw0))
+    assert _calls(hlo1, cuda.QUANTIZE_TRANSPOSED_TARGET) == 1 and _calls(hlo0, cuda.QUANTIZE_TRANSPOSED_TARGET) == 2
+    assert _calls(hlo1, "mxprec_quantize") == _calls(hlo0, "mxprec_quantize") - 1

@@ -222,9 +222,8 @@ struct Rowwise {
 // with K <= 8192 (16384x4096x14336: +7-10 %), CUTLASS's otherwise (N <= 4096 or K >= 14336: by 4-17 %; N >= 16384,
 // twenty-eighth session: by 6-9 % at 16384x4096x32000, 8192x8192x28672, 16384x8192x28672, 4096x4096x16384; M < 8192,
 // twenty-ninth session: by 14-25 % at 1024x8192x8192 and 2048x8192x8192, where the persistent kernel led by 3 % at
-// 8192^3). 1x128 B scales
-// (Wgrad): always the persistent kernel (+0-13 % on outputs of 2^25 elements or more, its 192-column tiles; within
-// -3..+6 % below, ahead at the K = 16384 of Wgrad's token dimension).
+// 8192^3). 1x128 B scales (Wgrad): always the persistent kernel (+0-13 % on outputs of 2^25 elements or more, its
+// 192-column tiles; within -3..+6 % below, ahead at the K = 16384 of Wgrad's token dimension).
 template <int kRowsB>
 GemmKernel blockwise_auto_choice(const BlockwiseGemmArgs& a) {
   const bool persistent = kRowsB == 1 || (a.m >= 8192 && a.n >= 8192 && a.n < 16384 && a.k <= 8192);

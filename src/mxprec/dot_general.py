@@ -324,19 +324,17 @@ def _bwd(meta: _Meta, res, g):
     k_dgrad, k_wgrad = _grad_keys(r, g)
     st_g = st.grad if st else None
     be = meta.backend
-    qg_w = None
     if _rows_and_transposed_grad(g, r, (k_dgrad, k_wgrad), be):
         from mxprec.kernels import cuda
 
         qg_d, qg_w = cuda.quantize_rows_and_transposed(g, r.dgrad_grad, r.wgrad_grad, amax=st_g is not None)
     else:
         qg_d = _q(g, r.dgrad_grad, 2, r, st_g, k_dgrad, backend=be)
+        qg_w = _q_wgrad(g, r.wgrad_grad, r, st_g, k_wgrad, backend=be, q_prev=qg_d)
     qw_d = rw if isinstance(rw, QTensor) else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be,
                                                 weight=True)
     dx = kernels.scaled_gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=meta.backend)
     qx_w = rx if isinstance(rx, QTensor) else _q_wgrad(rx, r.wgrad_lhs, r, st.lhs if st else None, backend=be)
-    if qg_w is None:
-        qg_w = _q_wgrad(g, r.wgrad_grad, r, st_g, k_wgrad, backend=be, q_prev=qg_d)
     dw = kernels.scaled_gemm(qx_w, qg_w, lhs_contract=_wgrad_contract(qx_w), rhs_contract=_wgrad_contract(qg_w),
                              out_dtype=meta.w_dtype, backend=meta.backend)
     ct_state = None

@@ -482,6 +482,16 @@ class _TransposedQuantCfg:
         return 6 if self.row_dtype else 4
 
 
+def _transposed_cfg(spec: TileScaling, amax: bool, row_spec: TileScaling | None = None):
+    """The call's attributes for the K-major copy per ``spec`` (and, with ``row_spec``, the row copy)."""
+    rows = {}
+    if row_spec is not None:
+        rows = dict(row_fmt=FMT[row_spec.fmt.name], row_power_of_two=int(row_spec.power_of_two),
+                    row_dtype=jnp.dtype(row_spec.fmt.jnp_dtype).name)
+    return _TransposedQuantCfg(FMT[spec.fmt.name], spec.tile[1], int(spec.power_of_two),
+                               jnp.dtype(spec.fmt.jnp_dtype).name, int(not amax), **rows)
+
+
 def _quantize_transposed_call(cfg: _TransposedQuantCfg, x):
     """data (B, C, R), scale (B, C, R / G), amax, tensor_scale (+ row_data (B, R, C), row_scale (B, R, C / 128))."""
     b, r, c = x.shape
@@ -597,9 +607,7 @@ def quantize_transposed(x: jax.Array, spec: TileScaling, amax: bool = True) -> Q
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.quantize_transposed: {reason}")
     b, r, c = x.shape
-    cfg = _TransposedQuantCfg(FMT[spec.fmt.name], spec.tile[1], int(spec.power_of_two),
-                              jnp.dtype(spec.fmt.jnp_dtype).name, int(not amax))
-    data, scale, amax_out, _ = _quantize_transposed_vmappable(cfg)(x)
+    data, scale, amax_out, _ = _quantize_transposed_vmappable(_transposed_cfg(spec, amax))(x)
     return QTensor(data=data, scale=scale, amax=amax_out, tensor_scale=None, spec=spec, axis=2, shape=(b, c, r),
                    dtype=jnp.dtype(x.dtype))
 
@@ -644,9 +652,7 @@ def quantize_rows_and_transposed(x: jax.Array, row_spec: TileScaling, spec: Tile
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.quantize_rows_and_transposed: {reason}")
     b, r, c = x.shape
-    cfg = _TransposedQuantCfg(FMT[spec.fmt.name], spec.tile[1], int(spec.power_of_two),
-                              jnp.dtype(spec.fmt.jnp_dtype).name, int(not amax), FMT[row_spec.fmt.name],
-                              int(row_spec.power_of_two), jnp.dtype(row_spec.fmt.jnp_dtype).name)
+    cfg = _transposed_cfg(spec, amax, row_spec)
     data, scale, amax_out, _, row_data, row_scale = _quantize_transposed_vmappable(cfg)(x)
     dtype = jnp.dtype(x.dtype)
     rows = QTensor(data=row_data, scale=row_scale, amax=amax_out, tensor_scale=None, spec=row_spec, axis=2,
