@@ -254,6 +254,53 @@ def test_bench_merge_combines_per_arm_runs(tmp_path):
         bench.merge_results([str(tmp_path / "a" / "llama_micro.json"), str(tmp_path / "c.json")], str(tmp_path / "n"))
 
 
+def _step_log(monkeypatch):
+    """A stand-in compiled step and jax.block_until_ready that log dispatches and waits in order."""
+    events = []
+
+    def compiled(state, batch):
+        events.append(("dispatch", state))
+        return state + 1, {"loss": state, "finite": True}
+
+    def wait(x):
+        events.append(("wait", x["loss"] if isinstance(x, dict) else x[1]["loss"]))
+        return x
+
+    monkeypatch.setattr(jax, "block_until_ready", wait)
+    return compiled, events
+
+
+def test_pipelined_timing_dispatches_the_next_step_before_waiting(monkeypatch):
+    """--timing pipelined: step i + 1 is queued before step i is waited for; one interval per timed step."""
+    compiled, events = _step_log(monkeypatch)
+    ticks = []
+    state, metrics, times = bench._pipelined_steps(compiled, 0, [None], 5, 2, on_step=lambda: ticks.append(1))
+    assert state == 5 and [m["loss"] for m in metrics] == [0, 1, 2, 3, 4] and len(ticks) == 5
+    assert events == [("dispatch", 0), ("dispatch", 1), ("wait", 0), ("dispatch", 2), ("wait", 1),
+                      ("dispatch", 3), ("wait", 2), ("dispatch", 4), ("wait", 3), ("wait", 4)]
+    assert len(times) == 3 and all(t >= 0 for t in times)  # steps 2, 3, 4
+    with pytest.raises(ValueError, match="warmup"):
+        bench._pipelined_steps(compiled, 0, [None], 3, 0, on_step=lambda: None)
+    events.clear()
+    _, _, times = bench._blocking_steps(compiled, 0, [None], 3, 1, on_step=lambda: None)
+    assert events == [("dispatch", 0), ("wait", 0), ("dispatch", 1), ("wait", 1), ("dispatch", 2), ("wait", 2)]
+    assert len(times) == 2
+
+
+def test_bench_records_timing_and_merge_refuses_mixed_timings(tmp_path):
+    common = ["--config", "micro", "--steps", "2", "--warmup", "1", "--batch", "2", "--quantize", "mlp",
+              "--remat", "none", "--no-progress", "--gemm-reps", "1", "--fast-compile", "--isolate", "off",
+              "--arms", "bf16"]
+    a = bench.main(common + ["--timing", "pipelined", "--out", str(tmp_path / "a")])
+    assert a["timing"] == "pipelined" and len(a["rows"][0]["step_times_s"]) == 2
+    assert "(pipelined timing)" in (tmp_path / "a" / "llama_micro.md").read_text()
+    b = json.loads((tmp_path / "a" / "llama_micro.json").read_text())
+    b["timing"] = "blocking"
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    with pytest.raises(ValueError, match="timed differently"):
+        bench.merge_results([str(tmp_path / "a" / "llama_micro.json"), str(tmp_path / "b.json")], str(tmp_path / "m"))
+
+
 def test_attention_impls_agree_and_cudnn_is_explicit():
     """"auto" is XLA off-GPU; "cudnn" never silently becomes the XLA path (it needs a GPU)."""
     assert L.micro(attention_impl="cudnn").attention_impl == "cudnn"

@@ -18,8 +18,11 @@ reused every step (seed 000's setup) or, with ``--data tokens.npy``, consecutive
 token file. Arm ``flax_fp8`` runs plain Flax's ``nn.Fp8DirectDotGeneralOp`` (delayed scaling) on
 the same projections: the peer.
 
-Timing: compile time (``lower`` + ``compile``), ``--warmup`` steps, then ``--steps`` timed steps,
-each ended by ``jax.block_until_ready``; mean and standard deviation of the per-step times.
+Timing: compile time (``lower`` + ``compile``), ``--warmup`` steps, then ``--steps`` timed steps;
+mean and standard deviation of the per-step times. ``--timing blocking`` (default): each step
+dispatched, then waited for with ``jax.block_until_ready`` (the host's dispatch counted while the
+device idles); ``--timing pipelined``: the next step dispatched before the previous is waited for
+(as a training loop runs), a step's time the interval between consecutive completions.
 
 Columns
 -------
@@ -431,14 +434,67 @@ def predicted_mem_gb(cfg, batch: int, saved: str, mu_dtype: Any = None) -> float
     return total / 1e9
 
 
+# How the timed steps are measured (``--timing``):
+# * "blocking": each step is dispatched, then waited for (``jax.block_until_ready``); its time is dispatch to
+#   completion, so the host's per-step dispatch (argument handling, enqueueing the executable) is counted while the
+#   device idles.
+# * "pipelined": step i + 1 is dispatched before step i is waited for, as a training loop runs; a step's time is the
+#   interval between the completions of consecutive steps (the device always has the next step queued), i.e. the
+#   steady-state step time. The first timed interval starts at the completion of the last warmup step.
+TIMINGS = ("blocking", "pipelined")
+
+
+def _blocking_steps(compiled, state, batches, n, warmup, on_step):
+    """Runs ``n`` steps, each waited for; returns (state, per-step metrics, times of the steps after ``warmup``)."""
+    import jax
+
+    metrics, times = [], []
+    for i in range(n):
+        t = time.perf_counter()
+        state, m = compiled(state, batches[i % len(batches)])
+        jax.block_until_ready((state, m))
+        if i >= warmup:
+            times.append(time.perf_counter() - t)
+        metrics.append(m)
+        on_step()
+    return state, metrics, times
+
+
+def _pipelined_steps(compiled, state, batches, n, warmup, on_step):
+    """Runs ``n`` steps, step i + 1 dispatched before step i is waited for; returns (state, per-step metrics, the
+    intervals between consecutive completions after the ``warmup``-th step). Needs ``warmup >= 1``."""
+    import jax
+
+    if warmup < 1:
+        raise ValueError("pipelined timing needs at least one warmup step (the first interval's start)")
+    metrics, times, done_at = [], [], None
+    for i in range(n):
+        state, m = compiled(state, batches[i % len(batches)])
+        metrics.append(m)
+        if i >= 1:
+            jax.block_until_ready(metrics[i - 1])  # step i - 1 done while step i is queued
+            now = time.perf_counter()
+            if i - 1 >= warmup:
+                times.append(now - done_at)
+            done_at = now
+            on_step()
+    jax.block_until_ready((state, metrics[-1]))
+    now = time.perf_counter()
+    times.append(now - done_at)
+    on_step()
+    return state, metrics, times
+
+
 def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3e-4, mu_dtype: Any = None,
             data: str | None = None, seed: int = 0, measure_gemms: bool = False, gemm_reps: int = 5,
-            progress: bool = True, compiler_options: dict | None = None, profile_dir: str | None = None) -> dict:
+            progress: bool = True, compiler_options: dict | None = None, profile_dir: str | None = None,
+            timing: str = "blocking") -> dict:
     """Compiles and times one arm; returns its row (without the columns that need the BF16 arm).
 
     ``compiler_options``: XLA options for this compile (e.g. ``FAST_COMPILE``).
     ``profile_dir``: after timing, two more steps run under ``jax.profiler.trace(profile_dir)`` and
     the row gets a ``profile`` summary (:func:`mxprec.bench.trace_summary.summarize_trace`).
+    ``timing``: ``"blocking"`` or ``"pipelined"`` (:data:`TIMINGS`).
     """
     import jax
     import numpy as np
@@ -457,19 +513,10 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
     compiled = jitted.lower(state, batches[0]).compile(compiler_options=compiler_options)
     compile_s = time.perf_counter() - t0
 
-    losses, finites, times = [], [], []
     bar = tqdm(total=n_batches, desc=f"{arm}", unit="step", leave=False, disable=not progress, file=sys.stderr)
-    for i in range(n_batches):
-        b = batches[i % len(batches)]
-        t = time.perf_counter()
-        state, metrics = compiled(state, b)
-        jax.block_until_ready((state, metrics))
-        dt = time.perf_counter() - t
-        if i >= warmup:
-            times.append(dt)
-        losses.append(metrics["loss"])
-        finites.append(metrics["finite"])
-        bar.update(1)
+    run_steps = _pipelined_steps if timing == "pipelined" else _blocking_steps
+    state, metrics, times = run_steps(compiled, state, batches, n_batches, warmup, on_step=lambda: bar.update(1))
+    losses, finites = [m["loss"] for m in metrics], [m["finite"] for m in metrics]
     bar.close()
     profile = None
     if profile_dir:
@@ -478,8 +525,8 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
         n_prof = 2
         with jax.profiler.trace(profile_dir):
             for i in range(n_prof):
-                state, metrics = compiled(state, batches[i % len(batches)])
-            jax.block_until_ready((state, metrics))
+                state, last = compiled(state, batches[i % len(batches)])
+            jax.block_until_ready((state, last))
         profile = summarize_trace(profile_dir, steps=n_prof, top=80)
     losses = [float(x) for x in losses]
     finites = [bool(x) for x in finites]
@@ -566,7 +613,8 @@ def markdown(result: dict) -> str:
         (f"Model: D {m['d_model']}, F {m['d_ff']}, {m['n_layers']} layers, {m['n_heads']} heads / "
          f"{m['n_kv_heads']} KV × {m['head_dim']}, vocab {m['vocab']}, seq {m['seq']}, batch {m['batch']}, "
          f"{m['n_params'] / 1e6:.1f}M params; remat {m['remat']}, quantized groups {', '.join(m['quantize'])}; "
-         f"AdamW (mu {result['mu_dtype']}), {result['warmup']} warmup + {result['steps']} timed steps."),
+         f"AdamW (mu {result['mu_dtype']}), {result['warmup']} warmup + {result['steps']} timed steps "
+         f"({result.get('timing', 'blocking')} timing)."),
         f"Command: `{result['command']}` ({result['date']})",
         "",
         ("| arm | step (ms) | std (ms) | TFLOP/s/device | tokens/s/device | expected speedup | speedup vs bf16 "
@@ -669,6 +717,9 @@ def parse_args(argv):
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="after timing, trace two steps per arm with jax.profiler into DIR/<arm> and add a "
                         "per-category GPU-time summary to each row (``profile``)")
+    p.add_argument("--timing", default="blocking", choices=TIMINGS,
+                   help="blocking: each step dispatched then waited for; pipelined: the next step dispatched "
+                        "before the previous is waited for, step time = interval between completions (TIMINGS)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--child-json", default=None, help=argparse.SUPPRESS)
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
@@ -705,7 +756,8 @@ def _run_arm_safely(arm, args, cfg) -> dict:
                        mu_dtype=_mu_dtype(args), data=args.data, seed=args.seed, measure_gemms=(arm == "bf16"),
                        gemm_reps=args.gemm_reps, progress=not args.no_progress,
                        compiler_options=FAST_COMPILE if args.fast_compile else None,
-                       profile_dir=os.path.join(args.profile, arm) if args.profile else None)
+                       profile_dir=os.path.join(args.profile, arm) if args.profile else None,
+                       timing=args.timing)
     except Exception as e:  # noqa: BLE001 - an arm's failure (OOM, unsupported shape) becomes its row
         msg = f"{type(e).__name__}: {e}"
         print(f"arm {arm} failed: {msg.splitlines()[0][:300]}", file=sys.stderr)
@@ -773,6 +825,9 @@ def merge_results(paths, out_dir: str) -> dict:
     for r in results[1:]:
         if r["model"] != base["model"] or r["config"] != base["config"]:
             raise ValueError(f"cannot merge runs of different models/configs: {paths[0]} vs {r.get('command')}")
+        if r.get("timing", "blocking") != base.get("timing", "blocking"):
+            raise ValueError(f"cannot merge runs timed differently ({base.get('timing', 'blocking')} vs "
+                             f"{r.get('timing', 'blocking')}): {paths[0]} vs {r.get('command')}")
     rows = [dict(row) for r in results for row in r["rows"]]
     arch, _ = amdahl_arch(base["device_info"]["device_kind"])
     base.update(
@@ -860,6 +915,7 @@ def _write_results(args, argv, cfg, rows, device, isolate, wall_s, partial: bool
         "config": args.config,
         "steps": args.steps,
         "warmup": args.warmup,
+        "timing": args.timing,
         "mu_dtype": args.mu_dtype,
         "data": args.data or "synthetic (one fixed random batch)",
         "amdahl": amdahl,
