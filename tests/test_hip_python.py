@@ -176,7 +176,7 @@ def test_view_and_moveaxis_are_exact(fake_library, monkeypatch, name, shape, axi
         ts = q.tensor_scale if q.tensor_scale is not None else jnp.ones((), jnp.float32)
         return q.data, q.scale, q.amax, ts
 
-    monkeypatch.setattr(hip, "_quant_ffi", fake_ffi)
+    monkeypatch.setattr(hip, "_quant_call", fake_ffi)
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.standard_normal(shape) * np.exp(rng.uniform(-4, 4, shape)), jnp.float32)
     st = _state(spec)

@@ -24,6 +24,10 @@ both). An operand whose contraction axis is 1 is **transposed by this wrapper** 
 its MX / tile scales; FP4 / FP6 packing along K is preserved by a transpose of the packed bytes)
 before the call.
 
+Both calls go through the package's sharding (custom_partitioning + Shardy rule) and batching rules
+(:mod:`mxprec.kernels.ffi`, docs/ffi.md), as the CPU and CUDA calls do; a shard's local GEMM keeps the
+kernels' K unit (128 for tiles, 32 otherwise).
+
 :func:`quantize` (the twin of :func:`mxprec.quantize`) serves MX block 32 (all formats), tensor /
 delayed / row / tile 1x128, 128x128 (FP8) and NVFP4 along any axis: the handler quantizes along the
 contiguous axis only, so another axis is moved last before the call and the outputs moved back
@@ -37,10 +41,11 @@ import jax.numpy as jnp
 
 from mxprec.kernels.ffi import (
     _bias_buffer,
+    _gemm_vmappable,
     _GemmCfg,
     _operand_desc,
     _quant_cfg,
-    _quant_ffi,
+    _quant_vmappable,
     _quantized_shapes,
     _view3,
 )
@@ -117,6 +122,11 @@ def require() -> None:
     _LIB.require("mxprec HIP (ROCm) kernels")
 
 
+def _k_unit(kind: str) -> int:
+    """The multiple of K the gfx950 GEMMs need for operands of ``kind`` (and a shard's local K keeps)."""
+    return 128 if kind == "tile" else 32
+
+
 def _gemm_kind(q: QTensor) -> str | None:
     s = q.spec
     if isinstance(s, (TensorScaling, DelayedScaling)):
@@ -178,7 +188,7 @@ def why_unsupported(
     b, k = lhs.shape[0], lhs.shape[lc]
     if rhs.shape[0] != b or rhs.shape[rc] != k:
         return f"lhs {lhs.shape} and rhs {rhs.shape} disagree on B or K"
-    unit = 128 if lk == "tile" else 32
+    unit = _k_unit(lk)
     if k % unit:
         return f"K={k} must be a multiple of {unit} for {lk} operands"
     if check_library and not available():
@@ -237,14 +247,23 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     n = b.shape[1]
     bias_buf = _bias_buffer(bias, n)
 
-    # Both operands are K-major after _k_major: contract 2 on each.
-    cfg = _GemmCfg(_operand_desc(lhs.spec, 2), _operand_desc(rhs.spec, 2), out_dtype.name, bias is not None)
-    attrs = cfg.attrs()
+    # Both operands are K-major after _k_major: contract 2 on each. The call goes through the package's sharding
+    # and batching rules (mxprec.kernels.ffi, as the CPU and CUDA calls do); a shard's local K keeps the kernels'
+    # K % unit.
+    cfg = _GemmCfg(_operand_desc(lhs.spec, 2), _operand_desc(rhs.spec, 2), out_dtype.name, bias is not None,
+                   k_unit=_k_unit(kind))
     one = jnp.ones((), jnp.float32)
-    call = jax.ffi.ffi_call(
-        SCALED_GEMM_TARGET, jax.ShapeDtypeStruct((bsz, m, n), out_dtype), vmap_method="sequential"
-    )
-    return call(a, sa, one, b, sb, one, bias_buf, **attrs)
+    return _gemm_call(cfg, a, sa, one, b, sb, one, bias_buf)
+
+
+def _gemm_call(cfg: _GemmCfg, *buffers):
+    """The partitioned, vmappable ``mxprec_scaled_gemm`` call (replaced by a stand-in in the CPU tests)."""
+    return _gemm_vmappable(cfg)(*buffers)
+
+
+def _quant_call(cfg, x3, scale_in):
+    """The partitioned, vmappable ``mxprec_quantize`` call (replaced by a stand-in in the CPU tests)."""
+    return _quant_vmappable(cfg)(x3, scale_in)
 
 
 def why_quantize_unsupported(spec, key=None) -> str:
@@ -322,7 +341,7 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
     shape3, axis3 = _view3(mshape, last)
     assert axis3 == 2
     cfg = _quant_cfg(spec, axis3)
-    data3, scale3, amax, ts = _quant_ffi(cfg, jnp.reshape(xm, shape3), scale_in)
+    data3, scale3, amax, ts = _quant_call(cfg, jnp.reshape(xm, shape3), scale_in)
     data_shape, scale_shape = _quantized_shapes(mshape, last, cfg)
     data = data3.reshape(data_shape)
     scale = scale3 if scale_shape is None else scale3.reshape(scale_shape)
