@@ -248,6 +248,11 @@ def exact_div(a: jax.Array, b) -> jax.Array:
     warns when it is not in effect). A constant ``b``'s +0 is ``min(|a|, z)`` with ``z`` an
     optimization barrier of 0.0 (read from ``a`` itself so that it also varies along a vmapped
     axis): with it and IEEE division the H200 matched the CPU on 4.2 M random quotients by 448.
+
+    Known cost: inside a scan (the Llama layers) the iota +0 is loop-invariant, so XLA hoists it out of the loop
+    into an f32 tensor of ``a``'s shape that each cast then reads (4 bytes per element). Two forms that avoid the
+    hoisting were slower in the H200 step (thirtieth session, ``h200_llama_thirtieth.md``): per-axis zero vectors
+    (XLA hoisted a broadcast of one) and an index sum taking an integer from ``b`` (XLA hoisted the bare iotas).
     """
     xla_flags.warn_if_gpu_division_inexact()
     constant_b = isinstance(b, (int, float, np.number, np.ndarray))
