@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Same-call A/B of a Python-only change in the Llama step: the working tree's src/ ("new") against a copy of the
-# old sources in ab_old/src ("old"; e.g. `git archive <commit> src | tar x -C ab_old`, carried to the device),
+# old sources in ab_old/src ("old"; e.g. `git archive <commit> src | tar x -C ab_old`; git-ignored, so carry it),
 # both on the carried build-cuda/libmxprec_cuda.so. Usage: OUT=DIR bash benchmarks/ab_python.sh ARMS [ROUNDS]
 # (ARMS comma-separated; ROUNDS default 2, old and new alternating per arm). Results: $OUT/r/<old|new>_<arm>_<round>/
 set -uo pipefail
