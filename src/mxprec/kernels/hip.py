@@ -253,16 +253,11 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     cfg = _GemmCfg(_operand_desc(lhs.spec, 2), _operand_desc(rhs.spec, 2), out_dtype.name, bias is not None,
                    k_unit=_k_unit(kind))
     one = jnp.ones((), jnp.float32)
-    return _gemm_call(cfg, a, sa, one, b, sb, one, bias_buf)
-
-
-def _gemm_call(cfg: _GemmCfg, *buffers):
-    """The partitioned, vmappable ``mxprec_scaled_gemm`` call (replaced by a stand-in in the CPU tests)."""
-    return _gemm_vmappable(cfg)(*buffers)
+    return _gemm_vmappable(cfg)(a, sa, one, b, sb, one, bias_buf)
 
 
 def _quant_call(cfg, x3, scale_in):
-    """The partitioned, vmappable ``mxprec_quantize`` call (replaced by a stand-in in the CPU tests)."""
+    """The partitioned, vmappable ``mxprec_quantize`` call (tests/test_hip_python.py replaces it with a stand-in)."""
     return _quant_vmappable(cfg)(x3, scale_in)
 
 
