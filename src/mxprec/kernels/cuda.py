@@ -446,14 +446,19 @@ def why_not_quantize_transposed(shape, dtype, spec, *, check_library: bool = Tru
     return ""
 
 
+def _switch_on(var: str) -> bool:
+    """A measurement switch's value: ``var`` is ``1`` (also when unset) or ``0``; anything else is an error."""
+    mode = os.environ.get(var, "1")
+    if mode not in ("0", "1"):
+        raise ValueError(f"{var} must be 0 or 1, got {mode!r}")
+    return mode == "1"
+
+
 def quantizes_transposed() -> bool:
     """Whether dot_general's Wgrad operands use :func:`quantize_transposed` where it applies:
     ``MXPREC_TRANSPOSED_QUANTIZE`` (``1``, the default, or ``0``; a measurement knob: ``0`` quantizes along axis 1
     and transposes the codes for the GEMM, the same bits) and the library is loaded."""
-    mode = os.environ.get("MXPREC_TRANSPOSED_QUANTIZE", "1")
-    if mode not in ("0", "1"):
-        raise ValueError(f"MXPREC_TRANSPOSED_QUANTIZE must be 0 or 1, got {mode!r}")
-    return mode == "1" and available()
+    return _switch_on("MXPREC_TRANSPOSED_QUANTIZE") and available()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -623,10 +628,7 @@ def quantizes_rows_and_transposed() -> bool:
     """Whether dot_general quantizes dY for Dgrad and Wgrad in one call (:func:`quantize_rows_and_transposed`) where
     both copies would come from the CUDA kernels: ``MXPREC_ROWS_TRANSPOSED_QUANTIZE`` (``1``, the default, or ``0``;
     a measurement knob: ``0`` runs the two kernels, the same bits) and :func:`quantizes_transposed`."""
-    mode = os.environ.get("MXPREC_ROWS_TRANSPOSED_QUANTIZE", "1")
-    if mode not in ("0", "1"):
-        raise ValueError(f"MXPREC_ROWS_TRANSPOSED_QUANTIZE must be 0 or 1, got {mode!r}")
-    return mode == "1" and quantizes_transposed()
+    return _switch_on("MXPREC_ROWS_TRANSPOSED_QUANTIZE") and quantizes_transposed()
 
 
 def quantize_rows_and_transposed(x: jax.Array, row_spec: TileScaling, spec: TileScaling,
