@@ -426,8 +426,7 @@ def test_persistent_block_kernel_against_cutlass(monkeypatch, family, cluster, o
 def test_block_default_kernel_is_auto(monkeypatch, family, m, n, k, expected, setting):
     """MXPREC_SM90_BLOCKWISE_KERNEL unset or "auto": per shape, the kernel that measured faster (the persistent one
     for 1x128 B scales, and for 128x128 B scales with M >= 8192, 8192 <= N < 16384 and K <= 8192; CUTLASS's
-    otherwise). The output is
-    that kernel's bit for bit, within the reference bound. With 1x128 B scales the two kernels round
+    otherwise). The output is that kernel's bit for bit, within the reference bound. With 1x128 B scales the two kernels round
     sa[m] * sb[n] differently, so the output shows that the persistent kernel ran; with 128x128 B scales they agree
     bit for bit, so these cases check the output only."""
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(35 + k + n), 1, m, n, k, "e4m3", "e4m3")
