@@ -42,15 +42,17 @@ DEFAULT_SCALINGS = "2d,1d"
 E4M3 = formats.E4M3
 SCALINGS = {
     "2d": ("MXPREC_SM90_BLOCKWISE", "fp8_block", TileScaling(E4M3, tile=(1, 128)), TileScaling(E4M3, tile=(128, 128))),
-    "1d": ("MXPREC_SM90_BLOCKWISE", "fp8_block", TileScaling(E4M3, tile=(1, 128)), TileScaling(E4M3, tile=(1, 128))),
+    "1d": ("MXPREC_SM90_BLOCKWISE", "fp8_block_1d", TileScaling(E4M3, tile=(1, 128)), TileScaling(E4M3, tile=(1, 128))),
     "tensor": ("MXPREC_SM90_TENSORWISE", "fp8_current", TensorScaling(E4M3), TensorScaling(E4M3)),
     "row": ("MXPREC_SM90_ROWWISE", "fp8_rowwise", RowScaling(E4M3), RowScaling(E4M3)),
 }
 
 
 def torch_times(m, k, n, iters):
-    """{torch recipe: seconds} of torch._scaled_mm tensorwise / rowwise / blockwise (empty without torch)."""
-    return {r["recipe"]: r["t"] for r in gemm_bench.torch_rows(m, k, n, iters) if r.get("t")}
+    """{torch recipe: seconds} of torch._scaled_mm tensorwise / rowwise / blockwise 1x128 x 128x128 and (key
+    "fp8_block_1d") blockwise 1x128 x 1x128, the Wgrad pair (empty without torch)."""
+    rows = gemm_bench.torch_rows(m, k, n, iters) + gemm_bench.torch_rows(m, k, n, iters, forms=("1d",))
+    return {r["recipe"]: r["t"] for r in rows if r.get("t")}
 
 
 def mxprec_gemm(m, k, n, iters, kernel, scaling):

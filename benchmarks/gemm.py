@@ -88,7 +88,9 @@ def _log(m, k, n, what):
     print(f"  {m}x{k}x{n} {what}: done at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
 
 
-def torch_rows(m, k, n, iters):
+def torch_rows(m, k, n, iters, forms=("tensor", "row", "2d")):
+    """torch._scaled_mm rows (cuBLASLt) of the scaling forms asked for: "tensor", "row", "2d" (1x128 activations x
+    128x128 weights) and "1d" (1x128 x 1x128 along K, the Wgrad pair; recipe name "fp8_block_1d")."""
     try:
         import torch
     except ImportError:
@@ -114,12 +116,17 @@ def torch_rows(m, k, n, iters):
             rows.append(dict(op="gemm", recipe=recipe, backend="torch", impl=name, error=str(e)[:200]))
 
     one = torch.tensor(1.0, device="cuda")
-    run("torch._scaled_mm tensorwise", "fp8_current", one, one)
-    run("torch._scaled_mm rowwise", "fp8_rowwise", torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda"))
+    if "tensor" in forms:
+        run("torch._scaled_mm tensorwise", "fp8_current", one, one)
+    if "row" in forms:
+        run("torch._scaled_mm rowwise", "fp8_rowwise", torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda"))
     # DeepSeek-style 1x128 activations / 128x128 weights (torch >= 2.9 blockwise API; outer-dim-major scales)
     sa = torch.ones(k // 128, m, device="cuda").t()
-    sb = torch.ones(n // 128, k // 128, device="cuda").t()
-    run("torch._scaled_mm blockwise 1x128/128x128", "fp8_block", sa, sb)
+    if "2d" in forms:
+        sb = torch.ones(n // 128, k // 128, device="cuda").t()
+        run("torch._scaled_mm blockwise 1x128/128x128", "fp8_block", sa, sb)
+    if "1d" in forms:  # b.t() (N, K) with 1x128 scales: (N, K / 128), N-major
+        run("torch._scaled_mm blockwise 1x128/1x128", "fp8_block_1d", sa, torch.ones(k // 128, n, device="cuda"))
     return rows
 
 
