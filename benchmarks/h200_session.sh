@@ -8,8 +8,8 @@
 # Stages (each bounded by `timeout`; order them by priority):
 #   cuda-tests   tests/test_cuda.py + tests/test_cuda_quantize.py (needs build-cuda/libmxprec_cuda.so), then
 #                the GPU checks of the XLA path (FP8 convert at ties, FP8 GEMMs with FP32 accumulation)
-#   gpu-suite    every GPU test file in one call: four pytest processes at once on the one GPU (no preallocation;
-#                shards: test_cuda.py -k family, test_cuda.py -k "not family", test_cuda_quantize.py,
+#   gpu-suite    every GPU test file in one call: five pytest processes at once on the one GPU (no preallocation;
+#                shards: test_cuda.py -k family / persistent / the rest, test_cuda_quantize.py,
 #                test_cuda_quantize_transposed.py + test_dot_general.py + test_quantize_api.py + test_llama.py),
 #                each bounded by STEP_TIMEOUT; logs $R/suite_*.log
 #   cuda-new     only what has not run on a GPU yet: tests/test_cuda.py -k block1d (1x128 x 1x128 kernel),
@@ -155,12 +155,13 @@ for stage in "$@"; do
           > "$R/suite_$name.log" 2>&1 &
       }
       suite_shard family tests/test_cuda.py -k family
-      suite_shard cuda_rest tests/test_cuda.py -k "not family"
+      suite_shard persistent tests/test_cuda.py -k "persistent and not family"
+      suite_shard cuda_rest tests/test_cuda.py -k "not persistent and not family"
       suite_shard quantize tests/test_cuda_quantize.py
       suite_shard rest tests/test_cuda_quantize_transposed.py tests/test_dot_general.py tests/test_quantize_api.py \
         tests/test_llama.py
       wait
-      for name in family cuda_rest quantize rest; do echo "== suite_$name"; tail -n 4 "$R/suite_$name.log"; done
+      for name in family persistent cuda_rest quantize rest; do echo "== suite_$name"; tail -n 4 "$R/suite_$name.log"; done
       tar czf "$OUT/results.tgz" -C "$OUT" r ;;
     cuda-quant-tests)  # tests/test_cuda_quantize.py only (the quantize kernels)
       step test_cuda_quantize "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda_quantize.py ;;

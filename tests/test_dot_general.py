@@ -528,8 +528,12 @@ def test_gpu_xla_per_tensor_gemms_are_fp8_dots_with_fp32_accumulation(name):
 
 def _record_quantizer_calls(monkeypatch) -> list:
     """Wraps dot_general's ``_q``: each call appends ``(operand size, weight flag)`` to the returned list
-    (operands in dot_general's canonical 3-D form)."""
+    (operands in dot_general's canonical 3-D form). On a GPU with the CUDA kernels, fp8_block's Wgrad copies (and
+    dY's Dgrad copy with them) would come from the transposed quantize calls, not ``_q``: that routing is switched
+    off here (``MXPREC_TRANSPOSED_QUANTIZE=0``, the same bits; tests/test_cuda_quantize_transposed.py covers it)."""
     import sys
+
+    monkeypatch.setenv("MXPREC_TRANSPOSED_QUANTIZE", "0")
 
     dg = sys.modules["mxprec.dot_general"]  # the module (mxprec.dot_general is the function)
     seen = []
