@@ -247,6 +247,8 @@ def test_bench_merge_combines_per_arm_runs(tmp_path):
     assert data["merged_from"] == ["llama_micro.json", "llama_micro.json"] and ";" in data["command"]
     data["notes"] = ["why a target is missed"]
     assert "## Notes\n\n- why a target is missed" in bench.markdown(data)
+    # the BF16 arm's CPU profile has no GPU kernels: f from the standalone GEMM timing, and the table says so
+    assert data["amdahl"]["f_source"] == "standalone" and "timed standalone in BF16" in bench.markdown(data)
     other = json.loads((tmp_path / "a" / "llama_micro.json").read_text())
     other["model"]["d_model"] += 1
     (tmp_path / "c.json").write_text(json.dumps(other))
@@ -374,3 +376,19 @@ def test_loss_picks_agree_bit_for_bit_and_select_has_no_scatter():
         L.cross_entropy_loss(logits, targets, pick="onehot")
     with pytest.raises(ValueError, match="loss_pick"):
         L.micro().replace(loss_pick="onehot")
+
+
+def test_amdahl_f_comes_from_the_bf16_profile_when_every_projection_is_quantized():
+    """f = the BF16 arm's GEMM kernel time per step in its profile / its timed step where every projection
+    group is quantized (every BF16 GEMM of that step is eligible); else the standalone GEMM timing, capped at 1."""
+    bf16 = dict(bench.error_row("bf16", "x"), error=None, step_s_mean=0.2, format="bf16",
+                gemm_s={"total_s": 0.25}, profile={"categories_ms": {"gemm_wide": 150.0, "attention": 20.0}})
+    fp8 = dict(bf16, arm="fp8_current", format="fp8", step_s_mean=0.125, profile=None)
+    am = bench.finish_rows([dict(bf16), dict(fp8)], "hopper")
+    assert am["f_source"] == "profile" and am["f_measured"] == pytest.approx(0.75)
+    assert am["table"]["fp8"]["f=measured"] == pytest.approx(1 / (0.25 + 0.75 / 2))
+    am = bench.finish_rows([dict(bf16), dict(fp8)], "hopper", quantize_groups=("mlp",))  # other GEMMs in the step
+    assert am["f_source"] == "standalone" and am["f_measured"] == 1.0  # 0.25 s of GEMMs in a 0.2 s step: capped
+    no_profile = dict(bf16, profile={"categories_ms": {}}, gemm_s={"total_s": 0.1})  # a CPU trace: no GPU kernels
+    am = bench.finish_rows([no_profile], "hopper")
+    assert am["f_source"] == "standalone" and am["f_measured"] == pytest.approx(0.5)

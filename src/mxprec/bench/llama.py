@@ -28,10 +28,13 @@ Columns
 -------
 * TFLOP/s/device: :func:`mxprec.analysis.llama_train_flops` (MaxText's formula: 6·matmul-params
   FLOPs per token plus causal attention, remat not counted) / step time / devices.
-* expected speedup: Amdahl ``1/((1-f) + f/r)``. ``f`` is *measured*: the projection GEMMs that
-  the arm quantizes (Fprop, Dgrad, Wgrad of every quantized projection of every layer, same
-  shapes, BF16; the Fprop counted twice under full remat, since the backward pass recomputes it)
-  are timed standalone in jitted loops and divided by the measured BF16 step time. ``r`` is the
+* expected speedup: Amdahl ``1/((1-f) + f/r)``. ``f`` is *measured*. With ``--profile`` on a GPU and
+  every projection group quantized, it is the BF16 arm's GEMM kernel time per step in its profile
+  over its timed step (every BF16 GEMM of that step is a quantized projection; the table says
+  "profile"). Otherwise the projection GEMMs that the arm quantizes (Fprop, Dgrad, Wgrad of every
+  quantized projection of every layer, same shapes, BF16; the Fprop counted twice under full remat,
+  since the backward pass recomputes it) are timed standalone in jitted loops and divided by the
+  measured BF16 step time, capped at 1 ("standalone"). ``r`` is the
   format's peak ratio over BF16 on this device (:func:`mxprec.analysis.peak_ratio`; on a CPU,
   which has no low-precision GEMM units, the Hopper ratios are used as the reference). The
   f = 0.7 / 0.8 / 0.9 table is printed too.
@@ -577,15 +580,43 @@ def error_row(arm: str, err: str) -> dict:
 # ----------------------------------------------------------------------------- report
 
 
-def finish_rows(rows: list[dict], arch: str) -> dict:
-    """Fills expected_speedup / speedup_vs_bf16 from the BF16 row; returns the Amdahl summary."""
+F_SOURCES = {
+    "profile": "the BF16 arm's GEMM kernel time per step in its profile / BF16 step",
+    "standalone": "quantized-projection GEMMs timed standalone in BF16 / BF16 step, capped at 1",
+}
+
+
+def eligible_gemm_fraction(bf16: dict | None, quantize_groups) -> tuple[float | None, str | None]:
+    """Amdahl's f, the share of the BF16 step spent in the GEMMs the recipes quantize, and where it came from.
+
+    ``"profile"``: the BF16 arm was profiled (``--profile``) on a GPU and every projection group is quantized, so
+    every BF16 GEMM kernel of its step (``categories_ms["gemm_wide"]``; the attention core is cuDNN's, category
+    ``attention``) is eligible: f = their kernel time per step / the timed step. ``"standalone"``: otherwise, the
+    quantized projections' BF16 GEMMs timed on their own (:func:`measure_gemm_seconds`) / the timed step, capped at
+    1 (standalone GEMMs can take longer than inside the step). ``(None, None)`` without a BF16 row.
+    """
+    from mxprec.models.llama import GROUPS
+
+    if not bf16 or not bf16.get("step_s_mean"):
+        return None, None
+    step_ms = bf16["step_s_mean"] * 1e3
+    gemm_ms = ((bf16.get("profile") or {}).get("categories_ms") or {}).get("gemm_wide")
+    if gemm_ms and set(GROUPS) <= set(GROUPS if quantize_groups is None else quantize_groups):
+        return min(gemm_ms / step_ms, 1.0), "profile"
+    gemm = bf16.get("gemm_s")
+    if gemm:
+        return min(gemm["total_s"] * 1e3 / step_ms, 1.0), "standalone"
+    return None, None
+
+
+def finish_rows(rows: list[dict], arch: str, quantize_groups=None) -> dict:
+    """Fills expected_speedup / speedup_vs_bf16 from the BF16 row; returns the Amdahl summary (f from
+    :func:`eligible_gemm_fraction` of the groups ``quantize_groups`` quantizes; None: every group)."""
     from mxprec.analysis import amdahl_speedup, peak_ratio
 
     bf16 = next((r for r in rows if r["arm"] == "bf16" and not r.get("error")), None)
-    f = None
+    f, f_source = eligible_gemm_fraction(bf16, quantize_groups)
     gemm = bf16.get("gemm_s") if bf16 else None
-    if gemm and bf16["step_s_mean"]:
-        f = min(gemm["total_s"] / bf16["step_s_mean"], 1.0)
     table = {}
     for r in rows:
         if r.get("error"):
@@ -598,7 +629,7 @@ def finish_rows(rows: list[dict], arch: str) -> dict:
             r["speedup_vs_bf16"] = bf16["step_s_mean"] / r["step_s_mean"]
         table.setdefault(r["format"], {"r": ratio, **{f"f={x}": amdahl_speedup(x, ratio) for x in AMDAHL_FS},
                                        "f=measured": amdahl_speedup(f, ratio) if f is not None else None})
-    return {"arch": arch, "f_measured": f, "gemm_s": gemm, "table": table}
+    return {"arch": arch, "f_measured": f, "f_source": f_source, "gemm_s": gemm, "table": table}
 
 
 def _fmt(v, spec):
@@ -636,7 +667,7 @@ def markdown(result: dict) -> str:
         "",
         (f"Amdahl: S = 1/((1−f) + f/r), r = peak GEMM ratio over BF16 ({am['arch']}"
          f"{'; ' + result['amdahl_note'] if result.get('amdahl_note') else ''}); "
-         f"f measured = {_fmt(f, '.3f')} (quantized-projection GEMMs timed standalone in BF16 / BF16 step)."),
+         f"f measured = {_fmt(f, '.3f')} ({F_SOURCES.get(am.get('f_source', 'standalone'), 'not measured')})."),
         "",
         "| format | r | f=0.7 | f=0.8 | f=0.9 | f=measured |",
         "|---|---:|---:|---:|---:|---:|",
@@ -716,7 +747,8 @@ def parse_args(argv):
                    help="XLA backend optimization level 0: faster compiles, slower steps (smoke runs)")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="after timing, trace two steps per arm with jax.profiler into DIR/<arm> and add a "
-                        "per-category GPU-time summary to each row (``profile``)")
+                        "per-category GPU-time summary to each row (``profile``); the BF16 arm's profile then "
+                        "gives Amdahl's f (its GEMM share of the step)")
     p.add_argument("--timing", default="blocking", choices=TIMINGS,
                    help="blocking: each step dispatched then waited for; pipelined: the next step dispatched "
                         "before the previous is waited for, step time = interval between completions (TIMINGS)")
@@ -832,7 +864,7 @@ def merge_results(paths, out_dir: str) -> dict:
     arch, _ = amdahl_arch(base["device_info"]["device_kind"])
     base.update(
         rows=rows,
-        amdahl=finish_rows(rows, arch),
+        amdahl=finish_rows(rows, arch, base["model"].get("quantize")),
         command="; ".join(r["command"] for r in results),
         wall_s=sum(r["wall_s"] for r in results),
         partial=any(r["partial"] for r in results),
@@ -904,7 +936,7 @@ def _write_results(args, argv, cfg, rows, device, isolate, wall_s, partial: bool
     rows = [dict(r) for r in rows]
 
     arch, note = amdahl_arch(device["device_kind"])
-    amdahl = finish_rows(rows, arch)
+    amdahl = finish_rows(rows, arch, cfg.quantize)
     model = dict(cfg.to_dict(), batch=args.batch, tokens_per_step=args.batch * cfg.seq)
     result = {
         "device": device["description"],
