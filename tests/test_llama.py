@@ -392,3 +392,32 @@ def test_amdahl_f_comes_from_the_bf16_profile_when_every_projection_is_quantized
     no_profile = dict(bf16, profile={"categories_ms": {}}, gemm_s={"total_s": 0.1})  # a CPU trace: no GPU kernels
     am = bench.finish_rows([no_profile], "hopper")
     assert am["f_source"] == "standalone" and am["f_measured"] == pytest.approx(0.5)
+
+
+def test_bf16_arm_is_traced_on_a_gpu_without_profile_flag(monkeypatch):
+    """Amdahl's f needs the BF16 arm's profile: on a GPU that arm is traced into a temporary directory even
+    without --profile (deleted afterwards); other arms and CPUs are not; --profile DIR traces every arm there."""
+    import jax
+
+    args = bench.parse_args(["--config", "micro", "--no-progress"])
+    assert bench._profile_dir("bf16", args) == (None, None)  # a CPU
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    d, tmp = bench._profile_dir("bf16", args)
+    assert d == tmp and os.path.isdir(tmp)
+    os.rmdir(tmp)
+    assert bench._profile_dir("fp8_current", args) == (None, None)
+    args = bench.parse_args(["--config", "micro", "--no-progress", "--profile", "/some/dir"])
+    assert bench._profile_dir("fp8_current", args) == (os.path.join("/some/dir", "fp8_current"), None)
+
+
+def test_a_profiler_that_cannot_trace_leaves_the_row_with_profile_error(monkeypatch, tmp_path):
+    import jax
+
+    def broken_trace(*a, **k):
+        raise RuntimeError("no CUPTI here")
+
+    monkeypatch.setattr(jax.profiler, "trace", broken_trace)
+    row = bench.run_arm("bf16", L.micro(), batch=2, steps=1, warmup=0, progress=False,
+                        compiler_options=bench.FAST_COMPILE, profile_dir=str(tmp_path))
+    assert "error" not in row and row["step_s_mean"] > 0
+    assert row["profile_error"] == "RuntimeError: no CUPTI here" and "profile" not in row

@@ -28,10 +28,12 @@ Columns
 -------
 * TFLOP/s/device: :func:`mxprec.analysis.llama_train_flops` (MaxText's formula: 6·matmul-params
   FLOPs per token plus causal attention, remat not counted) / step time / devices.
-* expected speedup: Amdahl ``1/((1-f) + f/r)``. ``f`` is *measured*. With ``--profile`` on a GPU and
-  every projection group quantized, it is the BF16 arm's GEMM kernel time per step in its profile
-  over its timed step (every BF16 GEMM of that step is a quantized projection; the table says
-  "profile"). Otherwise the projection GEMMs that the arm quantizes (Fprop, Dgrad, Wgrad of every
+* expected speedup: Amdahl ``1/((1-f) + f/r)``. ``f`` is *measured*. On a GPU with every projection
+  group quantized, it is the BF16 arm's GEMM kernel time per step in a profile of two more of its
+  steps (traced after the timed ones, into ``--profile DIR`` or a temporary directory) over its
+  timed step: every BF16 GEMM of that step is a quantized projection; the table says "profile".
+  Otherwise (a CPU, some groups unquantized, or a profiler that could not trace: the row's
+  ``profile_error``) the projection GEMMs that the arm quantizes (Fprop, Dgrad, Wgrad of every
   quantized projection of every layer, same shapes, BF16; the Fprop counted twice under full remat,
   since the backward pass recomputes it) are timed standalone in jitted loops and divided by the
   measured BF16 step time, capped at 1 ("standalone"). ``r`` is the
@@ -57,6 +59,7 @@ import gc
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -496,7 +499,8 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
 
     ``compiler_options``: XLA options for this compile (e.g. ``FAST_COMPILE``).
     ``profile_dir``: after timing, two more steps run under ``jax.profiler.trace(profile_dir)`` and
-    the row gets a ``profile`` summary (:func:`mxprec.bench.trace_summary.summarize_trace`).
+    the row gets a ``profile`` summary (:func:`mxprec.bench.trace_summary.summarize_trace`), or, where the
+    profiler cannot trace, a ``profile_error`` (the timed row stands).
     ``timing``: ``"blocking"`` or ``"pipelined"`` (:data:`TIMINGS`).
     """
     import jax
@@ -521,16 +525,19 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
     state, metrics, times = run_steps(compiled, state, batches, n_batches, warmup, on_step=lambda: bar.update(1))
     losses, finites = [m["loss"] for m in metrics], [m["finite"] for m in metrics]
     bar.close()
-    profile = None
+    profile, profile_error = None, None
     if profile_dir:
         from mxprec.bench.trace_summary import summarize_trace
 
         n_prof = 2
-        with jax.profiler.trace(profile_dir):
-            for i in range(n_prof):
-                state, last = compiled(state, batches[i % len(batches)])
-            jax.block_until_ready((state, last))
-        profile = summarize_trace(profile_dir, steps=n_prof, top=80)
+        try:
+            with jax.profiler.trace(profile_dir):
+                for i in range(n_prof):
+                    state, last = compiled(state, batches[i % len(batches)])
+                jax.block_until_ready((state, last))
+            profile = summarize_trace(profile_dir, steps=n_prof, top=80)
+        except Exception as e:  # noqa: BLE001 - a profiler that cannot trace leaves the timed row intact, named
+            profile_error = f"{type(e).__name__}: {e}"[:500]
     losses = [float(x) for x in losses]
     finites = [bool(x) for x in finites]
     final_scale = float(state["loss_scale"].scale) if state["loss_scale"] is not None else None
@@ -565,6 +572,8 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
     }
     if profile is not None:
         row["profile"] = profile
+    if profile_error is not None:
+        row["profile_error"] = profile_error
     if measure_gemms:
         row["gemm_s"] = measure_gemm_seconds(cfg, batch, reps=gemm_reps)
     return row
@@ -747,8 +756,8 @@ def parse_args(argv):
                    help="XLA backend optimization level 0: faster compiles, slower steps (smoke runs)")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="after timing, trace two steps per arm with jax.profiler into DIR/<arm> and add a "
-                        "per-category GPU-time summary to each row (``profile``); the BF16 arm's profile then "
-                        "gives Amdahl's f (its GEMM share of the step)")
+                        "per-category GPU-time summary to each row (``profile``); on a GPU the BF16 arm is "
+                        "traced anyway (temporary directory): its profile gives Amdahl's f")
     p.add_argument("--timing", default="blocking", choices=TIMINGS,
                    help="blocking: each step dispatched then waited for; pipelined: the next step dispatched "
                         "before the previous is waited for, step time = interval between completions (TIMINGS)")
@@ -782,14 +791,29 @@ def _mu_dtype(args):
     return None if jnp.dtype(args.mu_dtype) == jnp.dtype(jnp.float32) else jnp.dtype(args.mu_dtype)
 
 
+def _profile_dir(arm: str, args) -> tuple[str | None, str | None]:
+    """(trace directory of this arm, temporary directory to delete afterwards): ``--profile DIR`` traces every arm
+    into DIR/<arm>; without it the BF16 arm is still traced on a GPU, into a temporary directory, because Amdahl's f
+    comes from its profile (:func:`eligible_gemm_fraction`)."""
+    import jax
+
+    if args.profile:
+        return os.path.join(args.profile, arm), None
+    if arm == "bf16" and jax.default_backend() == "gpu":
+        tmp = tempfile.mkdtemp(prefix="mxprec_bf16_profile_")
+        return tmp, tmp
+    return None, None
+
+
 def _run_arm_safely(arm, args, cfg) -> dict:
+    tmp = None
     try:
+        profile_dir, tmp = _profile_dir(arm, args)
         return run_arm(arm, cfg, batch=args.batch, steps=args.steps, warmup=args.warmup, lr=args.lr,
                        mu_dtype=_mu_dtype(args), data=args.data, seed=args.seed, measure_gemms=(arm == "bf16"),
                        gemm_reps=args.gemm_reps, progress=not args.no_progress,
                        compiler_options=FAST_COMPILE if args.fast_compile else None,
-                       profile_dir=os.path.join(args.profile, arm) if args.profile else None,
-                       timing=args.timing)
+                       profile_dir=profile_dir, timing=args.timing)
     except Exception as e:  # noqa: BLE001 - an arm's failure (OOM, unsupported shape) becomes its row
         msg = f"{type(e).__name__}: {e}"
         print(f"arm {arm} failed: {msg.splitlines()[0][:300]}", file=sys.stderr)
@@ -797,6 +821,8 @@ def _run_arm_safely(arm, args, cfg) -> dict:
             traceback.print_exc()
         return error_row(arm, msg[:2000])
     finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
         gc.collect()
 
 
