@@ -51,7 +51,7 @@ SCALINGS = {
 def torch_times(m, k, n, iters):
     """{torch recipe: seconds} of torch._scaled_mm tensorwise / rowwise / blockwise 1x128 x 128x128 and (key
     "fp8_block_1d") blockwise 1x128 x 1x128, the Wgrad pair (empty without torch)."""
-    rows = gemm_bench.torch_rows(m, k, n, iters) + gemm_bench.torch_rows(m, k, n, iters, forms=("1d",))
+    rows = gemm_bench.torch_rows(m, k, n, iters, forms=("tensor", "row", "2d", "1d"))
     return {r["recipe"]: r["t"] for r in rows if r.get("t")}
 
 

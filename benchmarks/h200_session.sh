@@ -148,9 +148,11 @@ for stage in "$@"; do
       step test_gpu_numerics "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_quantize_api.py \
         tests/test_dot_general.py -k "tie or gpu_xla" ;;
     gpu-suite)  # the shards run concurrently (compiles are CPU-bound; 16 cores), then their summaries
+      shards=()
       suite_shard() {  # suite_shard NAME PYTEST ARGS...: one pytest process in the background, $R/suite_NAME.log
         local name="$1"
         shift
+        shards+=("$name")
         XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$T" "$PY" -m pytest -q -rfE -p no:cacheprovider "$@" \
           > "$R/suite_$name.log" 2>&1 &
       }
@@ -161,7 +163,7 @@ for stage in "$@"; do
       suite_shard rest tests/test_cuda_quantize_transposed.py tests/test_dot_general.py tests/test_quantize_api.py \
         tests/test_llama.py
       wait
-      for name in family persistent cuda_rest quantize rest; do echo "== suite_$name"; tail -n 4 "$R/suite_$name.log"; done
+      for name in "${shards[@]}"; do echo "== suite_$name"; tail -n 4 "$R/suite_$name.log"; done
       tar czf "$OUT/results.tgz" -C "$OUT" r ;;
     cuda-quant-tests)  # tests/test_cuda_quantize.py only (the quantize kernels)
       step test_cuda_quantize "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_cuda_quantize.py ;;

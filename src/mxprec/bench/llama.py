@@ -598,7 +598,7 @@ F_SOURCES = {
 def eligible_gemm_fraction(bf16: dict | None, quantize_groups) -> tuple[float | None, str | None]:
     """Amdahl's f, the share of the BF16 step spent in the GEMMs the recipes quantize, and where it came from.
 
-    ``"profile"``: the BF16 arm was profiled (``--profile``) on a GPU and every projection group is quantized, so
+    ``"profile"``: the BF16 arm was profiled on a GPU (:func:`_profile_dir`) and every projection group is quantized, so
     every BF16 GEMM kernel of its step (``categories_ms["gemm_wide"]``; the attention core is cuDNN's, category
     ``attention``) is eligible: f = their kernel time per step / the timed step. ``"standalone"``: otherwise, the
     quantized projections' BF16 GEMMs timed on their own (:func:`measure_gemm_seconds`) / the timed step, capped at
@@ -610,7 +610,7 @@ def eligible_gemm_fraction(bf16: dict | None, quantize_groups) -> tuple[float | 
         return None, None
     step_ms = bf16["step_s_mean"] * 1e3
     gemm_ms = ((bf16.get("profile") or {}).get("categories_ms") or {}).get("gemm_wide")
-    if gemm_ms and set(GROUPS) <= set(GROUPS if quantize_groups is None else quantize_groups):
+    if gemm_ms and (quantize_groups is None or set(GROUPS) <= set(quantize_groups)):
         return min(gemm_ms / step_ms, 1.0), "profile"
     gemm = bf16.get("gemm_s")
     if gemm:
