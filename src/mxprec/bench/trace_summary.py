@@ -6,6 +6,7 @@ per-op rows (``XLA Ops``) are summed separately so a kernel can be traced back t
 
     summary = summarize_trace(log_dir, steps=2)
     summary["categories_ms"]   # {"gemm_fp8": .., "gemm_bf16": .., "attention": .., "other": ..} per step
+    summary["idle"]            # time the GPU ran no kernel between the first and last traced kernel
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 import os
 import re
 
-__all__ = ["categorize", "summarize_trace"]
+__all__ = ["categorize", "idle_gaps", "summarize_trace"]
 
 _FP8 = re.compile(r"e4m3|e5m2|f8e|fp8|_f8|qgmma", re.IGNORECASE)
 _GEMM = re.compile(r"gemm|xmma|cutlass|cublas|matmul|gemv|wgmma|sm90_|nvjet", re.IGNORECASE)
@@ -38,6 +39,47 @@ def categorize(kernel: str) -> str:
         fp8 = _FP8.search(kernel) or _NVJET_FP8.search(kernel) or _MXPREC_FP8.search(kernel)
         return "gemm_fp8" if fp8 else "gemm_wide"
     return "other"
+
+
+# Idle-gap buckets (us): a back-to-back launch on one stream leaves ~1-2 us; longer gaps mean the next kernel was
+# not yet launched (host-side work, a synchronization) or waited on another stream.
+_GAP_BUCKETS_US = ((0.0, "<5us"), (5.0, "5-20us"), (20.0, "20-100us"), (100.0, "100us-1ms"), (1000.0, ">=1ms"))
+
+
+def idle_gaps(kernels: list[tuple[float, float, str]], steps: int = 1, top: int = 15) -> dict:
+    """Where one GPU ran no kernel: gaps between the union of its kernels' [start, start + dur) intervals (us).
+
+    ``kernels``: (start_us, dur_us, name) of every kernel on the device's streams. Each gap is charged to
+    the kernel that ends it (the launch that came late) and to the one before it. Returns per-step ms:
+    ``idle_ms``, ``by_bucket`` (ms and count per gap-length bucket), ``before_kernel_ms`` /
+    ``after_kernel_ms`` (the kernels whose start ends / whose end starts the most idle time) and
+    ``largest_us`` (the longest gaps with the kernels around them, e.g. a step boundary).
+    """
+    per_step = 1e-3 / max(steps, 1)
+    ordered = sorted(kernels)
+    gaps = []  # (gap_us, previous kernel, next kernel)
+    end, last = None, ""
+    for start, dur, name in ordered:
+        if end is not None and start > end:
+            gaps.append((start - end, last, name))
+        if end is None or start + dur > end:
+            end, last = start + dur, name
+    buckets = {label: [0.0, 0] for _, label in _GAP_BUCKETS_US}
+    before, after = collections.Counter(), collections.Counter()
+    for gap, prev, nxt in gaps:
+        label = [lab for lo, lab in _GAP_BUCKETS_US if gap >= lo][-1]
+        buckets[label][0] += gap
+        buckets[label][1] += 1
+        before[nxt[:120]] += gap
+        after[prev[:120]] += gap
+    return {
+        "idle_ms": round(sum(g for g, _, _ in gaps) * per_step, 3),
+        "by_bucket": {lab: {"ms": round(ms * per_step, 3), "count": round(n / max(steps, 1), 1)}
+                      for lab, (ms, n) in buckets.items()},
+        "before_kernel_ms": [[k, round(us * per_step, 3)] for k, us in before.most_common(top)],
+        "after_kernel_ms": [[k, round(us * per_step, 3)] for k, us in after.most_common(top)],
+        "largest_us": [[round(g, 1), prev[:80], nxt[:80]] for g, prev, nxt in sorted(gaps, reverse=True)[:top]],
+    }
 
 
 def _latest_trace(log_dir: str) -> str:
@@ -70,6 +112,7 @@ def summarize_trace(log_dir: str, steps: int = 1, top: int = 25) -> dict:
                 op_tids.add((e["pid"], e["tid"]))
     kernels, ops, per_line = collections.Counter(), collections.Counter(), collections.Counter()
     launches = collections.Counter()
+    intervals = collections.defaultdict(list)  # GPU pid -> [(start, dur, kernel)]
     for e in events:
         if e.get("ph") != "X":
             continue
@@ -80,6 +123,7 @@ def summarize_trace(log_dir: str, steps: int = 1, top: int = 25) -> dict:
         if key in stream_tids:
             kernels[e["name"]] += float(e.get("dur", 0.0))
             launches[e["name"]] += 1
+            intervals[e["pid"]].append((float(e.get("ts", 0.0)), float(e.get("dur", 0.0)), e["name"]))
         elif key in op_tids:
             ops[e["name"]] += float(e.get("dur", 0.0))
     per_step = 1e-3 / max(steps, 1)  # us -> ms per step
@@ -96,4 +140,6 @@ def summarize_trace(log_dir: str, steps: int = 1, top: int = 25) -> dict:
         "top_kernels_launches": {k[:200]: round(launches[k] / max(steps, 1), 1) for k, _ in kernels.most_common(top)},
         "top_ops_ms": [[k[:120], round(us * per_step, 3)] for k, us in ops.most_common(top)],
         "lines_ms": {k: round(us * per_step, 3) for k, us in per_line.most_common(20)},
+        # one entry per GPU (pid) traced; the single-GPU benchmark has one
+        "idle": [idle_gaps(v, steps=steps) for _, v in sorted(intervals.items())],
     }
