@@ -39,6 +39,8 @@
 #   profile:ARMS like llama:ARMS with --profile (jax.profiler, 2 traced steps) and 5 timed steps
 #   hlo:ARMS     profile:ARMS plus XLA's optimized HLO of the train step, its buffer live ranges and memory
 #                report ($R/hlo_ARM.*.gz), to map the profile's fusion names to the ops they fuse
+#   swiglu-forms benchmarks/swiglu_backward_forms.py: the SwiGLU backward with its FP8 casts and amaxes (fp8_delayed's
+#                largest non-GEMM fusion) in forms that drop one part each, kernel-timed
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
 #   cuda-gemm-tests tests/test_cuda.py alone
@@ -376,6 +378,8 @@ for stage in "$@"; do
           "$j" "$R/hlo_${tag}.txt.gz" > "$R/hlo_${tag}_roles.md" 2>&1
       done
       LLAMA_ENV=() ;;
+    swiglu-forms)
+      step swiglu_forms "$PY" benchmarks/swiglu_backward_forms.py --out "$R/swiglu_forms.json" ;;
     delayed-passlog)
       LLAMA_ENV=(TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_VMODULE=hlo_pass_pipeline=1)
       llama_step delayed_passlog fp8_delayed --warmup 1 --steps 3
