@@ -13,7 +13,9 @@ trace (benchmarks/cuda_quantize.py's timing), so the forms say which part costs 
 * ``bf16``: the BF16 arm's backward (d_gate, d_up in BF16; no h);
 * ``delayed``: the fp8_delayed arm's (mxprec's exact-division casts with given scales, and the three
   amaxes as mxprec computes them);
-* ``delayed_no_amax``: without the amaxes; ``delayed_reciprocal``: x * (1 / s) instead of the exact
+* ``delayed_no_amax``: without the amaxes; ``delayed_amax_h_only``: h's amax alone;
+  ``delayed_amax_rows``: the same amaxes reduced per row first; ``delayed_amax_float``: a float max
+  (NaN handling differs, timing only); ``delayed_reciprocal``: x * (1 / s) instead of the exact
   division (not the reference's rounding); ``cast_only``: no scale at all (the bare FP8 converts);
 * ``silu_f32``: ``delayed`` with silu's sigmoid in FP32 instead of BF16 (a different rounding).
 
@@ -61,21 +63,38 @@ def _codes(x, s, fmt, how):
     return jax.lax.bitcast_convert_type(jnp.clip(v, -mx, mx).astype(fmt.dtype), jnp.uint8)
 
 
-def _fp8_form(how="exact", amax=True, fwd=_swiglu):
+def _amax_rows(t):
+    """mxprec's amax (an integer max over |t|'s bits), reduced per row first, then over the rows."""
+    bits = jax.lax.bitcast_convert_type(jnp.abs(t.astype(jnp.float32)), jnp.uint32)
+    return Q._amax_from_bits(jnp.max(jnp.max(bits, axis=1), axis=0))
+
+
+_AMAX = {
+    "all": lambda ts: tuple(Q._amax(t.astype(jnp.float32)) for t in ts),
+    "none": lambda ts: (),
+    "h_only": lambda ts: (Q._amax(ts[0].astype(jnp.float32)),),
+    "rows": lambda ts: tuple(_amax_rows(t) for t in ts),
+    # a float max of |t| (NaN handling differs from mxprec's: for timing only)
+    "float": lambda ts: tuple(jnp.max(jnp.abs(t)).astype(jnp.float32) for t in ts),
+}
+
+
+def _fp8_form(how="exact", amax="all", fwd=_swiglu):
     def f(gate, up, dh, s):
         h, d_gate, d_up = _grads(fwd, gate, up, dh)
         out = (_codes(h, s[0], formats.E4M3, how), _codes(d_gate, s[1], formats.E5M2, how),
                _codes(d_up, s[2], formats.E5M2, how))
-        if amax:
-            out += tuple(Q._amax(t.astype(jnp.float32)) for t in (h, d_gate, d_up))
-        return out
+        return out + _AMAX[amax]((h, d_gate, d_up))
     return f
 
 
 FORMS = {
     "bf16": lambda gate, up, dh, s: _grads(_swiglu, gate, up, dh)[1:],
     "delayed": _fp8_form(),
-    "delayed_no_amax": _fp8_form(amax=False),
+    "delayed_no_amax": _fp8_form(amax="none"),
+    "delayed_amax_h_only": _fp8_form(amax="h_only"),
+    "delayed_amax_rows": _fp8_form(amax="rows"),
+    "delayed_amax_float": _fp8_form(amax="float"),
     "delayed_reciprocal": _fp8_form("reciprocal"),
     "cast_only": _fp8_form("none"),
     "silu_f32": _fp8_form(fwd=_swiglu_f32),
