@@ -39,6 +39,8 @@
 #   profile:ARMS like llama:ARMS with --profile (jax.profiler, 2 traced steps) and 5 timed steps
 #   hlo:ARMS     profile:ARMS plus XLA's optimized HLO of the train step, its buffer live ranges and memory
 #                report ($R/hlo_ARM.*.gz), to map the profile's fusion names to the ops they fuse
+#   clocks:ARMS  each arm (30 timed steps) while nvidia-smi logs the SM clock, power and clock-event reasons every
+#                50 ms ($R/smi_log.csv), summarized per arm by benchmarks/gpu_clocks.py ($R/clocks.json)
 #   swiglu-forms benchmarks/swiglu_backward_forms.py: the SwiGLU backward with its FP8 casts and amaxes (fp8_delayed's
 #                largest non-GEMM fusion) in forms that drop one part each, kernel-timed
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
@@ -378,6 +380,18 @@ for stage in "$@"; do
           "$j" "$R/hlo_${tag}.txt.gz" > "$R/hlo_${tag}_roles.md" 2>&1
       done
       LLAMA_ENV=() ;;
+    clocks:*)
+      IFS=, read -r -a arms <<< "${stage#clocks:}"
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+        --format=csv -lms 50 > "$R/smi_log.csv" 2>&1 &
+      smi=$!
+      runs=()
+      for arm in "${arms[@]}"; do
+        llama_step "clocks_$arm" "$arm" --warmup 3 --steps 30
+        runs+=("$R/clocks_$arm")
+      done
+      kill "$smi"
+      step clocks_summary "$PY" benchmarks/gpu_clocks.py --log "$R/smi_log.csv" --runs "${runs[@]}" --out "$R/clocks.json" ;;
     swiglu-forms)
       step swiglu_forms "$PY" benchmarks/swiglu_backward_forms.py --out "$R/swiglu_forms.json" ;;
     delayed-passlog)

@@ -522,7 +522,9 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
 
     bar = tqdm(total=n_batches, desc=f"{arm}", unit="step", leave=False, disable=not progress, file=sys.stderr)
     run_steps = _pipelined_steps if timing == "pipelined" else _blocking_steps
+    steps_unix = [time.time()]  # wall-clock window of the warmup and timed steps (to match a GPU clock log)
     state, metrics, times = run_steps(compiled, state, batches, n_batches, warmup, on_step=lambda: bar.update(1))
+    steps_unix.append(time.time())
     losses, finites = [m["loss"] for m in metrics], [m["finite"] for m in metrics]
     bar.close()
     profile, profile_error = None, None
@@ -569,6 +571,7 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
         "skipped_steps": sum(not f for f in finites),
         "loss_scale_final": final_scale,
         "step_times_s": times,
+        "steps_unix": steps_unix,
     }
     if profile is not None:
         row["profile"] = profile
