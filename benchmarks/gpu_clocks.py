@@ -65,7 +65,8 @@ def main(argv=None):
     rows = []
     for d in args.runs:
         (bench,) = glob.glob(os.path.join(d, "llama_*.json"))
-        r = json.load(open(bench))["rows"][0]
+        with open(bench) as fh:
+            r = json.load(fh)["rows"][0]
         start, end = r["steps_unix"]
         times = r["step_times_s"]
         rows.append({"arm": r["arm"], "step_s_mean": r["step_s_mean"], "step_s_median": statistics.median(times),
