@@ -40,6 +40,13 @@ def _packed(codes):
     return jax.lax.bitcast_convert_type(codes.reshape(m, n // 4, 4), jnp.uint32)
 
 
+def _shifted_words(codes):
+    """The same words as :func:`_packed`, assembled with shifts (one output element per four codes)."""
+    m, n = codes.shape
+    b = jax.lax.bitcast_convert_type(codes, jnp.uint8).reshape(m, n // 4, 4).astype(jnp.uint32)
+    return b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
+
+
 FORMS = {
     # name: (fn(x, s), exact?, bytes moved per element (read + write))
     "copy_bf16": (lambda x, s: x * jnp.bfloat16(1), True, 4),
@@ -55,6 +62,7 @@ FORMS = {
     "high_byte": (lambda x, s: (jax.lax.bitcast_convert_type(x, jnp.uint16) >> 8).astype(jnp.uint8), False, 3),
     "cast_only_u32": (lambda x, s: _packed(_clip_cast(x.astype(jnp.float32))), False, 3),
     "exact_div_u32": (lambda x, s: _packed(_clip_cast(exact_div(x.astype(jnp.float32), s))), True, 3),
+    "exact_div_words": (lambda x, s: _shifted_words(_clip_cast(exact_div(x.astype(jnp.float32), s))), True, 3),
     "amax_bits": (lambda x, s: Q._amax(x.astype(jnp.float32)), True, 2),
     "amax_float": (lambda x, s: jnp.max(jnp.abs(x.astype(jnp.float32))), False, 2),
 }
