@@ -24,7 +24,10 @@ import statistics
 
 
 def read_log(path: str) -> list[tuple[float, int, float, int, str]]:
-    """(unix time, SM MHz, W, °C, reasons) per sample of an nvidia-smi CSV log (unparsable lines skipped)."""
+    """(unix time, SM MHz, W, °C, reasons) per sample of an nvidia-smi CSV log (unparsable lines skipped).
+
+    nvidia-smi writes the machine's local time; it is read as UTC, the device machines' zone (a log from a
+    machine in another zone would miss the bench's ``steps_unix`` windows: no busy samples)."""
     out = []
     with open(path) as f:
         for row in csv.reader(f):

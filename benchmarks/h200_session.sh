@@ -388,7 +388,7 @@ for stage in "$@"; do
       runs=()
       for arm in "${arms[@]}"; do
         llama_step "clocks_$arm" "$arm" --warmup 3 --steps 30
-        runs+=("$R/clocks_$arm")
+        runs+=("$R/clocks_$arm$([ "$CONFIG" != llama3_8b_4layer ] && echo "_$CONFIG")")  # llama_step's name
       done
       kill "$smi"
       step clocks_summary "$PY" benchmarks/gpu_clocks.py --log "$R/smi_log.csv" --runs "${runs[@]}" --out "$R/clocks.json" ;;
