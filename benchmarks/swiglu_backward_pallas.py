@@ -36,8 +36,9 @@ def _kernel(g_ref, u_ref, dh_ref, h_ref, dg_ref, du_ref, ah_ref, adg_ref, adu_re
     silu = g * sig
     h = (silu * u).astype(jnp.bfloat16).astype(F32)
     du = (dh * silu).astype(jnp.bfloat16).astype(F32)
-    dg = (dh * u * sig * (1.0 + g * (1.0 - sig))).astype(jnp.bfloat16).astype(F32)
-    def scaled(x, si):  # exact: the reference's x / s; else x * (1 / s) (not the reference's rounding)
+    dg = (dh * u * sig * (1.0 + g * (1.0 - sig))).astype(jnp.bfloat16).astype(F32)  # d silu(g) / dg = this / u / dh
+
+    def scaled(x, si):  # exact: x / s as the reference writes it; else x * (1 / s) (a timing variant)
         return x / s[si] if exact else x * (1.0 / s[si])
 
     h_ref[...] = jnp.clip(scaled(h, 0), -448.0, 448.0).astype(h_ref.dtype)
@@ -72,6 +73,7 @@ def reference(gate, up, dh, s=SCALES):
     """The same outputs from the model's own SwiGLU and its autodiff backward, as XLA computes them."""
     h, vjp = jax.vjp(lambda g, u: (jax.nn.silu(g) * u).astype(jnp.bfloat16), gate, up)
     dg, du = vjp(dh)
+
     def cast(x, sc, mx, dt):
         return jnp.clip(x.astype(F32) / sc, -mx, mx).astype(dt)
 
