@@ -8,7 +8,9 @@ power.draw,temperature.gpu,clocks_event_reasons.active --format=csv -lms 50`` wh
 (``python -m mxprec.bench llama``, one process per arm). This script keeps the samples drawn during
 each arm's warmup and timed steps (the row's ``steps_unix`` window, which leaves out compiling and
 the BF16 arm's profile and standalone GEMM timing) while the GPU is busy (power above ``--busy-w``)
-and reports the SM clock, power and the clock-event reasons (bit 0x4: software power cap) per arm.
+and reports the SM clock, power and the clock-event reasons (bit 0x4: software power cap) per arm, and per
+timed step: the mean SM clock of the samples inside it and the correlation of step times with those clocks
+(the blocking loop runs the steps back to back, so they are placed backwards from the window's end).
 """
 
 from __future__ import annotations
@@ -57,6 +59,25 @@ def summarize(samples, start: float, end: float, busy_w: float) -> dict:
     }
 
 
+def per_step_clocks(samples, end: float, step_times: list[float]) -> dict:
+    """Mean SM clock of the samples inside each timed step (None where none fell inside) and the Pearson
+    correlation of step time with it over the steps that have one. The steps end back to back at ``end``."""
+    spans, t = [], end
+    for dur in reversed(step_times):
+        spans.append((t - dur, t))
+        t -= dur
+    spans.reverse()
+    clocks = []
+    for a, b in spans:
+        inside = [s[1] for s in samples if a <= s[0] <= b]
+        clocks.append(round(statistics.fmean(inside), 1) if inside else None)
+    pairs = [(d, c) for d, c in zip(step_times, clocks) if c is not None]
+    corr = None
+    if len(pairs) >= 3 and statistics.pstdev(c for _, c in pairs) > 0 and statistics.pstdev(d for d, _ in pairs) > 0:
+        corr = round(statistics.correlation([d for d, _ in pairs], [c for _, c in pairs]), 3)
+    return {"step_sm_mhz": clocks, "corr_step_time_sm_clock": corr}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--log", required=True, help="the nvidia-smi CSV")
@@ -73,8 +94,9 @@ def main(argv=None):
         start, end = r["steps_unix"]
         times = r["step_times_s"]
         rows.append({"arm": r["arm"], "step_s_mean": r["step_s_mean"], "step_s_median": statistics.median(times),
-                     "step_times_s": times, **summarize(samples, start, end, args.busy_w)})
-        print(json.dumps({k: v for k, v in rows[-1].items() if k != "step_times_s"}), flush=True)
+                     "step_times_s": times, **summarize(samples, start, end, args.busy_w),
+                     **per_step_clocks(samples, end, times)})
+        print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("step_times_s", "step_sm_mhz")}), flush=True)
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"command": "python3 benchmarks/gpu_clocks.py " + " ".join(argv or []), "busy_w": args.busy_w,

@@ -46,3 +46,15 @@ def test_only_busy_samples_inside_the_steps_window_count(tmp_path):
     assert r["power_w"]["median"] == 690.0
     assert r["power_capped_fraction"] == round(2 / 3, 3)
     assert r["step_s_median"] == 0.16
+
+
+def test_per_step_clocks_place_the_steps_back_from_the_window_end():
+    t0 = 1_764_000_000.0
+    # two steps of 0.2 s ending at t0 + 1.0: [t0 + 0.6, t0 + 0.8] and [t0 + 0.8, t0 + 1.0]; a third of 0.2 s before
+    samples = [(t0 + 0.45, 1800, 690.0, 60, "0x4"), (t0 + 0.65, 1400, 690.0, 60, "0x4"),
+               (t0 + 0.75, 1500, 690.0, 60, "0x4"), (t0 + 0.9, 1700, 690.0, 60, "0x4")]
+    out = clocks.per_step_clocks(samples, t0 + 1.0, [0.2, 0.2, 0.2])
+    assert out["step_sm_mhz"] == [1800.0, 1450.0, 1700.0]
+    assert out["corr_step_time_sm_clock"] is None  # equal step times: no correlation to speak of
+    out = clocks.per_step_clocks(samples, t0 + 1.0, [0.19, 0.2, 0.21])
+    assert out["step_sm_mhz"][1:] == [1450.0, 1700.0]
