@@ -28,7 +28,7 @@ F32 = jnp.float32
 SCALES = (3 / 448, 5 / 57344, 7 / 57344)  # h (E4M3), d_gate and d_up (E5M2): not powers of two
 
 
-def _kernel(g_ref, u_ref, dh_ref, h_ref, dg_ref, du_ref, ah_ref, adg_ref, adu_ref, *, s, exact=True):
+def _kernel(g_ref, u_ref, dh_ref, h_ref, dg_ref, du_ref, ah_ref, adg_ref, adu_ref, *t_refs, s, exact=True):
     g = g_ref[...].astype(F32)
     u = u_ref[...].astype(F32)
     dh = dh_ref[...].astype(F32)
@@ -41,16 +41,21 @@ def _kernel(g_ref, u_ref, dh_ref, h_ref, dg_ref, du_ref, ah_ref, adg_ref, adu_re
     def scaled(x, si):  # exact: x / s as the reference writes it; else x * (1 / s) (a timing variant)
         return x / s[si] if exact else x * (1.0 / s[si])
 
-    h_ref[...] = jnp.clip(scaled(h, 0), -448.0, 448.0).astype(h_ref.dtype)
-    dg_ref[...] = jnp.clip(scaled(dg, 1), -57344.0, 57344.0).astype(dg_ref.dtype)
-    du_ref[...] = jnp.clip(scaled(du, 2), -57344.0, 57344.0).astype(du_ref.dtype)
+    vals = (jnp.clip(scaled(h, 0), -448.0, 448.0), jnp.clip(scaled(dg, 1), -57344.0, 57344.0),
+            jnp.clip(scaled(du, 2), -57344.0, 57344.0))
+    for ref, v in zip((h_ref, dg_ref, du_ref), vals):
+        ref[...] = v.astype(ref.dtype)
+    for ref, v in zip(t_refs, vals):  # Wgrad's K-major copies: the same codes, transposed
+        ref[...] = v.T.astype(ref.dtype)
     ah_ref[...] = jnp.full(ah_ref.shape, jnp.max(jnp.abs(h)), F32)
     adg_ref[...] = jnp.full(adg_ref.shape, jnp.max(jnp.abs(dg)), F32)
     adu_ref[...] = jnp.full(adu_ref.shape, jnp.max(jnp.abs(du)), F32)
 
 
-def swiglu_bwd_fp8(gate, up, dh, s=SCALES, bm=16, bn=512, interpret=False, num_warps=4, exact=True):
-    """(h E4M3 codes, d_gate E5M2, d_up E5M2, amax h, amax d_gate, amax d_up) from bf16 (M, N) gate, up, dh.
+def swiglu_bwd_fp8(gate, up, dh, s=SCALES, bm=16, bn=512, interpret=False, num_warps=4, exact=True,
+                   transposed=False):
+    """(h E4M3 codes, d_gate E5M2, d_up E5M2, amax h, amax d_gate, amax d_up) from bf16 (M, N) gate, up, dh;
+    ``transposed`` appends the three code tensors transposed, (N, M), as Wgrad takes them.
 
     The scales ``s`` are compile-time constants here (the step reads them from the delayed-scaling state)."""
     m, n = gate.shape
@@ -59,14 +64,17 @@ def swiglu_bwd_fp8(gate, up, dh, s=SCALES, bm=16, bn=512, interpret=False, num_w
     ablk = pl.BlockSpec((1, 1), lambda i, j: (i, j))
     out_shape = (jax.ShapeDtypeStruct((m, n), jnp.float8_e4m3fn), jax.ShapeDtypeStruct((m, n), jnp.float8_e5m2),
                  jax.ShapeDtypeStruct((m, n), jnp.float8_e5m2)) + (jax.ShapeDtypeStruct(grid, F32),) * 3
+    out_specs = (blk, blk, blk, ablk, ablk, ablk)
+    if transposed:
+        out_shape += tuple(jax.ShapeDtypeStruct((n, m), o.dtype) for o in out_shape[:3])
+        out_specs += (pl.BlockSpec((bn, bm), lambda i, j: (j, i)),) * 3
     kw = {}
     if not interpret:
         from jax.experimental.pallas import triton as plgpu
         kw["compiler_params"] = plgpu.CompilerParams(num_warps=num_warps)
     outs = pl.pallas_call(functools.partial(_kernel, s=s, exact=exact), grid=grid, in_specs=[blk] * 3,
-                          out_specs=(blk, blk, blk, ablk, ablk, ablk), out_shape=out_shape, interpret=interpret,
-                          **kw)(gate, up, dh)
-    return outs[:3] + tuple(jnp.max(a) for a in outs[3:])
+                          out_specs=out_specs, out_shape=out_shape, interpret=interpret, **kw)(gate, up, dh)
+    return outs[:3] + tuple(jnp.max(a) for a in outs[3:6]) + tuple(outs[6:])
 
 
 def reference(gate, up, dh, s=SCALES):
@@ -90,7 +98,8 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--configs", default="16x512x4,32x256x4,8x1024x4,32x512x8,64x256x8",
                    help="bm x bn x num_warps of the Pallas kernel; a trailing 'r' multiplies by 1 / s instead of "
-                        "dividing (e.g. 32x256x4r)")
+                        "dividing (e.g. 32x256x4r), a trailing 't' also writes the transposed codes (12 bytes per "
+                        "element move instead of 9)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     m, n = (int(v) for v in args.shape.split("x"))
@@ -105,8 +114,9 @@ def main(argv=None):
         rows.append(dict(form="xla_" + name, us=round(ms * 1e3, 1), kernels=kernels))
         print(json.dumps(rows[-1]), flush=True)
     for cfg in args.configs.split(","):
-        bm, bn, nw = (int(v) for v in cfg.rstrip("r").split("x"))
-        f = jax.jit(functools.partial(swiglu_bwd_fp8, bm=bm, bn=bn, num_warps=nw, exact=not cfg.endswith("r")))
+        bm, bn, nw = (int(v) for v in cfg.rstrip("rt").split("x"))
+        f = jax.jit(functools.partial(swiglu_bwd_fp8, bm=bm, bn=bn, num_warps=nw, exact="r" not in cfg,
+                                      transposed="t" in cfg))
         try:
             out = f(g, u, d)
             ms, kernels = forms._kernel_time(f, (g, u, d), args.reps)
@@ -115,7 +125,10 @@ def main(argv=None):
             print(json.dumps(rows[-1]), flush=True)
             continue
         diff = [float(jnp.mean((a.astype(F32) != b.astype(F32)).astype(F32))) for a, b in zip(out[:3], ref[:3])]
-        rows.append(dict(form=f"pallas_{cfg}", us=round(ms * 1e3, 1), tb_s=round(9 * m * n / (ms * 1e-3) / 1e12, 3),
+        if "t" in cfg:  # the transposed copies hold the same codes
+            assert all(bool(jnp.all(t.T.astype(F32) == a.astype(F32))) for t, a in zip(out[6:], out[:3]))
+        bpe = 12 if "t" in cfg else 9
+        rows.append(dict(form=f"pallas_{cfg}", us=round(ms * 1e3, 1), tb_s=round(bpe * m * n / (ms * 1e-3) / 1e12, 3),
                          codes_differing=[round(x, 4) for x in diff], kernels=kernels))
         print(json.dumps(rows[-1]), flush=True)
     result = dict(device=jax.devices()[0].device_kind, date=datetime.date.today().isoformat(),

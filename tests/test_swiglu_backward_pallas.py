@@ -55,3 +55,12 @@ def test_most_codes_equal_the_models_backward():
     ref = jax.jit(proto.reference)(*args)
     for o, r in zip(out[:3], ref[:3]):
         assert np.mean(np.asarray(o.astype(F32)) != np.asarray(r.astype(F32))) < 0.06
+
+
+def test_transposed_copies_hold_the_same_codes():
+    args = _inputs()
+    out = jax.jit(functools.partial(proto.swiglu_bwd_fp8, bm=16, bn=128, interpret=True, transposed=True))(*args)
+    assert len(out) == 9
+    for t, a in zip(out[6:], out[:3]):
+        assert t.shape == a.shape[::-1] and t.dtype == a.dtype
+        np.testing.assert_array_equal(np.asarray(t.astype(F32)).T, np.asarray(a.astype(F32)))
