@@ -318,34 +318,51 @@ def _fwd(meta: _Meta, x, w, state):
     return y, (rx, rw, amax, st)
 
 
-def _bwd(meta: _Meta, res, g):
-    r = meta.recipe
-    rx, rw, amax, st = res
+def _grad_copies(meta: _Meta, g, st_g):
+    """dY's Dgrad copy (along N) and Wgrad copy (along M), from one read of dY where the CUDA kernels can."""
+    r, be = meta.recipe, meta.backend
     k_dgrad, k_wgrad = _grad_keys(r, g)
-    st_g = st.grad if st else None
-    be = meta.backend
     if _rows_and_transposed_grad(g, r, (k_dgrad, k_wgrad), be):
         from mxprec.kernels import cuda
 
-        qg_d, qg_w = cuda.quantize_rows_and_transposed(g, r.dgrad_grad, r.wgrad_grad, amax=st_g is not None)
-    else:
-        qg_d = _q(g, r.dgrad_grad, 2, r, st_g, k_dgrad, backend=be)
-        qg_w = _q_wgrad(g, r.wgrad_grad, r, st_g, k_wgrad, backend=be, q_prev=qg_d)
+        return cuda.quantize_rows_and_transposed(g, r.dgrad_grad, r.wgrad_grad, amax=st_g is not None)
+    qg_d = _q(g, r.dgrad_grad, 2, r, st_g, k_dgrad, backend=be)
+    return qg_d, _q_wgrad(g, r.wgrad_grad, r, st_g, k_wgrad, backend=be, q_prev=qg_d)
+
+
+def _dgrad(meta: _Meta, qg_d, rw, st):
+    """dX (B, M, K) = Q(dY) · Q(W)ᵀ from dY's Dgrad copy and W's residual."""
+    r, be = meta.recipe, meta.backend
     qw_d = rw if isinstance(rw, QTensor) else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be,
                                                 weight=True)
-    dx = kernels.scaled_gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=meta.backend)
+    return kernels.scaled_gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=be)
+
+
+def _wgrad(meta: _Meta, rx, qg_w, st):
+    """dW (B, K, N) = Q(X)ᵀ · Q(dY) from X's residual and dY's Wgrad copy."""
+    r, be = meta.recipe, meta.backend
     qx_w = rx if isinstance(rx, QTensor) else _q_wgrad(rx, r.wgrad_lhs, r, st.lhs if st else None, backend=be)
-    dw = kernels.scaled_gemm(qx_w, qg_w, lhs_contract=_wgrad_contract(qx_w), rhs_contract=_wgrad_contract(qg_w),
-                             out_dtype=meta.w_dtype, backend=meta.backend)
-    ct_state = None
-    if st is not None:
-        amax_g = _amax_of(qg_d, g)
-        new = {}
-        for name, a in (("lhs", amax[0]), ("rhs", amax[1]), ("grad", amax_g)):
-            sub = getattr(st, name)
-            new[name] = None if sub is None else update_delayed_state(sub, a, r.delayed_spec(name))
-        ct_state = _to_max_grad(DotGeneralState(**new))
-    return dx, dw, ct_state
+    return kernels.scaled_gemm(qx_w, qg_w, lhs_contract=_wgrad_contract(qx_w), rhs_contract=_wgrad_contract(qg_w),
+                               out_dtype=meta.w_dtype, backend=be)
+
+
+def _state_cotangent(meta: _Meta, st, amax, amax_g):
+    """The updated delayed-scaling state (the cotangent of ``state``), or None for a stateless recipe."""
+    if st is None:
+        return None
+    new = {}
+    for name, a in (("lhs", amax[0]), ("rhs", amax[1]), ("grad", amax_g)):
+        sub = getattr(st, name)
+        new[name] = None if sub is None else update_delayed_state(sub, a, meta.recipe.delayed_spec(name))
+    return _to_max_grad(DotGeneralState(**new))
+
+
+def _bwd(meta: _Meta, res, g):
+    rx, rw, amax, st = res
+    qg_d, qg_w = _grad_copies(meta, g, st.grad if st else None)
+    dx = _dgrad(meta, qg_d, rw, st)
+    dw = _wgrad(meta, rx, qg_w, st)
+    return dx, dw, _state_cotangent(meta, st, amax, _amax_of(qg_d, g) if st is not None else None)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))

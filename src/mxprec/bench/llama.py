@@ -2,7 +2,8 @@
 
 ``python -m mxprec.bench llama [--arms bf16,fp16,...] [--config tiny] [--steps N] [--warmup W]
 [--batch B] [--out DIR] [--profile DIR]`` (or ``benchmarks/llama_step.py``, the same ``main``). An
-arm is ``RECIPE[:BACKEND]`` (e.g. ``fp8_current:ffi``) or a Flax peer (``flax_bf16``, ``flax_fp8``).
+arm is ``RECIPE[:BACKEND][+fused_mlp]`` (e.g. ``fp8_current:ffi``; ``+fused_mlp``: the MLP as
+:func:`mxprec.fused_mlp.swiglu_mlp`) or a Flax peer (``flax_bf16``, ``flax_fp8``).
 
 The step
 --------
@@ -70,6 +71,7 @@ from typing import Any
 
 DEFAULT_ARMS = ("bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_block", "mxfp8", "mxfp6", "mxfp4")
 PEER_ARM = "flax_fp8"
+FUSED_MLP_SUFFIX = "+fused_mlp"  # RECIPE[:BACKEND]+fused_mlp: LlamaConfig.fused_mlp
 PLAIN_ARM = "flax_bf16"  # plain Flax DenseGeneral (lax.dot_general), no mxprec: the anchor of issue 7
 ROW_KEYS = ("arm", "step_s_mean", "step_s_std", "tflops_per_device", "tokens_per_s_per_device",
             "expected_speedup", "speedup_vs_bf16", "peak_mem_gb", "predicted_mem_gb", "compile_s", "backend")
@@ -105,18 +107,23 @@ def arm_info(arm: str) -> dict:
         return dict(recipe=None, dot_general_cls=None, dtype=jnp.bfloat16, loss_scale=False, fmt="bf16",
                     saved="bf16", backend="plain flax DenseGeneral (lax.dot_general, no mxprec)")
     recipe = arm_recipe(arm)
+    fused = arm.endswith(FUSED_MLP_SUFFIX)
     fp16 = recipe.compute_dtype is not None and jnp.dtype(recipe.compute_dtype) == jnp.dtype(jnp.float16)
     backend = recipe.describe().splitlines()[-1].strip()
     backend = backend.removeprefix("backend: ")
+    if fused:
+        backend += "; MLP: mxprec.fused_mlp"
     return dict(recipe=recipe, dot_general_cls=None, dtype=jnp.float16 if fp16 else jnp.bfloat16,
-                loss_scale=fp16, fmt=_amdahl_format(recipe), saved=_saved_format(recipe), backend=backend)
+                loss_scale=fp16, fmt=_amdahl_format(recipe), saved=_saved_format(recipe), backend=backend,
+                fused_mlp=fused)
 
 
 def arm_recipe(arm: str):
-    """The Recipe of a recipe arm ``RECIPE[:BACKEND]`` ("fp8_current:ffi": the preset on another backend)."""
+    """The Recipe of a recipe arm ``RECIPE[:BACKEND][+fused_mlp]`` ("fp8_current:ffi": the preset on another
+    backend)."""
     from mxprec import recipes
 
-    name, _, backend = arm.partition(":")
+    name, _, backend = arm.removesuffix(FUSED_MLP_SUFFIX).partition(":")
     return recipes.get(name, backend=backend) if backend else recipes.get(name)
 
 
@@ -160,7 +167,7 @@ def build_model(cfg, arm: str):
     from mxprec.models.llama import Llama
 
     info = arm_info(arm)
-    cfg = cfg.replace(dtype=info["dtype"])
+    cfg = cfg.replace(dtype=info["dtype"], fused_mlp=info.get("fused_mlp", False))
     return Llama(cfg, recipe=info["recipe"], dot_general_cls=info["dot_general_cls"]), cfg, info
 
 
@@ -187,7 +194,7 @@ def init_variables(model, cfg, *, batch: int, seed: int = 0) -> dict:
 
     tokens = jnp.zeros((batch, cfg.seq), jnp.int32)
     key = jax.random.key(seed)
-    base_cfg = cfg.replace(dtype=jnp.bfloat16)
+    base_cfg = cfg.replace(dtype=jnp.bfloat16, fused_mlp=False)  # the fused MLP has the same variables
     if base_cfg not in _PARAM_INIT_FNS:
         _PARAM_INIT_FNS[base_cfg] = jax.jit(lambda k, t: Llama(base_cfg).init(k, t)["params"])
     fresh = {"params": _PARAM_INIT_FNS[base_cfg](key, tokens)}

@@ -1,12 +1,19 @@
 """Flax integration: linen ``dot_general_cls`` modules, NNX helpers, OWG state helpers."""
 
-from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT, MxDotGeneral, make_dot_general_cls, max_combine_owg
+from mxprec.flax.linen import (
+    OVERWRITE_WITH_GRADIENT,
+    FusedSwiGLUMLP,
+    MxDotGeneral,
+     make_dot_general_cls,
+    max_combine_owg,
+)
 from mxprec.flax.nnx import DelayedDotGeneral, stateless_dot_general
 from mxprec.flax.owg import apply_updates_with_owg, split_owg
 
 __all__ = [
     "OVERWRITE_WITH_GRADIENT",
     "DelayedDotGeneral",
+    "FusedSwiGLUMLP",
     "MxDotGeneral",
     "apply_updates_with_owg",
     "make_dot_general_cls",

@@ -102,6 +102,7 @@ class LlamaConfig:
     norm_eps: float = 1e-5
     attention_impl: str = "auto"  # "auto" | "cudnn" | "jax" | "xla" (see attention_core)
     loss_pick: str = "select"  # "select" | "gather" (see cross_entropy_loss)
+    fused_mlp: bool = False  # the MLP as mxprec.fused_mlp.swiglu_mlp (needs an mxprec recipe on the "mlp" group)
 
     def __post_init__(self):
         for f in ("vocab", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "seq"):
@@ -326,6 +327,15 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg = self.cfg
+        if cfg.fused_mlp:
+            from mxprec.flax.linen import MxDotGeneral, fused_swiglu_mlp_in
+
+            dg_cls = self.dg_cls if "mlp" in cfg.quantize else None
+            if not (isinstance(dg_cls, functools.partial) and dg_cls.func is MxDotGeneral):
+                raise ValueError(f"LlamaConfig.fused_mlp needs an mxprec recipe on the 'mlp' group; it runs {dg_cls!r} "
+                                 f"(quantize={cfg.quantize})")
+            y = fused_swiglu_mlp_in(self, x, cfg.d_ff, dg_cls.keywords["recipe"], cfg.dtype, cfg.param_dtype)
+            return y.astype(cfg.dtype)
         dense = _dense_cls(cfg, self.dg_cls, "mlp")
         gate = dense(cfg.d_ff, name="wi_0")(x).astype(cfg.dtype)
         up = dense(cfg.d_ff, name="wi_1")(x).astype(cfg.dtype)

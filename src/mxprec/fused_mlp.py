@@ -1,0 +1,277 @@
+"""``mxprec.fused_mlp``: the SwiGLU MLP block ``y = (silu(x·W0) ⊙ (x·W1))·Wo`` as one ``custom_vjp``.
+
+The three projections run exactly the GEMMs, quantizations and delayed-scaling updates that three
+:func:`mxprec.dot_general` calls would (each with its own state; ``wi_0`` / ``wi_1`` / ``wo``), and the
+activation has a specified arithmetic (:func:`swiglu_forward`, :func:`swiglu_backward`: FP32, one rounding to the
+model's dtype per tensor). What the block adds is the backward's schedule: with per-tensor delayed FP8 scaling
+on a CUDA GPU, one Pallas kernel (:mod:`mxprec.kernels.swiglu_pallas`) turns ``gate``, ``up`` and ``dh`` into
+h's K-major codes (wo's Wgrad), d_gate's and d_up's codes along F (Dgrad) and K-major (Wgrad) and their amaxes,
+where the unfused model runs XLA's fusions and three FP8 transposes for the same work.
+
+Semantics: bit-identical to the composition ``dot_general(swiglu(dot_general(x, W0), dot_general(x, W1)), Wo)``
+with :func:`swiglu` and the same recipe and states on XLA's path (``swiglu_kernel="xla"``; CPU tests); the
+Pallas kernel computes the same formula, so its codes equal XLA's wherever the two GPUs' ``exp`` and FMA
+contraction agree (see ``tests/test_fused_mlp_gpu.py`` for the measured bound).
+
+Shapes: ``x (..., D)``, ``wi_0, wi_1 (D, F)``, ``wo (F, D)`` -> ``(..., D)`` in ``x.dtype``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from mxprec.dot_general import (
+    DotGeneralState,
+    _Meta as _GemmMeta,
+    _amax_of,
+    _check_blocks,
+    _dgrad,
+    _finish,
+    _fwd as _gemm_fwd,
+    _grad_copies,
+    _state_cotangent,
+    _wgrad,
+    canonicalize,
+    max_combining,
+)
+from mxprec import kernels
+from mxprec.quantize import QTensor, _amax_from_bits
+from mxprec.recipes import Recipe
+from mxprec.recipes import get as get_recipe
+from mxprec.scaling import DelayedScaling
+
+__all__ = ["FusedMLPState", "SWIGLU_KERNELS", "swiglu", "swiglu_backward", "swiglu_forward", "swiglu_mlp"]
+
+F32 = jnp.float32
+SWIGLU_KERNELS = ("auto", "pallas", "xla", "interpret")
+PROJECTIONS = ("wi_0", "wi_1", "wo")
+
+
+# ----------------------------------------------------------------------------- the activation's arithmetic
+
+
+def _sigmoid_parts(gate):
+    g = gate.astype(F32)
+    sig = 1.0 / (1.0 + jnp.exp(-g))
+    return g, sig, g * sig
+
+
+def swiglu_forward(gate, up):
+    """``h = silu(gate) * up``: FP32 ``g * (1 / (1 + exp(-g))) * u``, rounded once to ``gate.dtype``."""
+    _, _, silu = _sigmoid_parts(gate)
+    return (silu * up.astype(F32)).astype(gate.dtype)
+
+
+def swiglu_backward(gate, up, dh):
+    """``(d_gate, d_up)`` of :func:`swiglu_forward`: FP32, each rounded once to ``gate.dtype``.
+
+    ``d_up = dh * silu(g)``; ``d_gate = dh * u * sig * (1 + g * (1 - sig))`` (evaluated left to right).
+    """
+    g, sig, silu = _sigmoid_parts(gate)
+    u, d = up.astype(F32), dh.astype(F32)
+    d_up = (d * silu).astype(gate.dtype)
+    d_gate = (d * u * sig * (1.0 + g * (1.0 - sig))).astype(gate.dtype)
+    return d_gate, d_up
+
+
+@jax.custom_vjp
+def swiglu(gate, up):
+    """:func:`swiglu_forward` with :func:`swiglu_backward` as its VJP (the fused block's activation, unfused)."""
+    return swiglu_forward(gate, up)
+
+
+swiglu.defvjp(lambda g, u: (swiglu_forward(g, u), (g, u)), lambda res, dh: swiglu_backward(*res, dh))
+
+
+# ----------------------------------------------------------------------------- state
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class FusedMLPState:
+    """Delayed-scaling states of the three projections (each a :class:`mxprec.dot_general.DotGeneralState`)."""
+
+    wi_0: DotGeneralState | None = None
+    wi_1: DotGeneralState | None = None
+    wo: DotGeneralState | None = None
+
+    @classmethod
+    def init(cls, recipe: Recipe) -> FusedMLPState | None:
+        recipe = get_recipe(recipe)
+        if not recipe.is_delayed:
+            return None
+        return cls(*(DotGeneralState.init(recipe) for _ in PROJECTIONS))
+
+
+# ----------------------------------------------------------------------------- the custom_vjp
+
+
+class _Meta(NamedTuple):
+    gemm: _GemmMeta  # the three GEMMs' meta (out dtype = the model's dtype, as the unfused block's)
+    swiglu_kernel: str
+
+
+def _part(state, name):
+    return None if state is None else getattr(state, name)
+
+
+def _fwd(meta: _Meta, x, w0, w1, wo, state):
+    gate, res0 = _gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"))
+    up, res1 = _gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"))
+    h = swiglu_forward(gate, up)
+    y, res2 = _gemm_fwd(meta.gemm, h, wo, _part(state, "wo"))
+    return y, (res0, res1, res2, gate, up)
+
+
+def _kernel_use(meta: _Meta, gate, st) -> str | None:
+    """"pallas" / "interpret" where the one-kernel SwiGLU backward runs, else None (XLA's fusions)."""
+    choice = meta.swiglu_kernel
+    if choice == "xla":
+        return None
+    r = meta.gemm.recipe
+    why = None
+    if st is None:
+        why = f"recipe {r.name!r} is not delayed-scaled (the kernel casts with known scales)"
+    elif not all(isinstance(s, DelayedScaling) and s.fmt.is_fp8 for s in (r.wgrad_lhs, r.dgrad_grad, r.wgrad_grad)):
+        why = f"recipe {r.name!r}: h / dY are not per-tensor delayed FP8"
+    elif r.dgrad_grad != r.wgrad_grad or r.stochastic_grad_rounding:
+        why = f"recipe {r.name!r}: dY's Dgrad and Wgrad copies differ"
+    else:
+        from mxprec.kernels import swiglu_pallas
+
+        why = swiglu_pallas.why_not(gate.shape[1], gate.shape[2], gate.dtype)
+    if choice == "interpret":
+        if why:
+            raise ValueError(f"swiglu_mlp(swiglu_kernel='interpret'): {why}")
+        return "interpret"
+    on_cuda = jax.default_backend() == "gpu"
+    if on_cuda:
+        from mxprec.kernels import hip
+
+        on_cuda = not hip.is_rocm()
+    if choice == "pallas":
+        why = why or (None if on_cuda else f"the Pallas kernel needs a CUDA GPU (backend {jax.default_backend()})")
+        if why:
+            raise ValueError(f"swiglu_mlp(swiglu_kernel='pallas'): {why}")
+        return "pallas"
+    # auto: the kernel wherever it applies on CUDA; MXPREC_FUSED_SWIGLU_KERNEL=0 turns it off
+    return "pallas" if on_cuda and not why and os.environ.get("MXPREC_FUSED_SWIGLU_KERNEL", "1") != "0" else None
+
+
+def _fp8_qtensor(codes, scale, amax, spec, shape, dtype) -> QTensor:
+    return QTensor(data=codes.reshape(shape), scale=jnp.asarray(scale, F32).reshape(()), amax=amax,
+                   tensor_scale=None, spec=spec, axis=2, shape=shape, dtype=jnp.dtype(dtype))
+
+
+def _swiglu_backward_quantized(use: str, meta: _Meta, gate, up, dh, st):
+    """(h's Wgrad copy for wo, (d_gate Dgrad, Wgrad copies, amax), (d_up ...)) from the Pallas kernel."""
+    from mxprec.kernels import swiglu_pallas
+
+    r = meta.gemm.recipe
+    b, m, f = gate.shape
+    s_h, s_dg, s_du = st.wo.lhs.scale, st.wi_0.grad.scale, st.wi_1.grad.scale
+    scales = jnp.stack([jnp.asarray(s, F32).reshape(()) for s in (s_h, s_dg, s_du)])
+    fmts = (r.wgrad_lhs.fmt, r.dgrad_grad.fmt, r.dgrad_grad.fmt)
+    outs = swiglu_pallas.swiglu_backward_fp8(gate.reshape(m, f), up.reshape(m, f), dh.reshape(m, f), scales, fmts,
+                                             interpret=use == "interpret")
+    ht, dgc, dgt, duc, dut, bits_dg, bits_du = outs
+    nan = jnp.float32(jnp.nan)  # Wgrad copies: their amax is never read
+    qh_w = _fp8_qtensor(ht, s_h, nan, r.wgrad_lhs, (b, f, m), gate.dtype)
+    grads = []
+    for codes, codes_t, bits, s in ((dgc, dgt, bits_dg, s_dg), (duc, dut, bits_du, s_du)):
+        amax = _amax_from_bits(bits)
+        grads.append((_fp8_qtensor(codes, s, amax, r.dgrad_grad, (b, m, f), gate.dtype),
+                      _fp8_qtensor(codes_t, s, nan, r.wgrad_grad, (b, f, m), gate.dtype), amax))
+    return qh_w, grads[0], grads[1]
+
+
+def _bwd(meta: _Meta, res, g):
+    res0, res1, res2, gate, up = res
+    m = meta.gemm
+    (rx0, rw0, amax0, st0), (rx1, rw1, amax1, st1), (rx2, rw2, amax2, st2) = res0, res1, res2
+    st_all = None if st0 is None else FusedMLPState(st0, st1, st2)
+    qg_d, qg_w = _grad_copies(m, g, _part(st2, "grad"))
+    dh = _dgrad(m, qg_d, rw2, st2)
+    use = _kernel_use(meta, gate, st_all)
+    if use:
+        rx2, (qd0, qd0_w, amax_d0), (qd1, qd1_w, amax_d1) = _swiglu_backward_quantized(use, meta, gate, up, dh,
+                                                                                       st_all)
+    else:
+        d_gate, d_up = swiglu_backward(gate, up, dh)
+        qd0, qd0_w = _grad_copies(m, d_gate, _part(st0, "grad"))
+        qd1, qd1_w = _grad_copies(m, d_up, _part(st1, "grad"))
+        amax_d0 = _amax_of(qd0, d_gate) if st0 is not None else None
+        amax_d1 = _amax_of(qd1, d_up) if st1 is not None else None
+    dwo = _wgrad(m, rx2, qg_w, st2)
+    dx = _dgrad(m, qd0, rw0, st0) + _dgrad(m, qd1, rw1, st1)
+    dw0 = _wgrad(m, rx0, qd0_w, st0)
+    dw1 = _wgrad(m, rx1, qd1_w, st1)
+    ct = None
+    if st_all is not None:
+        amax_g = _amax_of(qg_d, g)
+        ct = FusedMLPState(_state_cotangent(m, st0, amax0, amax_d0), _state_cotangent(m, st1, amax1, amax_d1),
+                           _state_cotangent(m, st2, amax2, amax_g))
+    return dx, dw0, dw1, dwo, ct
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _block(meta: _Meta, x, w0, w1, wo, state):
+    return _fwd(meta, x, w0, w1, wo, state)[0]
+
+
+_block.defvjp(_fwd, _bwd)
+
+
+# ----------------------------------------------------------------------------- public op
+
+
+def swiglu_mlp(x, wi_0, wi_1, wo, *, recipe: Recipe | str, state: FusedMLPState | None = None,
+               swiglu_kernel: str = "auto"):
+    """The SwiGLU MLP block with ``recipe``'s GEMMs and one-kernel backward where it applies (module docstring).
+
+    Args:
+      x: (..., D) float (the block's input, e.g. the pre-MLP RMSNorm's output).
+      wi_0, wi_1: (D, F) gate and up projections; wo: (F, D). Same dtype as ``x`` (cast the FP32 master weights
+        first, as ``nn.DenseGeneral`` does).
+      recipe: a quantizing Recipe or preset name.
+      state: :class:`FusedMLPState` for delayed-scaling recipes (its cotangent is the updated state, as for
+        ``dot_general``; wrap with :func:`mxprec.dot_general.max_combining` when the block is applied several times).
+      swiglu_kernel: "auto" (the Pallas kernel on CUDA where the recipe and shapes allow, else XLA), "pallas"
+        (require it), "xla", or "interpret" (the kernel's body on XLA's ops; tests).
+    Returns:
+      (..., D) in ``x.dtype``.
+    """
+    recipe = get_recipe(recipe)
+    if swiglu_kernel not in SWIGLU_KERNELS:
+        raise ValueError(f"swiglu_mlp: swiglu_kernel must be one of {SWIGLU_KERNELS}, got {swiglu_kernel!r}")
+    desc = (f"x {jnp.result_type(x)}{tuple(jnp.shape(x))}, wi_0 {jnp.result_type(wi_0)}{tuple(jnp.shape(wi_0))}, "
+            f"wi_1 {jnp.result_type(wi_1)}{tuple(jnp.shape(wi_1))}, wo {jnp.result_type(wo)}{tuple(jnp.shape(wo))}")
+    if not recipe.quantized:
+        raise ValueError(f"swiglu_mlp: recipe {recipe.name!r} quantizes nothing; use the unfused MLP ({desc})")
+    if any(not jnp.issubdtype(jnp.result_type(t), jnp.floating) for t in (x, wi_0, wi_1, wo)):
+        raise TypeError(f"swiglu_mlp: floating inputs only: {desc}")
+    if len({jnp.result_type(t) for t in (x, wi_0, wi_1, wo)}) != 1:
+        raise TypeError(f"swiglu_mlp: x and the weights must share one dtype: {desc}")
+    if x.ndim < 1 or wi_0.ndim != 2 or wi_0.shape != wi_1.shape or wo.shape != wi_0.shape[::-1] \
+            or x.shape[-1] != wi_0.shape[0]:
+        raise ValueError(f"swiglu_mlp: expected x (..., D), wi_0 / wi_1 (D, F), wo (F, D): {desc}")
+    if recipe.is_delayed and state is None:
+        raise ValueError(f"swiglu_mlp: recipe {recipe.name!r} uses delayed scaling and needs "
+                         f"state=FusedMLPState.init(recipe): {desc}")
+    d, f = wi_0.shape
+    m = x.size // d
+    for lhs, rhs in (((m, d), (d, f)), ((m, f), (f, d))):
+        _check_blocks(recipe, canonicalize(lhs, rhs, (((1,), (0,)), ((), ()))), desc)
+    backend = kernels.resolve_backend(recipe.backend)
+    dt = jnp.dtype(x.dtype)
+    meta = _Meta(_GemmMeta(recipe, dt, backend, dt, dt), swiglu_kernel)
+    st = max_combining(state) if state is not None else None
+    y = _block(meta, x.reshape(1, m, d), wi_0[None], wi_1[None], wo[None], st)
+    return _finish(lax.convert_element_type(y.reshape(x.shape), dt), None)

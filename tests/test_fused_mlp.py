@@ -1,0 +1,266 @@
+"""mxprec.fused_mlp: the SwiGLU MLP block as one custom_vjp, and its one-kernel SwiGLU backward.
+
+CPU: the block (XLA's path) is bit-identical to three dot_generals around ``swiglu``, outputs, gradients and
+state updates; the Pallas kernel's body (interpret mode) is bit-identical to the XLA formula and the library's
+quantizer, on adversarial values. GPU (skipped on CPU): the compiled kernel against the same formula.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mxprec import formats
+from mxprec.dot_general import DotGeneralState, dot_general
+from mxprec.fused_mlp import FusedMLPState, swiglu, swiglu_backward, swiglu_forward, swiglu_mlp
+from mxprec.kernels import swiglu_pallas
+from mxprec.quantize import quantize, tensor_amax
+from mxprec.recipes import get as get_recipe
+from mxprec.scaling import DelayedScalingState
+
+BF16 = jnp.bfloat16
+DN = (((1,), (0,)), ((), ()))
+ON_GPU = jax.default_backend() == "gpu"
+
+
+def _operands(m=128, d=128, f=256, seed=0, dtype=BF16):
+    k = jax.random.split(jax.random.key(seed), 5)
+    x = jax.random.normal(k[0], (m, d), jnp.float32).astype(dtype)
+    w0, w1 = (jax.random.normal(ki, (d, f), jnp.float32).astype(dtype) * 0.1 for ki in k[1:3])
+    wo = (jax.random.normal(k[3], (f, d), jnp.float32) * 0.1).astype(dtype)
+    ct = jax.random.normal(k[4], (m, d), jnp.float32).astype(dtype)
+    return x, w0, w1, wo, ct
+
+
+def _state(recipe, scales=None):
+    """A FusedMLPState with non-trivial scales (per projection: lhs, rhs, grad) and histories."""
+    st = FusedMLPState.init(recipe)
+    if st is None:
+        return None
+    scales = scales or {"wi_0": (0.01, 0.002, 2e-6), "wi_1": (0.02, 0.003, 3e-6), "wo": (0.004, 0.001, 1e-5)}
+    parts = {}
+    for name in ("wi_0", "wi_1", "wo"):
+        sub = getattr(st, name)
+        new = {}
+        for t, s in zip(("lhs", "rhs", "grad"), scales[name]):
+            old = getattr(sub, t)
+            hist = jnp.linspace(0.5, 2.0, old.amax_history.shape[0], dtype=jnp.float32)
+            new[t] = DelayedScalingState(amax_history=hist, scale=jnp.float32(s))
+        parts[name] = DotGeneralState(**new)
+    return FusedMLPState(**parts)
+
+
+def _composed(recipe, st):
+    def f(x, w0, w1, wo, st):
+        dt = x.dtype
+        gate = dot_general(x, w0, DN, preferred_element_type=dt, recipe=recipe, state=st and st.wi_0)
+        up = dot_general(x, w1, DN, preferred_element_type=dt, recipe=recipe, state=st and st.wi_1)
+        return dot_general(swiglu(gate, up), wo, DN, preferred_element_type=dt, recipe=recipe, state=st and st.wo)
+    return f
+
+
+def _fused(recipe, kernel):
+    return lambda x, w0, w1, wo, st: swiglu_mlp(x, w0, w1, wo, recipe=recipe, state=st, swiglu_kernel=kernel)
+
+
+def _value_and_grads(fn, args, st):
+    def loss(x, w0, w1, wo, st):
+        return jnp.sum(fn(x, w0, w1, wo, st).astype(jnp.float32) * ct.astype(jnp.float32))
+
+    *ops, ct = args
+    y = jax.jit(fn)(*ops, st)
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4)))(*ops, st)
+    return y, grads
+
+
+def _assert_trees_bitwise(a, b):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for u, v in zip(la, lb):
+        np.testing.assert_array_equal(np.asarray(u.astype(jnp.float32)), np.asarray(v.astype(jnp.float32)))
+
+
+@pytest.mark.parametrize("recipe", ["fp8_delayed", "fp8_current", "fp8_block", "mxfp8"])
+def test_block_equals_three_dot_generals(recipe):
+    r = get_recipe(recipe, backend="xla")
+    args = _operands()
+    st = _state(r)
+    y_ref, g_ref = _value_and_grads(_composed(r, st), args, st)
+    y, g = _value_and_grads(_fused(r, "xla"), args, st)
+    _assert_trees_bitwise(y, y_ref)
+    _assert_trees_bitwise(g[:4], g_ref[:4])
+    if st is not None:  # the updated delayed-scaling states (the state's cotangent)
+        _assert_trees_bitwise(g[4], g_ref[4])
+        assert not all(bool(jnp.all(a == b)) for a, b in zip(jax.tree.leaves(g[4]), jax.tree.leaves(st)))
+
+
+def test_kernel_in_block_equals_xla_path():
+    """The Pallas kernel's body (interpret mode) in the block: same outputs, gradients and states as XLA's path,
+    including a gradient scale small enough that d_gate / d_up saturate."""
+    r = get_recipe("fp8_delayed", backend="xla")
+    args = _operands(m=128, d=128, f=256, seed=3)
+    for scales in (None, {"wi_0": (0.01, 0.002, 1e-9), "wi_1": (0.02, 0.003, 1e-9), "wo": (0.0005, 0.001, 1e-5)}):
+        st = _state(r, scales)
+        y_ref, g_ref = _value_and_grads(_fused(r, "xla"), args, st)
+        y, g = _value_and_grads(_fused(r, "interpret"), args, st)
+        _assert_trees_bitwise((y, g), (y_ref, g_ref))
+
+
+def _adversarial(m=64, f=256):
+    """gate / up / dh with exp over- and underflow, ±0, subnormals, Inf, NaN and large products."""
+    rng = np.random.default_rng(7)
+    g = rng.standard_normal((m, f)).astype(np.float32) * 3
+    u = rng.standard_normal((m, f)).astype(np.float32)
+    d = rng.standard_normal((m, f)).astype(np.float32)
+    specials = np.array([0.0, -0.0, 1e-40, -1e-39, 100.0, -100.0, 89.0, -89.0, 1e30, -1e30, np.inf, -np.inf,
+                         np.nan, 3.0e38, 1.0, -1.0], np.float32)
+    for t, off in ((g, 0), (u, 5), (d, 11)):
+        t[0, :] = np.roll(np.tile(specials, f // specials.size), off)
+        t[1, :16] = specials
+    g[2], u[2], d[2] = 200.0, 3e38, 3e38  # overflow of the products to Inf
+    g[3] = -np.linspace(0, 120, f)  # exp(-g) runs from 1 to overflow
+    return tuple(jnp.asarray(t).astype(BF16) for t in (g, u, d))
+
+
+def _kernel_reference(gate, up, dh, scales, fmts):
+    from mxprec.scaling import DelayedScaling
+
+    h = swiglu_forward(gate, up)
+    d_gate, d_up = swiglu_backward(gate, up, dh)
+    out = []
+    for t, s, fmt in zip((h, d_gate, d_up), scales, fmts):
+        q = quantize(t, DelayedScaling(fmt), axis=1,
+                     state=DelayedScalingState(amax_history=jnp.zeros((4,), jnp.float32), scale=jnp.float32(s)))
+        out.append(q.data)
+    return (out[0].T, out[1], out[1].T, out[2], out[2].T, tensor_amax(d_gate), tensor_amax(d_up))
+
+
+def _bits(x):
+    """Bit patterns; every NaN as one pattern (NaN payloads are not specified: XLA's CPU cast keeps E5M2's
+    quiet bit, the kernel's arithmetic may set more)."""
+    b = np.asarray(jax.lax.bitcast_convert_type(x, jnp.uint8 if x.dtype.itemsize == 1 else jnp.uint32))
+    return np.where(np.isnan(np.asarray(x.astype(jnp.float32))), np.iinfo(b.dtype).max, b)
+
+
+@pytest.mark.parametrize("scales", [(0.01, 0.001, 0.002), (1e-6, 1e-9, 1e-9), (3.0, 70.0, 5.0)])
+def test_kernel_interpret_bitexact_adversarial(scales):
+    from mxprec.quantize import _amax_from_bits
+
+    fmts = (formats.E4M3, formats.E5M2, formats.E5M2)
+    gate, up, dh = _adversarial()
+    got = jax.jit(lambda g, u, d: swiglu_pallas.swiglu_backward_fp8(g, u, d, jnp.array(scales), fmts,
+                                                                    interpret=True))(gate, up, dh)
+    want = jax.jit(lambda g, u, d: _kernel_reference(g, u, d, scales, fmts))(gate, up, dh)
+    for a, b in zip(got[:5], want[:5]):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    for bits, amax in zip(got[5:], want[5:]):
+        np.testing.assert_array_equal(_bits(_amax_from_bits(bits)), _bits(amax))
+
+
+def test_swiglu_formula():
+    """swiglu's VJP is swiglu_backward, and both are the FP32 SwiGLU rounded once (within one bf16 ulp of f64)."""
+    gate, up, dh = (jax.random.normal(k, (64, 256), jnp.float32).astype(BF16) for k in jax.random.split(jax.random.key(1), 3))
+    h, vjp = jax.vjp(swiglu, gate, up)
+    dg, du = vjp(dh)
+    np.testing.assert_array_equal(np.asarray(h, np.float32), np.asarray(swiglu_forward(gate, up), np.float32))
+    for a, b in zip((dg, du), swiglu_backward(gate, up, dh)):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    g, u, d = (np.asarray(t, np.float64) for t in (gate, up, dh))
+    s = 1 / (1 + np.exp(-g))
+    for got, want in ((h, g * s * u), (du, d * g * s), (dg, d * u * s * (1 + g * (1 - s)))):
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=2 ** -7, atol=1e-30)
+
+
+def test_errors_name_shapes_and_dtypes():
+    x, w0, w1, wo, _ = _operands()
+    with pytest.raises(ValueError, match="needs state=FusedMLPState"):
+        swiglu_mlp(x, w0, w1, wo, recipe="fp8_delayed")
+    with pytest.raises(ValueError, match=r"quantizes nothing.*x bfloat16\(128, 128\)"):
+        swiglu_mlp(x, w0, w1, wo, recipe="bf16")
+    with pytest.raises(ValueError, match=r"expected x \(..., D\)"):
+        swiglu_mlp(x, w0, w1, w0, recipe="fp8_current")
+    with pytest.raises(TypeError, match="share one dtype"):
+        swiglu_mlp(x, w0.astype(jnp.float32), w1, wo, recipe="fp8_current")
+    with pytest.raises(ValueError, match="swiglu_kernel must be one of"):
+        swiglu_mlp(x, w0, w1, wo, recipe="fp8_current", swiglu_kernel="triton")
+    with pytest.raises(ValueError, match="not delayed-scaled"):
+        jax.grad(lambda x: jnp.sum(swiglu_mlp(x, w0, w1, wo, recipe="fp8_current", swiglu_kernel="interpret")
+                                   .astype(jnp.float32)))(x)
+    if not ON_GPU:
+        st = FusedMLPState.init("fp8_delayed")
+        with pytest.raises(ValueError, match="needs a CUDA GPU"):
+            jax.grad(lambda x: jnp.sum(swiglu_mlp(x, w0, w1, wo, recipe="fp8_delayed", state=st,
+                                                  swiglu_kernel="pallas").astype(jnp.float32)))(x)
+    with pytest.raises(ValueError, match=r"not a multiple of the \(32, 128\) block"):
+        swiglu_pallas.swiglu_backward_fp8(*(jnp.zeros((48, 128), BF16),) * 3, jnp.ones(3),
+                                          (formats.E4M3, formats.E5M2, formats.E5M2), interpret=True)
+
+
+def test_llama_fused_mlp_trains_and_keeps_the_variable_tree():
+    from mxprec.models.llama import Llama, get_config
+
+    cfg = get_config("micro")
+    tokens = jax.random.randint(jax.random.key(0), (2, cfg.seq), 0, cfg.vocab)
+    unfused = Llama(cfg, recipe="fp8_delayed").init(jax.random.key(0), tokens)
+    model = Llama(cfg.replace(fused_mlp=True), recipe="fp8_delayed")
+    v = model.init(jax.random.key(0), tokens)
+    _assert_trees_bitwise(v, unfused)
+
+    def loss(params, owg):
+        logits = model.apply({"params": params, "_overwrite_with_gradient": owg}, tokens)
+        return jnp.mean(logits.astype(jnp.float32) ** 2)
+
+    val, (gp, gs) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(v["params"], v["_overwrite_with_gradient"])
+    assert np.isfinite(float(val))
+    assert all(bool(jnp.all(jnp.isfinite(t))) for t in jax.tree.leaves(gp))
+    mlp_state = gs["layers"]["mlp"]["wi_0"]["MxDotGeneral_0"]["output_grad_amax_history"]
+    assert float(jnp.max(mlp_state[:, 0])) > 0  # d_gate's amax reached wi_0's state
+
+
+@pytest.mark.parametrize("recipe", ["bf16", None])
+def test_llama_fused_mlp_needs_a_recipe(recipe):
+    from mxprec.models.llama import Llama, get_config
+
+    cfg = get_config("micro").replace(fused_mlp=True)
+    tokens = jnp.zeros((2, cfg.seq), jnp.int32)
+    with pytest.raises(ValueError, match="quantizes nothing|needs an mxprec recipe"):
+        Llama(cfg, recipe=recipe).init(jax.random.key(0), tokens)
+
+
+# ----------------------------------------------------------------------------- GPU (the compiled Pallas kernel)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (the Pallas/Triton kernel)")
+def test_gpu_kernel_matches_formula():
+    """Compiled kernel against XLA's formula + quantizer on the same GPU. Both compute the same FP32 formula; they
+    may differ where the two compilers' exp or FMA contraction differ in the last ulp, which can move a BF16
+    rounding and then a code by one step. Bound: codes at most one step apart, in at most 0.1 % of elements."""
+    fmts = (formats.E4M3, formats.E5M2, formats.E5M2)
+    scales = (0.01, 0.001, 0.002)
+    k = jax.random.split(jax.random.key(2), 3)
+    gate, up, dh = (jax.random.normal(ki, (4096, 2048), jnp.float32).astype(BF16) for ki in k)
+    got = jax.jit(lambda g, u, d: swiglu_pallas.swiglu_backward_fp8(g, u, d, jnp.array(scales), fmts))(gate, up, dh)
+    want = jax.jit(lambda g, u, d: _kernel_reference(g, u, d, scales, fmts))(gate, up, dh)
+    for a, b in zip(got[:5], want[:5]):
+        ca, cb = _bits(a).astype(np.int32), _bits(b).astype(np.int32)
+        assert np.max(np.abs(ca - cb)) <= 1
+        assert np.mean(ca != cb) <= 1e-3
+    gate, up, dh = _adversarial()
+    got = jax.jit(lambda g, u, d: swiglu_pallas.swiglu_backward_fp8(g, u, d, jnp.array(scales), fmts))(gate, up, dh)
+    want = jax.jit(lambda g, u, d: _kernel_reference(g, u, d, scales, fmts))(gate, up, dh)
+    for a, b in zip(got[:5], want[:5]):  # NaN / Inf / saturation / underflow rows: the same codes
+        np.testing.assert_array_equal(_bits(a)[..., :4], _bits(b)[..., :4]) if a.shape[0] == 256 else \
+            np.testing.assert_array_equal(_bits(a)[:4], _bits(b)[:4])
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (the Pallas/Triton kernel)")
+def test_gpu_block_with_kernel_close_to_xla_path():
+    r = get_recipe("fp8_delayed")
+    args = _operands(m=1024, d=512, f=1024, seed=5)
+    st = _state(r)
+    (y_ref, g_ref), (y, g) = (_value_and_grads(_fused(r, kern), args, st) for kern in ("xla", "pallas"))
+    np.testing.assert_array_equal(np.asarray(y, np.float32), np.asarray(y_ref, np.float32))  # forward: same path
+    for a, b in zip(g[:4], g_ref[:4]):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        assert np.max(np.abs(a - b)) <= 0.02 * np.max(np.abs(b))
