@@ -89,6 +89,41 @@ def reference(gate, up, dh, s=SCALES):
             cast(du, s[2], 57344.0, jnp.float8_e5m2)) + tuple(jnp.max(jnp.abs(t.astype(F32))) for t in (h, dg, du))
 
 
+def _library_row(g, u, d, reps, forms):
+    """The library kernel's time, and how many of its codes differ from XLA's (same formula, same GPU)."""
+    from mxprec import formats
+    from mxprec.fused_mlp import swiglu_backward, swiglu_forward
+    from mxprec.kernels import swiglu_pallas
+    from mxprec.quantize import quantize
+    from mxprec.scaling import DelayedScaling, DelayedScalingState
+
+    fmts = (formats.E4M3, formats.E5M2, formats.E5M2)
+    s = jnp.array(SCALES, F32)
+    f = jax.jit(lambda g, u, d, s: swiglu_pallas.swiglu_backward_fp8(g, u, d, s, fmts))
+
+    def xla(g, u, d, s):
+        h = swiglu_forward(g, u)
+        dg, du = swiglu_backward(g, u, d)
+        return tuple(quantize(t, DelayedScaling(fm), axis=1,
+                              state=DelayedScalingState(amax_history=jnp.zeros((4,), F32), scale=s[i])).data
+                     for i, (t, fm) in enumerate(zip((h, dg, du), fmts)))
+
+    ms, kernels = forms._kernel_time(f, (g, u, d, s), reps)
+    xla_ms, _ = forms._kernel_time(jax.jit(xla), (g, u, d, s), reps)
+    got, want = f(g, u, d, s), jax.jit(xla)(g, u, d, s)
+    pairs = ((got[0].T, want[0]), (got[1], want[1]), (got[3], want[2]), (got[2].T, want[1]), (got[4].T, want[2]))
+    diff, step = [], []
+    for a, b in pairs:
+        ia = jax.lax.bitcast_convert_type(a, jnp.uint8).astype(jnp.int32)
+        ib = jax.lax.bitcast_convert_type(b, jnp.uint8).astype(jnp.int32)
+        diff.append(round(float(jnp.mean((ia != ib).astype(F32))), 6))
+        step.append(int(jnp.max(jnp.abs(ia - ib))))
+    m, n = g.shape
+    return dict(form="library_swiglu_pallas", us=round(ms * 1e3, 1), tb_s=round(11 * m * n / (ms * 1e-3) / 1e12, 3),
+                xla_same_formula_us=round(xla_ms * 1e3, 1), codes_differing_from_xla_formula=diff,
+                max_code_step=step, kernels=kernels)
+
+
 def main(argv=None):
     sys.path.insert(0, "benchmarks")
     import swiglu_backward_forms as forms
@@ -100,6 +135,10 @@ def main(argv=None):
                    help="bm x bn x num_warps of the Pallas kernel; a trailing 'r' multiplies by 1 / s instead of "
                         "dividing (e.g. 32x256x4r), a trailing 't' also writes the transposed codes (12 bytes per "
                         "element move instead of 9)")
+    p.add_argument("--library", action="store_true",
+                   help="also time mxprec.kernels.swiglu_pallas (the library's kernel: h's K-major codes, d_gate's "
+                        "and d_up's codes and K-major copies, runtime scales) and count its codes that differ from "
+                        "XLA's computation of the same formula (mxprec.fused_mlp.swiglu_backward + quantize)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     m, n = (int(v) for v in args.shape.split("x"))
@@ -130,6 +169,9 @@ def main(argv=None):
         bpe = 12 if "t" in cfg else 9
         rows.append(dict(form=f"pallas_{cfg}", us=round(ms * 1e3, 1), tb_s=round(bpe * m * n / (ms * 1e-3) / 1e12, 3),
                          codes_differing=[round(x, 4) for x in diff], kernels=kernels))
+        print(json.dumps(rows[-1]), flush=True)
+    if args.library:
+        rows.append(_library_row(g, u, d, args.reps, forms))
         print(json.dumps(rows[-1]), flush=True)
     result = dict(device=jax.devices()[0].device_kind, date=datetime.date.today().isoformat(),
                   command="python3 benchmarks/swiglu_backward_pallas.py " + " ".join(argv or sys.argv[1:]),
