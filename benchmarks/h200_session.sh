@@ -44,7 +44,8 @@
 #   swiglu-forms benchmarks/swiglu_backward_forms.py: the SwiGLU backward with its FP8 casts and amaxes (fp8_delayed's
 #                largest non-GEMM fusion) in forms that drop one part each, kernel-timed
 #   fused-mlp    the fused MLP block (mxprec.fused_mlp): tests/test_fused_mlp.py on the GPU, then the library's one-kernel
-#                SwiGLU backward against XLA's forms at the step's shape (swiglu_backward_pallas.py --library)
+#                SwiGLU backward (CUDA) against XLA's forms and the Pallas prototype (SWIGLU_CONFIGS, "" for none) at
+#                the step's shape (swiglu_backward_pallas.py --library)
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
 #   cuda-gemm-tests tests/test_cuda.py alone
@@ -477,7 +478,7 @@ PYEOF
       done ;;
     fused-mlp)
       step fused_mlp_tests "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_fused_mlp.py
-      step swiglu_library "$PY" benchmarks/swiglu_backward_pallas.py --configs 32x128x4t --library \
+      step swiglu_library "$PY" benchmarks/swiglu_backward_pallas.py --configs "${SWIGLU_CONFIGS-32x128x4t}" --library \
         --out "$R/swiglu_library.json" ;;
     delayed-diag)
       LLAMA_ENV=(XLA_FLAGS=--xla_gpu_autotune_level=0)

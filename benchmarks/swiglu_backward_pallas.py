@@ -90,16 +90,16 @@ def reference(gate, up, dh, s=SCALES):
 
 
 def _library_row(g, u, d, reps, forms):
-    """The library kernel's time, and how many of its codes differ from XLA's (same formula, same GPU)."""
+    """The library's CUDA kernel's time, and how many of its codes differ from XLA's (same formula, same GPU)."""
     from mxprec import formats
     from mxprec.fused_mlp import swiglu_backward, swiglu_forward
-    from mxprec.kernels import swiglu_pallas
+    from mxprec.kernels import cuda
     from mxprec.quantize import quantize
     from mxprec.scaling import DelayedScaling, DelayedScalingState
 
     fmts = (formats.E4M3, formats.E5M2, formats.E5M2)
     s = jnp.array(SCALES, F32)
-    f = jax.jit(lambda g, u, d, s: swiglu_pallas.swiglu_backward_fp8(g, u, d, s, fmts))
+    f = jax.jit(lambda g, u, d, s: cuda.swiglu_backward_fp8(g, u, d, s, fmts))
 
     def xla(g, u, d, s):
         h = swiglu_forward(g, u)
@@ -119,7 +119,7 @@ def _library_row(g, u, d, reps, forms):
         diff.append(round(float(jnp.mean((ia != ib).astype(F32))), 6))
         step.append(int(jnp.max(jnp.abs(ia - ib))))
     m, n = g.shape
-    return dict(form="library_swiglu_pallas", us=round(ms * 1e3, 1), tb_s=round(11 * m * n / (ms * 1e-3) / 1e12, 3),
+    return dict(form="library_cuda_swiglu_backward_fp8", us=round(ms * 1e3, 1), tb_s=round(11 * m * n / (ms * 1e-3) / 1e12, 3),
                 xla_same_formula_us=round(xla_ms * 1e3, 1), codes_differing_from_xla_formula=diff,
                 max_code_step=step, kernels=kernels)
 
@@ -136,7 +136,7 @@ def main(argv=None):
                         "dividing (e.g. 32x256x4r), a trailing 't' also writes the transposed codes (12 bytes per "
                         "element move instead of 9)")
     p.add_argument("--library", action="store_true",
-                   help="also time mxprec.kernels.swiglu_pallas (the library's kernel: h's K-major codes, d_gate's "
+                   help="also time mxprec.kernels.cuda.swiglu_backward_fp8 (the library's CUDA kernel: h's K-major codes, d_gate's "
                         "and d_up's codes and K-major copies, runtime scales) and count its codes that differ from "
                         "XLA's computation of the same formula (mxprec.fused_mlp.swiglu_backward + quantize)")
     p.add_argument("--out", default=None)
@@ -152,7 +152,7 @@ def main(argv=None):
         ms, kernels = forms._kernel_time(jax.jit(forms.FORMS[name]), (g, u, d, s), args.reps)
         rows.append(dict(form="xla_" + name, us=round(ms * 1e3, 1), kernels=kernels))
         print(json.dumps(rows[-1]), flush=True)
-    for cfg in args.configs.split(","):
+    for cfg in filter(None, args.configs.split(",")):
         bm, bn, nw = (int(v) for v in cfg.rstrip("rt").split("x"))
         f = jax.jit(functools.partial(swiglu_bwd_fp8, bm=bm, bn=bn, num_warps=nw, exact="r" not in cfg,
                                       transposed="t" in cfg))

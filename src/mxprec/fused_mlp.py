@@ -4,14 +4,14 @@ The three projections run exactly the GEMMs, quantizations and delayed-scaling u
 :func:`mxprec.dot_general` calls would (each with its own state; ``wi_0`` / ``wi_1`` / ``wo``), and the
 activation has a specified arithmetic (:func:`swiglu_forward`, :func:`swiglu_backward`: FP32, one rounding to the
 model's dtype per tensor). What the block adds is the backward's schedule: with per-tensor delayed FP8 scaling
-on a CUDA GPU, one Pallas kernel (:mod:`mxprec.kernels.swiglu_pallas`) turns ``gate``, ``up`` and ``dh`` into
+on a CUDA GPU, one kernel (:func:`mxprec.kernels.cuda.swiglu_backward_fp8`) turns ``gate``, ``up`` and ``dh`` into
 h's K-major codes (wo's Wgrad), d_gate's and d_up's codes along F (Dgrad) and K-major (Wgrad) and their amaxes,
 where the unfused model runs XLA's fusions and three FP8 transposes for the same work.
 
 Semantics: bit-identical to the composition ``dot_general(swiglu(dot_general(x, W0), dot_general(x, W1)), Wo)``
-with :func:`swiglu` and the same recipe and states on XLA's path (``swiglu_kernel="xla"``; CPU tests); the
-Pallas kernel computes the same formula, so its codes equal XLA's wherever the two GPUs' ``exp`` and FMA
-contraction agree (see ``tests/test_fused_mlp_gpu.py`` for the measured bound).
+with :func:`swiglu` and the same recipe and states on XLA's path (``swiglu_kernel="xla"``; CPU tests); the CUDA
+kernel computes the same formula with IEEE FP32 steps (``tests/test_fused_mlp.py`` checks it against XLA's
+evaluation on the GPU and states the measured agreement).
 
 Shapes: ``x (..., D)``, ``wi_0, wi_1 (D, F)``, ``wo (F, D)`` -> ``(..., D)`` in ``x.dtype``.
 """
@@ -42,7 +42,7 @@ from mxprec.dot_general import (
     max_combining,
 )
 from mxprec import kernels
-from mxprec.quantize import QTensor, _amax_from_bits
+from mxprec.quantize import QTensor
 from mxprec.recipes import Recipe
 from mxprec.recipes import get as get_recipe
 from mxprec.scaling import DelayedScaling
@@ -50,15 +50,24 @@ from mxprec.scaling import DelayedScaling
 __all__ = ["FusedMLPState", "SWIGLU_KERNELS", "swiglu", "swiglu_backward", "swiglu_forward", "swiglu_mlp"]
 
 F32 = jnp.float32
-SWIGLU_KERNELS = ("auto", "pallas", "xla", "interpret")
+SWIGLU_KERNELS = ("auto", "cuda", "xla")
 PROJECTIONS = ("wi_0", "wi_1", "wo")
 
 
 # ----------------------------------------------------------------------------- the activation's arithmetic
 
 
+def _round(x32, dtype):
+    """x32 rounded to ``dtype`` (RNE) as a value XLA keeps: ``reduce_precision`` first, which XLA's GPU compiler
+    does not drop the way it drops a convert pair to f32 and back inside a fusion (xla_allow_excess_precision)."""
+    fi = jnp.finfo(dtype)
+    if fi.nexp == 8:  # bfloat16 (float16: XLA's reduce_precision would flush its subnormals; a plain convert)
+        x32 = lax.reduce_precision(x32, exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
+    return x32.astype(dtype)
+
+
 def _sigmoid_parts(gate):
-    g = gate.astype(F32)
+    g = _round(gate.astype(F32), gate.dtype).astype(F32)
     sig = 1.0 / (1.0 + jnp.exp(-g))
     return g, sig, g * sig
 
@@ -66,7 +75,7 @@ def _sigmoid_parts(gate):
 def swiglu_forward(gate, up):
     """``h = silu(gate) * up``: FP32 ``g * (1 / (1 + exp(-g))) * u``, rounded once to ``gate.dtype``."""
     _, _, silu = _sigmoid_parts(gate)
-    return (silu * up.astype(F32)).astype(gate.dtype)
+    return _round(silu * _round(up.astype(F32), up.dtype).astype(F32), gate.dtype)
 
 
 def swiglu_backward(gate, up, dh):
@@ -75,9 +84,9 @@ def swiglu_backward(gate, up, dh):
     ``d_up = dh * silu(g)``; ``d_gate = dh * u * sig * (1 + g * (1 - sig))`` (evaluated left to right).
     """
     g, sig, silu = _sigmoid_parts(gate)
-    u, d = up.astype(F32), dh.astype(F32)
-    d_up = (d * silu).astype(gate.dtype)
-    d_gate = (d * u * sig * (1.0 + g * (1.0 - sig))).astype(gate.dtype)
+    u, d = (_round(t.astype(F32), t.dtype).astype(F32) for t in (up, dh))
+    d_up = _round(d * silu, gate.dtype)
+    d_gate = _round(d * u * sig * (1.0 + g * (1.0 - sig)), gate.dtype)
     return d_gate, d_up
 
 
@@ -130,39 +139,32 @@ def _fwd(meta: _Meta, x, w0, w1, wo, state):
     return y, (res0, res1, res2, gate, up)
 
 
-def _kernel_use(meta: _Meta, gate, st) -> str | None:
-    """"pallas" / "interpret" where the one-kernel SwiGLU backward runs, else None (XLA's fusions)."""
+def _kernel_use(meta: _Meta, gate, st) -> bool:
+    """Whether the backward's SwiGLU, casts and transposed copies run as the one CUDA kernel (else XLA's fusions)."""
     choice = meta.swiglu_kernel
     if choice == "xla":
-        return None
+        return False
     r = meta.gemm.recipe
-    why = None
+    why = ""
     if st is None:
         why = f"recipe {r.name!r} is not delayed-scaled (the kernel casts with known scales)"
     elif not all(isinstance(s, DelayedScaling) and s.fmt.is_fp8 for s in (r.wgrad_lhs, r.dgrad_grad, r.wgrad_grad)):
         why = f"recipe {r.name!r}: h / dY are not per-tensor delayed FP8"
     elif r.dgrad_grad != r.wgrad_grad or r.stochastic_grad_rounding:
         why = f"recipe {r.name!r}: dY's Dgrad and Wgrad copies differ"
+    elif jax.default_backend() != "gpu":
+        why = f"the kernel needs a CUDA GPU (JAX backend {jax.default_backend()})"
     else:
-        from mxprec.kernels import swiglu_pallas
+        from mxprec.kernels import cuda, hip
 
-        why = swiglu_pallas.why_not(gate.shape[1], gate.shape[2], gate.dtype)
-    if choice == "interpret":
-        if why:
-            raise ValueError(f"swiglu_mlp(swiglu_kernel='interpret'): {why}")
-        return "interpret"
-    on_cuda = jax.default_backend() == "gpu"
-    if on_cuda:
-        from mxprec.kernels import hip
-
-        on_cuda = not hip.is_rocm()
-    if choice == "pallas":
-        why = why or (None if on_cuda else f"the Pallas kernel needs a CUDA GPU (backend {jax.default_backend()})")
-        if why:
-            raise ValueError(f"swiglu_mlp(swiglu_kernel='pallas'): {why}")
-        return "pallas"
-    # auto: the kernel wherever it applies on CUDA; MXPREC_FUSED_SWIGLU_KERNEL=0 turns it off
-    return "pallas" if on_cuda and not why and os.environ.get("MXPREC_FUSED_SWIGLU_KERNEL", "1") != "0" else None
+        if hip.is_rocm() or not cuda.available():
+            why = "the CUDA kernels (libmxprec_cuda.so) are not loaded"
+        else:
+            why = cuda.why_not_swiglu_backward(gate.shape[1], gate.shape[2], gate.dtype)
+    if choice == "cuda" and why:
+        raise ValueError(f"swiglu_mlp(swiglu_kernel='cuda'): {why}")
+    # auto: the kernel wherever it applies; MXPREC_FUSED_SWIGLU_KERNEL=0 turns it off (a measurement knob)
+    return not why and os.environ.get("MXPREC_FUSED_SWIGLU_KERNEL", "1") != "0"
 
 
 def _fp8_qtensor(codes, scale, amax, spec, shape, dtype) -> QTensor:
@@ -170,23 +172,21 @@ def _fp8_qtensor(codes, scale, amax, spec, shape, dtype) -> QTensor:
                    tensor_scale=None, spec=spec, axis=2, shape=shape, dtype=jnp.dtype(dtype))
 
 
-def _swiglu_backward_quantized(use: str, meta: _Meta, gate, up, dh, st):
-    """(h's Wgrad copy for wo, (d_gate Dgrad, Wgrad copies, amax), (d_up ...)) from the Pallas kernel."""
-    from mxprec.kernels import swiglu_pallas
+def _swiglu_backward_quantized(meta: _Meta, gate, up, dh, st):
+    """(h's Wgrad copy for wo, (d_gate's Dgrad copy, Wgrad copy, amax), (d_up's ...)) from the CUDA kernel."""
+    from mxprec.kernels import cuda
 
     r = meta.gemm.recipe
     b, m, f = gate.shape
     s_h, s_dg, s_du = st.wo.lhs.scale, st.wi_0.grad.scale, st.wi_1.grad.scale
     scales = jnp.stack([jnp.asarray(s, F32).reshape(()) for s in (s_h, s_dg, s_du)])
     fmts = (r.wgrad_lhs.fmt, r.dgrad_grad.fmt, r.dgrad_grad.fmt)
-    outs = swiglu_pallas.swiglu_backward_fp8(gate.reshape(m, f), up.reshape(m, f), dh.reshape(m, f), scales, fmts,
-                                             interpret=use == "interpret")
-    ht, dgc, dgt, duc, dut, bits_dg, bits_du = outs
+    ht, dgc, dgt, duc, dut, amax_dg, amax_du = cuda.swiglu_backward_fp8(
+        gate.reshape(m, f), up.reshape(m, f), dh.reshape(m, f), scales, fmts)
     nan = jnp.float32(jnp.nan)  # Wgrad copies: their amax is never read
     qh_w = _fp8_qtensor(ht, s_h, nan, r.wgrad_lhs, (b, f, m), gate.dtype)
     grads = []
-    for codes, codes_t, bits, s in ((dgc, dgt, bits_dg, s_dg), (duc, dut, bits_du, s_du)):
-        amax = _amax_from_bits(bits)
+    for codes, codes_t, amax, s in ((dgc, dgt, amax_dg, s_dg), (duc, dut, amax_du, s_du)):
         grads.append((_fp8_qtensor(codes, s, amax, r.dgrad_grad, (b, m, f), gate.dtype),
                       _fp8_qtensor(codes_t, s, nan, r.wgrad_grad, (b, f, m), gate.dtype), amax))
     return qh_w, grads[0], grads[1]
@@ -199,10 +199,8 @@ def _bwd(meta: _Meta, res, g):
     st_all = None if st0 is None else FusedMLPState(st0, st1, st2)
     qg_d, qg_w = _grad_copies(m, g, _part(st2, "grad"))
     dh = _dgrad(m, qg_d, rw2, st2)
-    use = _kernel_use(meta, gate, st_all)
-    if use:
-        rx2, (qd0, qd0_w, amax_d0), (qd1, qd1_w, amax_d1) = _swiglu_backward_quantized(use, meta, gate, up, dh,
-                                                                                       st_all)
+    if _kernel_use(meta, gate, st_all):
+        rx2, (qd0, qd0_w, amax_d0), (qd1, qd1_w, amax_d1) = _swiglu_backward_quantized(meta, gate, up, dh, st_all)
     else:
         d_gate, d_up = swiglu_backward(gate, up, dh)
         qd0, qd0_w = _grad_copies(m, d_gate, _part(st0, "grad"))
@@ -243,8 +241,8 @@ def swiglu_mlp(x, wi_0, wi_1, wo, *, recipe: Recipe | str, state: FusedMLPState 
       recipe: a quantizing Recipe or preset name.
       state: :class:`FusedMLPState` for delayed-scaling recipes (its cotangent is the updated state, as for
         ``dot_general``; wrap with :func:`mxprec.dot_general.max_combining` when the block is applied several times).
-      swiglu_kernel: "auto" (the Pallas kernel on CUDA where the recipe and shapes allow, else XLA), "pallas"
-        (require it), "xla", or "interpret" (the kernel's body on XLA's ops; tests).
+      swiglu_kernel: "auto" (the CUDA kernel where the recipe, shapes and platform allow, else XLA's fusions),
+        "cuda" (require it: ValueError where it cannot run), or "xla".
     Returns:
       (..., D) in ``x.dtype``.
     """

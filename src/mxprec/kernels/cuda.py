@@ -135,11 +135,13 @@ def _gpu_precondition():
 TRANSPOSE_TARGET = "mxprec_transpose_bytes"
 QUANTIZE_TRANSPOSED_TARGET = "mxprec_quantize_transposed"
 QUANTIZE_ROWS_TRANSPOSED_TARGET = "mxprec_quantize_rows_transposed"
+SWIGLU_BACKWARD_TARGET = "mxprec_swiglu_backward_fp8"
 _LIB = NativeLibrary(file=LIBRARY_NAME,
                      symbols={TARGET: SYMBOL, "mxprec_quantize": "MxprecQuantizeCuda",
                               TRANSPOSE_TARGET: "MxprecTransposeBytesCuda",
                               QUANTIZE_TRANSPOSED_TARGET: "MxprecQuantizeTransposedCuda",
-                              QUANTIZE_ROWS_TRANSPOSED_TARGET: "MxprecQuantizeRowsTransposedCuda"},
+                              QUANTIZE_ROWS_TRANSPOSED_TARGET: "MxprecQuantizeRowsTransposedCuda",
+                              SWIGLU_BACKWARD_TARGET: "MxprecSwigluBackwardFp8Cuda"},
                      platform="CUDA", build_hint=BUILD_HINT,
                      build_dirs=("build-cuda", "build"), precondition=_gpu_precondition,
                      env_var="MXPREC_CUDA_LIBRARY")
@@ -723,3 +725,54 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     ls = _scale_tn(lhs, lhs_contract, family)
     rs = _scale_tn(rhs, rhs_contract, family)
     return _gemm_vmappable(cfg)(a, ls, one, b, rs, one, bias_buf)
+
+
+# ----------------------------------------------------------------------------- SwiGLU backward with its FP8 casts
+
+SWIGLU_TILE = (64, 128)  # (M, F) tile of the kernel: M and F must be multiples
+
+
+def why_not_swiglu_backward(m: int, f: int, dtype) -> str:
+    """Empty string when :func:`swiglu_backward_fp8` takes (M, F) tensors of ``dtype``, else why not."""
+    if jnp.dtype(dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return f"dtype {jnp.dtype(dtype)} (the kernel takes bfloat16 / float16)"
+    if m <= 0 or f <= 0 or m % SWIGLU_TILE[0] or f % SWIGLU_TILE[1] or m // SWIGLU_TILE[0] > 65535:
+        return f"shape ({m}, {f}): M must be a positive multiple of {SWIGLU_TILE[0]} and F of {SWIGLU_TILE[1]}"
+    return ""
+
+
+def swiglu_backward_fp8(gate, up, dh, scales, fmts):
+    """The SwiGLU backward of :mod:`mxprec.fused_mlp` with its per-tensor FP8 casts, in one CUDA kernel.
+
+    The custom call ``mxprec_swiglu_backward_fp8`` (csrc/cuda_kernels/cuda_swiglu_backward.cu): reads gate, up
+    and dh once; computes h, d_gate, d_up with :func:`mxprec.fused_mlp.swiglu_backward`'s arithmetic; writes their
+    FP8 codes (x / scale, saturating, RNE) row-major (d_gate, d_up: Dgrad) and transposed (all three: Wgrad), and
+    the two gradients' amaxes.
+
+    Args:
+      gate, up, dh: (M, F) bfloat16 / float16 (M a multiple of 64, F of 128).
+      scales: float32 (3,): the dequantization scales of h, d_gate, d_up.
+      fmts: three FP8 ElementFormats (h, d_gate, d_up).
+    Returns:
+      ``(h_t, d_gate, d_gate_t, d_up, d_up_t, amax_d_gate, amax_d_up)``: codes in the formats' float8 dtypes,
+      ``*_t`` (F, M), the others (M, F); the amaxes float32 () as ``mxprec.quantize.tensor_amax`` gives them.
+      No sharding rule: under a sharded jit the operands are gathered to one device (XLA's default for a custom
+      call). Raises ValueError for shapes / dtypes / formats the kernel does not take.
+    """
+    m, f = gate.shape if gate.ndim == 2 else (0, 0)
+    reason = why_not_swiglu_backward(m, f, gate.dtype) if gate.ndim == 2 else f"gate has rank {gate.ndim}, not 2"
+    for name, t in (("up", up), ("dh", dh)):
+        if t.shape != gate.shape or t.dtype != gate.dtype:
+            reason = reason or f"{name} {t.dtype}{tuple(t.shape)} differs from gate {gate.dtype}{tuple(gate.shape)}"
+    if len(fmts) != 3 or any(not fm.is_fp8 for fm in fmts):
+        reason = reason or f"formats {[fm.name for fm in fmts]}: three FP8 formats expected"
+    if reason:
+        raise ValueError(f"mxprec.kernels.cuda.swiglu_backward_fp8: {reason}")
+    require()
+    sd = jax.ShapeDtypeStruct
+    dt = [jnp.dtype(fm.dtype) for fm in fmts]
+    out = (sd((f, m), dt[0]), sd((m, f), dt[1]), sd((f, m), dt[1]), sd((m, f), dt[2]), sd((f, m), dt[2]),
+           sd((2,), jnp.uint32))
+    *codes, amax = jax.ffi.ffi_call(SWIGLU_BACKWARD_TARGET, out)(gate, up, dh, jnp.asarray(scales, jnp.float32).reshape(3))
+    amax = jax.lax.bitcast_convert_type(amax, jnp.float32)
+    return (*codes, amax[0], amax[1])
