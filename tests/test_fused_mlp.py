@@ -120,7 +120,7 @@ def _kernel_reference(gate, up, dh, scales, fmts):
         q = quantize(t, DelayedScaling(fmt), axis=1,
                      state=DelayedScalingState(amax_history=jnp.zeros((4,), jnp.float32), scale=jnp.float32(s)))
         out.append(q.data)
-    return (out[0].T, out[1], out[1].T, out[2], out[2].T, tensor_amax(d_gate), tensor_amax(d_up))
+    return (out[0].T, out[1], out[1].T, out[2], out[2].T, tensor_amax(h), tensor_amax(d_gate), tensor_amax(d_up))
 
 
 def _bits(x):
@@ -242,6 +242,27 @@ def test_gpu_kernel_random_matches_formula():
     print("kernel vs XLA formula (fraction differing, max code step):", stats)
     for frac, step in stats:
         assert frac == 0.0, stats
+
+
+@GPU_KERNEL
+@pytest.mark.parametrize("scale", [0.01, 1e-6, 3.0])
+def test_gpu_forward_kernel_bitexact(scale):
+    """h's codes and amax from the forward kernel: XLA's swiglu_forward + the library's delayed cast, exactly."""
+    from mxprec.scaling import DelayedScaling
+
+    k = jax.random.split(jax.random.key(4), 2)
+    random = tuple(jax.random.normal(ki, (2048, 1024), jnp.float32).astype(BF16) * 3 for ki in k)
+    for gate, up in (random, _adversarial()[:2]):
+        codes, amax = jax.jit(lambda g, u: cuda.swiglu_forward_fp8(g, u, jnp.float32(scale), formats.E4M3))(gate, up)
+
+        def ref(g, u):
+            h = swiglu_forward(g, u)
+            st = DelayedScalingState(amax_history=jnp.zeros((4,), jnp.float32), scale=jnp.float32(scale))
+            return quantize(h, DelayedScaling(formats.E4M3), axis=1, state=st).data, tensor_amax(h)
+
+        want_codes, want_amax = jax.jit(ref)(gate, up)
+        np.testing.assert_array_equal(_bits(codes), _bits(want_codes))
+        np.testing.assert_array_equal(_bits(amax), _bits(want_amax))
 
 
 @GPU_KERNEL

@@ -35,6 +35,10 @@ from mxprec.dot_general import (
     _dgrad,
     _finish,
     _fwd as _gemm_fwd,
+    _q,
+    _reuse_or_keep,
+    _reuse_or_quantize,
+    _to_f32,
     _grad_copies,
     _state_cotangent,
     _wgrad,
@@ -134,13 +138,37 @@ def _part(state, name):
 def _fwd(meta: _Meta, x, w0, w1, wo, state):
     gate, res0 = _gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"))
     up, res1 = _gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"))
-    h = swiglu_forward(gate, up)
-    y, res2 = _gemm_fwd(meta.gemm, h, wo, _part(state, "wo"))
+    if _kernel_use(meta, gate, state):
+        y, res2 = _wo_fwd_from_codes(meta, gate, up, wo, state.wo)
+    else:
+        y, res2 = _gemm_fwd(meta.gemm, swiglu_forward(gate, up), wo, _part(state, "wo"))
     return y, (res0, res1, res2, gate, up)
 
 
+def _wo_fwd_from_codes(meta: _Meta, gate, up, wo, state_wo):
+    """wo's Fprop with h's codes and amax from the CUDA kernel (h itself is never written); the residuals of
+    :func:`mxprec.dot_general._fwd` except h's Wgrad copy, which the backward's kernel writes."""
+    from mxprec.kernels import cuda
+
+    m = meta.gemm
+    r, be = m.recipe, m.backend
+    st = _to_f32(state_wo)
+    b, rows, f = gate.shape
+    codes, amax_h = cuda.swiglu_forward_fp8(gate.reshape(rows, f), up.reshape(rows, f), st.lhs.scale,
+                                            r.fprop_lhs.fmt)
+    qh = _fp8_qtensor(codes, st.lhs.scale, amax_h, r.fprop_lhs, (b, rows, f), gate.dtype)
+    qwo = _q(wo, r.fprop_rhs, 1, r, st.rhs, backend=be, weight=True)
+    y = kernels.scaled_gemm(qh, qwo, lhs_contract=2, rhs_contract=1, out_dtype=m.out_dtype, backend=be)
+    if r.residuals == "quantized":
+        rw = _reuse_or_quantize(wo, qwo, r.dgrad_rhs, 2, r, st.rhs, backend=be, weight=True)
+    else:
+        rw = _reuse_or_keep(wo, qwo, r.dgrad_rhs, 2)
+    return y, (None, rw, (amax_h, _amax_of(qwo, wo)), st)
+
+
 def _kernel_use(meta: _Meta, gate, st) -> bool:
-    """Whether the backward's SwiGLU, casts and transposed copies run as the one CUDA kernel (else XLA's fusions)."""
+    """Whether the SwiGLU and h's cast (forward) and the SwiGLU backward with its casts and transposed copies run as
+    the CUDA kernels (else XLA's fusions). The forward and the backward decide alike (same state, shapes)."""
     choice = meta.swiglu_kernel
     if choice == "xla":
         return False
@@ -148,7 +176,8 @@ def _kernel_use(meta: _Meta, gate, st) -> bool:
     why = ""
     if st is None:
         why = f"recipe {r.name!r} is not delayed-scaled (the kernel casts with known scales)"
-    elif not all(isinstance(s, DelayedScaling) and s.fmt.is_fp8 for s in (r.wgrad_lhs, r.dgrad_grad, r.wgrad_grad)):
+    elif not all(isinstance(s, DelayedScaling) and s.fmt.is_fp8
+                 for s in (r.fprop_lhs, r.wgrad_lhs, r.dgrad_grad, r.wgrad_grad)):
         why = f"recipe {r.name!r}: h / dY are not per-tensor delayed FP8"
     elif r.dgrad_grad != r.wgrad_grad or r.stochastic_grad_rounding:
         why = f"recipe {r.name!r}: dY's Dgrad and Wgrad copies differ"
@@ -173,7 +202,10 @@ def _fp8_qtensor(codes, scale, amax, spec, shape, dtype) -> QTensor:
 
 
 def _swiglu_backward_quantized(meta: _Meta, gate, up, dh, st):
-    """(h's Wgrad copy for wo, (d_gate's Dgrad copy, Wgrad copy, amax), (d_up's ...)) from the CUDA kernel."""
+    """(h's Wgrad copy for wo, amax(h), (d_gate's Dgrad copy, Wgrad copy, amax), (d_up's ...)) from the CUDA kernel.
+
+    amax(h) is recomputed here (the same bits as the forward kernel's), so that under rematerialization the
+    forward's recomputation needs no SwiGLU at all (its kernel call is dead and XLA drops it)."""
     from mxprec.kernels import cuda
 
     r = meta.gemm.recipe
@@ -181,7 +213,7 @@ def _swiglu_backward_quantized(meta: _Meta, gate, up, dh, st):
     s_h, s_dg, s_du = st.wo.lhs.scale, st.wi_0.grad.scale, st.wi_1.grad.scale
     scales = jnp.stack([jnp.asarray(s, F32).reshape(()) for s in (s_h, s_dg, s_du)])
     fmts = (r.wgrad_lhs.fmt, r.dgrad_grad.fmt, r.dgrad_grad.fmt)
-    ht, dgc, dgt, duc, dut, amax_dg, amax_du = cuda.swiglu_backward_fp8(
+    ht, dgc, dgt, duc, dut, amax_h, amax_dg, amax_du = cuda.swiglu_backward_fp8(
         gate.reshape(m, f), up.reshape(m, f), dh.reshape(m, f), scales, fmts)
     nan = jnp.float32(jnp.nan)  # Wgrad copies: their amax is never read
     qh_w = _fp8_qtensor(ht, s_h, nan, r.wgrad_lhs, (b, f, m), gate.dtype)
@@ -189,7 +221,7 @@ def _swiglu_backward_quantized(meta: _Meta, gate, up, dh, st):
     for codes, codes_t, amax, s in ((dgc, dgt, amax_dg, s_dg), (duc, dut, amax_du, s_du)):
         grads.append((_fp8_qtensor(codes, s, amax, r.dgrad_grad, (b, m, f), gate.dtype),
                       _fp8_qtensor(codes_t, s, nan, r.wgrad_grad, (b, f, m), gate.dtype), amax))
-    return qh_w, grads[0], grads[1]
+    return qh_w, amax_h, grads[0], grads[1]
 
 
 def _bwd(meta: _Meta, res, g):
@@ -200,7 +232,9 @@ def _bwd(meta: _Meta, res, g):
     qg_d, qg_w = _grad_copies(m, g, _part(st2, "grad"))
     dh = _dgrad(m, qg_d, rw2, st2)
     if _kernel_use(meta, gate, st_all):
-        rx2, (qd0, qd0_w, amax_d0), (qd1, qd1_w, amax_d1) = _swiglu_backward_quantized(meta, gate, up, dh, st_all)
+        rx2, amax_h, (qd0, qd0_w, amax_d0), (qd1, qd1_w, amax_d1) = _swiglu_backward_quantized(meta, gate, up, dh,
+                                                                                               st_all)
+        amax2 = (amax_h, amax2[1])
     else:
         d_gate, d_up = swiglu_backward(gate, up, dh)
         qd0, qd0_w = _grad_copies(m, d_gate, _part(st0, "grad"))

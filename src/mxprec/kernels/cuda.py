@@ -136,12 +136,14 @@ TRANSPOSE_TARGET = "mxprec_transpose_bytes"
 QUANTIZE_TRANSPOSED_TARGET = "mxprec_quantize_transposed"
 QUANTIZE_ROWS_TRANSPOSED_TARGET = "mxprec_quantize_rows_transposed"
 SWIGLU_BACKWARD_TARGET = "mxprec_swiglu_backward_fp8"
+SWIGLU_FORWARD_TARGET = "mxprec_swiglu_forward_fp8"
 _LIB = NativeLibrary(file=LIBRARY_NAME,
                      symbols={TARGET: SYMBOL, "mxprec_quantize": "MxprecQuantizeCuda",
                               TRANSPOSE_TARGET: "MxprecTransposeBytesCuda",
                               QUANTIZE_TRANSPOSED_TARGET: "MxprecQuantizeTransposedCuda",
                               QUANTIZE_ROWS_TRANSPOSED_TARGET: "MxprecQuantizeRowsTransposedCuda",
-                              SWIGLU_BACKWARD_TARGET: "MxprecSwigluBackwardFp8Cuda"},
+                              SWIGLU_BACKWARD_TARGET: "MxprecSwigluBackwardFp8Cuda",
+                              SWIGLU_FORWARD_TARGET: "MxprecSwigluForwardFp8Cuda"},
                      platform="CUDA", build_hint=BUILD_HINT,
                      build_dirs=("build-cuda", "build"), precondition=_gpu_precondition,
                      env_var="MXPREC_CUDA_LIBRARY")
@@ -744,17 +746,17 @@ def why_not_swiglu_backward(m: int, f: int, dtype) -> str:
 def swiglu_backward_fp8(gate, up, dh, scales, fmts):
     """The SwiGLU backward of :mod:`mxprec.fused_mlp` with its per-tensor FP8 casts, in one CUDA kernel.
 
-    The custom call ``mxprec_swiglu_backward_fp8`` (csrc/cuda_kernels/cuda_swiglu_backward.cu): reads gate, up
-    and dh once; computes h, d_gate, d_up with :func:`mxprec.fused_mlp.swiglu_backward`'s arithmetic; writes their
-    FP8 codes (x / scale, saturating, RNE) row-major (d_gate, d_up: Dgrad) and transposed (all three: Wgrad), and
-    the two gradients' amaxes.
+    The custom call ``mxprec_swiglu_backward_fp8`` (csrc/cuda_kernels/cuda_swiglu.cu): reads gate, up and dh
+    once; computes h, d_gate, d_up with :func:`mxprec.fused_mlp.swiglu_backward`'s arithmetic; writes their FP8
+    codes (x / scale, saturating, RNE) row-major (d_gate, d_up: Dgrad) and transposed (all three: Wgrad), and the
+    three amaxes.
 
     Args:
       gate, up, dh: (M, F) bfloat16 / float16 (M a multiple of 64, F of 128).
       scales: float32 (3,): the dequantization scales of h, d_gate, d_up.
       fmts: three FP8 ElementFormats (h, d_gate, d_up).
     Returns:
-      ``(h_t, d_gate, d_gate_t, d_up, d_up_t, amax_d_gate, amax_d_up)``: codes in the formats' float8 dtypes,
+      ``(h_t, d_gate, d_gate_t, d_up, d_up_t, amax_h, amax_d_gate, amax_d_up)``: codes in the formats' float8 dtypes,
       ``*_t`` (F, M), the others (M, F); the amaxes float32 () as ``mxprec.quantize.tensor_amax`` gives them.
       No sharding rule: under a sharded jit the operands are gathered to one device (XLA's default for a custom
       call). Raises ValueError for shapes / dtypes / formats the kernel does not take.
@@ -772,7 +774,29 @@ def swiglu_backward_fp8(gate, up, dh, scales, fmts):
     sd = jax.ShapeDtypeStruct
     dt = [jnp.dtype(fm.dtype) for fm in fmts]
     out = (sd((f, m), dt[0]), sd((m, f), dt[1]), sd((f, m), dt[1]), sd((m, f), dt[2]), sd((f, m), dt[2]),
-           sd((2,), jnp.uint32))
+           sd((3,), jnp.uint32))
     *codes, amax = jax.ffi.ffi_call(SWIGLU_BACKWARD_TARGET, out)(gate, up, dh, jnp.asarray(scales, jnp.float32).reshape(3))
     amax = jax.lax.bitcast_convert_type(amax, jnp.float32)
-    return (*codes, amax[0], amax[1])
+    return (*codes, amax[0], amax[1], amax[2])
+
+
+def swiglu_forward_fp8(gate, up, scale, fmt):
+    """``h = swiglu_forward(gate, up)`` of :mod:`mxprec.fused_mlp` as FP8 codes ``h / scale`` and ``amax(h)``, one
+    CUDA kernel (``mxprec_swiglu_forward_fp8``, csrc/cuda_kernels/cuda_swiglu.cu; h itself is not written).
+
+    Args: gate, up (M, F) bfloat16 / float16 (the backward's shape rules); scale float32 (); fmt an FP8 format.
+    Returns: (codes (M, F) in ``fmt``'s float8 dtype, amax float32 ()). Raises ValueError as
+    :func:`swiglu_backward_fp8`.
+    """
+    m, f = gate.shape if gate.ndim == 2 else (0, 0)
+    reason = why_not_swiglu_backward(m, f, gate.dtype) if gate.ndim == 2 else f"gate has rank {gate.ndim}, not 2"
+    if up.shape != gate.shape or up.dtype != gate.dtype:
+        reason = reason or f"up {up.dtype}{tuple(up.shape)} differs from gate {gate.dtype}{tuple(gate.shape)}"
+    if not fmt.is_fp8:
+        reason = reason or f"format {fmt.name}: FP8 expected"
+    if reason:
+        raise ValueError(f"mxprec.kernels.cuda.swiglu_forward_fp8: {reason}")
+    require()
+    out = (jax.ShapeDtypeStruct((m, f), jnp.dtype(fmt.dtype)), jax.ShapeDtypeStruct((1,), jnp.uint32))
+    codes, amax = jax.ffi.ffi_call(SWIGLU_FORWARD_TARGET, out)(gate, up, jnp.asarray(scale, jnp.float32).reshape(1))
+    return codes, jax.lax.bitcast_convert_type(amax, jnp.float32)[0]

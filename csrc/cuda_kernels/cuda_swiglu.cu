@@ -3,8 +3,12 @@
 //
 //   in   gate, up, dh: (M, F) bfloat16 or float16, row-major; scales: float32 (3,) = s_h, s_dg, s_du (device)
 //   out  h_t (F, M), d_gate (M, F), d_gate_t (F, M), d_up (M, F), d_up_t (F, M): FP8 codes (e4m3fn / e5m2, each
-//        output's own dtype); amax: uint32 (2,) = the FP32 bits of max |d_gate|, max |d_up| (NaN canonical,
-//        a subnormal maximum 0: mxprec.quantize.tensor_amax of the rounded tensors)
+//        output's own dtype); amax: uint32 (3,) = the FP32 bits of max |h|, max |d_gate|, max |d_up| (NaN
+//        canonical, a subnormal maximum 0: mxprec.quantize.tensor_amax of the rounded tensors)
+//
+// and `mxprec_swiglu_forward_fp8` (MxprecSwigluForwardFp8Cuda), the forward's h = silu(gate) * up with its cast:
+//   in   gate, up: (M, F) as above; scale: float32 (1,) = s_h
+//   out  h codes (M, F) FP8; amax: uint32 (1,) = the bits of max |h|
 //
 // Arithmetic (mxprec.fused_mlp.swiglu_forward / swiglu_backward, no FMA contraction: every step one IEEE FP32
 // operation rounded to nearest):
@@ -17,11 +21,12 @@
 // of gate, up and dh (16-byte loads), writes d_gate's and d_up's codes row-major (8-byte stores) and the three
 // code tiles into shared memory (rows padded to 33 words), then writes the transposed tiles: each thread moves
 // 4 x 4 byte blocks (four word loads, a byte-permute transpose, four 4-byte stores; 16 lanes per 64-byte output
-// row). The two amaxes: warp max of the |x| bit keys, CTA max in shared memory, one atomicMax each per CTA.
+// row). The amaxes: warp max of the |x| bit keys, CTA max in shared memory, one atomicMax each per CTA.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -65,6 +70,17 @@ __device__ __forceinline__ uint32_t code(float x, float s, bool e5m2) {
   return pair & 0xFFu;
 }
 
+// sig and silu of g (sig = 1 / (1 + exp(-g)), silu = g * sig), and h = R(silu * u).
+template <typename T>
+struct Swiglu {
+  float sig, silu, h;
+  __device__ __forceinline__ Swiglu(float g, float u) {
+    sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
+    silu = __fmul_rn(g, sig);
+    h = round_model<T>(__fmul_rn(silu, u));
+  }
+};
+
 __device__ __forceinline__ uint32_t abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
 
 // Rows w[0..3] of a 4 x 4 byte block -> its columns: col[c] byte i = w[i] byte c.
@@ -85,7 +101,7 @@ struct Outs {
   uint8_t* dg_t;
   uint8_t* du;
   uint8_t* du_t;
-  uint32_t* amax;  // [2], zeroed before the launch
+  uint32_t* amax;  // [3] (h, d_gate, d_up), zeroed before the launch
   bool e5m2[3];    // h, d_gate, d_up
 };
 
@@ -95,12 +111,12 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const T* __re
                                                                    const float* __restrict__ scales, Outs o,
                                                                    int64_t m_size, int64_t f_size) {
   __shared__ uint32_t tile[3][kTileM][kStrideWords];
-  __shared__ uint32_t red[2][kThreads / 32];
+  __shared__ uint32_t red[3][kThreads / 32];
   const int t = static_cast<int>(threadIdx.x);
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM, f0 = static_cast<int64_t>(blockIdx.x) * kTileF;
   const float s_h = flush(scales[0]), s_dg = flush(scales[1]), s_du = flush(scales[2]);
   const int piece = t % kRowThreads;  // 8-element piece of the row
-  uint32_t key_dg = 0, key_du = 0;
+  uint32_t key_h = 0, key_dg = 0, key_du = 0;
 #pragma unroll
   for (int pass = 0; pass < kTileM / kRowsPerPass; ++pass) {
     const int r = t / kRowThreads + kRowsPerPass * pass;
@@ -115,12 +131,12 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const T* __re
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       const float g = static_cast<float>(gs[i]), u = static_cast<float>(us[i]), d = static_cast<float>(ds[i]);
-      const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
-      const float silu = __fmul_rn(g, sig);
-      const float h = round_model<T>(__fmul_rn(silu, u));
+      const Swiglu<T> sw(g, u);
+      const float sig = sw.sig, silu = sw.silu, h = sw.h;
       const float du = round_model<T>(__fmul_rn(d, silu));
       const float inner = __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig)));
       const float dg = round_model<T>(__fmul_rn(__fmul_rn(__fmul_rn(d, u), sig), inner));
+      key_h = max(key_h, abs_bits(h));
       key_dg = max(key_dg, abs_bits(dg));
       key_du = max(key_du, abs_bits(du));
       const int sh = 8 * (i & 3);
@@ -139,14 +155,16 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const T* __re
     tile[2][r][w + 1] = cu[1];
   }
   // amaxes: warp, then CTA, then one atomicMax each (finished keys: NaN canonical, subnormal 0)
+  key_h = __reduce_max_sync(kFull, key_h);
   key_dg = __reduce_max_sync(kFull, key_dg);
   key_du = __reduce_max_sync(kFull, key_du);
   if ((t & 31) == 0) {
-    red[0][t / 32] = key_dg;
-    red[1][t / 32] = key_du;
+    red[0][t / 32] = key_h;
+    red[1][t / 32] = key_dg;
+    red[2][t / 32] = key_du;
   }
   __syncthreads();
-  if (t < 2) {
+  if (t < 3) {
     uint32_t k = 0;
 #pragma unroll
     for (int i = 0; i < kThreads / 32; ++i) k = max(k, red[t][i]);
@@ -217,15 +235,15 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
   }
   if (dg_t->element_type() != dg->element_type() || du_t->element_type() != du->element_type())
     return invalid(desc + "; a tensor's two code copies must share one float8 dtype");
-  if (amax->element_type() != ffi::DataType::U32 || amax->element_count() != 2)
-    return invalid(desc + "; amax must be uint32 (2,)");
+  if (amax->element_type() != ffi::DataType::U32 || amax->element_count() != 3)
+    return invalid(desc + "; amax must be uint32 (3,)");
   if (m == 0 || f == 0) return ffi::Error::Success();
   Outs o{static_cast<uint8_t*>(h_t->untyped_data()), static_cast<uint8_t*>(dg->untyped_data()),
          static_cast<uint8_t*>(dg_t->untyped_data()), static_cast<uint8_t*>(du->untyped_data()),
          static_cast<uint8_t*>(du_t->untyped_data()), static_cast<uint32_t*>(amax->untyped_data()),
          {h_t->element_type() == ffi::DataType::F8E5M2, dg->element_type() == ffi::DataType::F8E5M2,
           du->element_type() == ffi::DataType::F8E5M2}};
-  cudaError_t e = cudaMemsetAsync(o.amax, 0, 2 * sizeof(uint32_t), stream);
+  cudaError_t e = cudaMemsetAsync(o.amax, 0, 3 * sizeof(uint32_t), stream);
   if (e != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": memset: " + cudaGetErrorString(e));
   const dim3 grid(static_cast<unsigned>(f / kTileF), static_cast<unsigned>(m / kTileM));
   const auto* s = static_cast<const float*>(scales.untyped_data());
@@ -243,9 +261,96 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
   return ffi::Error::Success();
 }
 
+// Forward: 8 consecutive elements per thread, grid-stride over the (M * F / 8) pieces.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const T* __restrict__ gate, const T* __restrict__ up,
+                                                                  const float* __restrict__ scale, uint8_t* codes,
+                                                                  uint32_t* amax, bool e5m2, int64_t pieces) {
+  __shared__ uint32_t red[kThreads / 32];
+  const float s = flush(scale[0]);
+  uint32_t key = 0;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; p < pieces;
+       p += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const uint4 gv = __ldg(reinterpret_cast<const uint4*>(gate) + p);
+    const uint4 uv = __ldg(reinterpret_cast<const uint4*>(up) + p);
+    const T* gs = reinterpret_cast<const T*>(&gv);
+    const T* us = reinterpret_cast<const T*>(&uv);
+    uint32_t c[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const Swiglu<T> sw(static_cast<float>(gs[i]), static_cast<float>(us[i]));
+      key = max(key, abs_bits(sw.h));
+      c[i >> 2] |= code(sw.h, s, e5m2) << (8 * (i & 3));
+    }
+    reinterpret_cast<uint2*>(codes)[p] = make_uint2(c[0], c[1]);
+  }
+  key = __reduce_max_sync(kFull, key);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = key;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t k = 0;
+#pragma unroll
+    for (int i = 0; i < kThreads / 32; ++i) k = max(k, red[i]);
+    k = finish_key(k);
+    if (k != 0u) atomicMax(amax, k);
+  }
+}
+
+ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up, ffi::AnyBuffer scale,
+                             ffi::Result<ffi::AnyBuffer> codes, ffi::Result<ffi::AnyBuffer> amax) {
+  const auto gd = gate.dimensions();
+  const ffi::DataType in = gate.element_type();
+  std::ostringstream os;
+  os << "mxprec_swiglu_forward_fp8: gate " << dtype_name(in) << dims_str(gd) << ", up "
+     << dtype_name(up.element_type()) << dims_str(up.dimensions());
+  const std::string desc = os.str();
+  if (gd.size() != 2 || (in != ffi::DataType::BF16 && in != ffi::DataType::F16) || up.element_type() != in ||
+      !same_dims(up.dimensions(), gd) || gd[1] % kVec) {
+    return invalid(desc + "; expected two (M, F) bfloat16 or float16 tensors of one shape and dtype, F a multiple of 8");
+  }
+  if (scale.element_type() != ffi::DataType::F32 || scale.element_count() != 1)
+    return invalid(desc + "; scale must be float32 (1,)");
+  if (!is_fp8(codes->element_type()) || !same_dims(codes->dimensions(), gd))
+    return invalid(desc + "; codes must be float8 of gate's shape");
+  if (amax->element_type() != ffi::DataType::U32 || amax->element_count() != 1)
+    return invalid(desc + "; amax must be uint32 (1,)");
+  auto* a = static_cast<uint32_t*>(amax->untyped_data());
+  cudaError_t e = cudaMemsetAsync(a, 0, sizeof(uint32_t), stream);
+  if (e != cudaSuccess) return ffi::Error::Internal(std::string("mxprec_swiglu_forward_fp8: memset: ") + cudaGetErrorString(e));
+  const int64_t pieces = gd[0] * gd[1] / kVec;
+  if (pieces == 0) return ffi::Error::Success();
+  const int64_t blocks = std::min<int64_t>((pieces + kThreads - 1) / kThreads, 132 * 16);
+  const bool e5m2 = codes->element_type() == ffi::DataType::F8E5M2;
+  const auto* s = static_cast<const float*>(scale.untyped_data());
+  auto* c = static_cast<uint8_t*>(codes->untyped_data());
+  if (in == ffi::DataType::BF16) {
+    swiglu_forward_kernel<__nv_bfloat16><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(gate.untyped_data()), static_cast<const __nv_bfloat16*>(up.untyped_data()),
+        s, c, a, e5m2, pieces);
+  } else {
+    swiglu_forward_kernel<__half><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        static_cast<const __half*>(gate.untyped_data()), static_cast<const __half*>(up.untyped_data()), s, c, a,
+        e5m2, pieces);
+  }
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return ffi::Error::Internal(std::string("mxprec_swiglu_forward_fp8: kernel launch: ") + cudaGetErrorString(e));
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace cuda_swiglu
 }  // namespace mxprec
+
+MXPREC_DECLARE_HANDLER_SYMBOL(MxprecSwigluForwardFp8Cuda);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecSwigluForwardFp8Cuda, mxprec::cuda_swiglu::SwigluForwardImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>());
 
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecSwigluBackwardFp8Cuda);
 
