@@ -252,10 +252,14 @@ def test_gpu_forward_kernel_bitexact(scale):
 
     k = jax.random.split(jax.random.key(4), 2)
     random = tuple(jax.random.normal(ki, (2048, 1024), jnp.float32).astype(BF16) * 3 for ki in k)
-    for gate, up in (random, _adversarial()[:2]):
-        codes, amax = jax.jit(lambda g, u: cuda.swiglu_forward_fp8(g, u, jnp.float32(scale), formats.E4M3))(gate, up)
+    mults = (jnp.float32(0.37), jnp.float32(3.1e-3))  # gate / up read as R(raw * m), as from scaled_gemm_deferred
+    for (gate, up), mult in ((random, None), (_adversarial()[:2], None), (random, mults)):
+        codes, amax = jax.jit(lambda g, u: cuda.swiglu_forward_fp8(g, u, jnp.float32(scale), formats.E4M3,
+                                                                   mult))(gate, up)
 
         def ref(g, u):
+            if mult is not None:
+                g, u = ((t.astype(jnp.float32) * m).astype(BF16) for t, m in zip((g, u), mult))
             h = swiglu_forward(g, u)
             st = DelayedScalingState(amax_history=jnp.zeros((4,), jnp.float32), scale=jnp.float32(scale))
             return quantize(h, DelayedScaling(formats.E4M3), axis=1, state=st).data, tensor_amax(h)

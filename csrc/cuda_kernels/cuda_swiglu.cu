@@ -1,13 +1,15 @@
 // XLA FFI handler `mxprec_swiglu_backward_fp8` for platform "CUDA" (exported C symbol MxprecSwigluBackwardFp8Cuda):
 // the SwiGLU backward of mxprec.fused_mlp with its per-tensor FP8 casts, amaxes and Wgrad's K-major copies.
 //
-//   in   gate, up, dh: (M, F) bfloat16 or float16, row-major; scales: float32 (3,) = s_h, s_dg, s_du (device)
+//   in   gate, up, dh: (M, F) bfloat16 or float16, row-major; scales: float32 (3,) = s_h, s_dg, s_du (device);
+//        mult: float32 (2,) = m_g, m_u: the kernel reads gate as R(gate * m_g) and up as R(up * m_u) (the
+//        per-tensor scales of the GEMMs that made them, which XLA's FP8 path applies after its dot; 1 = as is)
 //   out  h_t (F, M), d_gate (M, F), d_gate_t (F, M), d_up (M, F), d_up_t (F, M): FP8 codes (e4m3fn / e5m2, each
 //        output's own dtype); amax: uint32 (3,) = the FP32 bits of max |h|, max |d_gate|, max |d_up| (NaN
 //        canonical, a subnormal maximum 0: mxprec.quantize.tensor_amax of the rounded tensors)
 //
 // and `mxprec_swiglu_forward_fp8` (MxprecSwigluForwardFp8Cuda), the forward's h = silu(gate) * up with its cast:
-//   in   gate, up: (M, F) as above; scale: float32 (1,) = s_h
+//   in   gate, up: (M, F) as above; scale: float32 (1,) = s_h; mult: float32 (2,) as above
 //   out  h codes (M, F) FP8; amax: uint32 (1,) = the bits of max |h|
 //
 // Arithmetic (mxprec.fused_mlp.swiglu_forward / swiglu_backward, no FMA contraction: every step one IEEE FP32
@@ -108,13 +110,15 @@ struct Outs {
 template <typename T>
 __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const T* __restrict__ gate, const T* __restrict__ up,
                                                                    const T* __restrict__ dh,
-                                                                   const float* __restrict__ scales, Outs o,
+                                                                   const float* __restrict__ scales,
+                                                                   const float* __restrict__ mult, Outs o,
                                                                    int64_t m_size, int64_t f_size) {
   __shared__ uint32_t tile[3][kTileM][kStrideWords];
   __shared__ uint32_t red[3][kThreads / 32];
   const int t = static_cast<int>(threadIdx.x);
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM, f0 = static_cast<int64_t>(blockIdx.x) * kTileF;
   const float s_h = flush(scales[0]), s_dg = flush(scales[1]), s_du = flush(scales[2]);
+  const float m_g = mult[0], m_u = mult[1];
   const int piece = t % kRowThreads;  // 8-element piece of the row
   uint32_t key_h = 0, key_dg = 0, key_du = 0;
 #pragma unroll
@@ -130,7 +134,9 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const T* __re
     uint32_t ch[2] = {0, 0}, cg[2] = {0, 0}, cu[2] = {0, 0};
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
-      const float g = static_cast<float>(gs[i]), u = static_cast<float>(us[i]), d = static_cast<float>(ds[i]);
+      const float g = round_model<T>(__fmul_rn(static_cast<float>(gs[i]), m_g));
+      const float u = round_model<T>(__fmul_rn(static_cast<float>(us[i]), m_u));
+      const float d = static_cast<float>(ds[i]);
       const Swiglu<T> sw(g, u);
       const float sig = sw.sig, silu = sw.silu, h = sw.h;
       const float du = round_model<T>(__fmul_rn(d, silu));
@@ -201,7 +207,7 @@ bool same_dims(ffi::AnyBuffer::Dimensions a, ffi::AnyBuffer::Dimensions b) {
 bool is_fp8(ffi::DataType t) { return t == ffi::DataType::F8E4M3FN || t == ffi::DataType::F8E5M2; }
 
 ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up, ffi::AnyBuffer dh,
-                              ffi::AnyBuffer scales, ffi::Result<ffi::AnyBuffer> h_t, ffi::Result<ffi::AnyBuffer> dg,
+                              ffi::AnyBuffer scales, ffi::AnyBuffer mult, ffi::Result<ffi::AnyBuffer> h_t, ffi::Result<ffi::AnyBuffer> dg,
                               ffi::Result<ffi::AnyBuffer> dg_t, ffi::Result<ffi::AnyBuffer> du,
                               ffi::Result<ffi::AnyBuffer> du_t, ffi::Result<ffi::AnyBuffer> amax) {
   const auto gd = gate.dimensions();
@@ -221,6 +227,8 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
   if (scales.element_type() != ffi::DataType::F32 || scales.element_count() != 3) {
     return invalid(desc + "; scales must be float32 (3,)");
   }
+  if (mult.element_type() != ffi::DataType::F32 || mult.element_count() != 2)
+    return invalid(desc + "; mult must be float32 (2,)");
   ffi::Result<ffi::AnyBuffer>* rows[2] = {&dg, &du};
   ffi::Result<ffi::AnyBuffer>* cols[3] = {&h_t, &dg_t, &du_t};
   for (auto* r : rows) {
@@ -247,14 +255,15 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
   if (e != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": memset: " + cudaGetErrorString(e));
   const dim3 grid(static_cast<unsigned>(f / kTileF), static_cast<unsigned>(m / kTileM));
   const auto* s = static_cast<const float*>(scales.untyped_data());
+  const auto* mu = static_cast<const float*>(mult.untyped_data());
   if (in == ffi::DataType::BF16) {
     swiglu_backward_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(gate.untyped_data()), static_cast<const __nv_bfloat16*>(up.untyped_data()),
-        static_cast<const __nv_bfloat16*>(dh.untyped_data()), s, o, m, f);
+        static_cast<const __nv_bfloat16*>(dh.untyped_data()), s, mu, o, m, f);
   } else {
     swiglu_backward_kernel<__half><<<grid, kThreads, 0, stream>>>(
         static_cast<const __half*>(gate.untyped_data()), static_cast<const __half*>(up.untyped_data()),
-        static_cast<const __half*>(dh.untyped_data()), s, o, m, f);
+        static_cast<const __half*>(dh.untyped_data()), s, mu, o, m, f);
   }
   e = cudaGetLastError();
   if (e != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": kernel launch: " + cudaGetErrorString(e));
@@ -264,10 +273,12 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
 // Forward: 8 consecutive elements per thread, grid-stride over the (M * F / 8) pieces.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const T* __restrict__ gate, const T* __restrict__ up,
-                                                                  const float* __restrict__ scale, uint8_t* codes,
+                                                                  const float* __restrict__ scale,
+                                                                  const float* __restrict__ mult, uint8_t* codes,
                                                                   uint32_t* amax, bool e5m2, int64_t pieces) {
   __shared__ uint32_t red[kThreads / 32];
   const float s = flush(scale[0]);
+  const float m_g = mult[0], m_u = mult[1];
   uint32_t key = 0;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; p < pieces;
        p += static_cast<int64_t>(gridDim.x) * kThreads) {
@@ -278,7 +289,8 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const T* __res
     uint32_t c[2] = {0, 0};
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
-      const Swiglu<T> sw(static_cast<float>(gs[i]), static_cast<float>(us[i]));
+      const Swiglu<T> sw(round_model<T>(__fmul_rn(static_cast<float>(gs[i]), m_g)),
+                         round_model<T>(__fmul_rn(static_cast<float>(us[i]), m_u)));
       key = max(key, abs_bits(sw.h));
       c[i >> 2] |= code(sw.h, s, e5m2) << (8 * (i & 3));
     }
@@ -297,7 +309,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const T* __res
 }
 
 ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up, ffi::AnyBuffer scale,
-                             ffi::Result<ffi::AnyBuffer> codes, ffi::Result<ffi::AnyBuffer> amax) {
+                             ffi::AnyBuffer mult, ffi::Result<ffi::AnyBuffer> codes, ffi::Result<ffi::AnyBuffer> amax) {
   const auto gd = gate.dimensions();
   const ffi::DataType in = gate.element_type();
   std::ostringstream os;
@@ -310,6 +322,8 @@ ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyB
   }
   if (scale.element_type() != ffi::DataType::F32 || scale.element_count() != 1)
     return invalid(desc + "; scale must be float32 (1,)");
+  if (mult.element_type() != ffi::DataType::F32 || mult.element_count() != 2)
+    return invalid(desc + "; mult must be float32 (2,)");
   if (!is_fp8(codes->element_type()) || !same_dims(codes->dimensions(), gd))
     return invalid(desc + "; codes must be float8 of gate's shape");
   if (amax->element_type() != ffi::DataType::U32 || amax->element_count() != 1)
@@ -322,15 +336,16 @@ ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyB
   const int64_t blocks = std::min<int64_t>((pieces + kThreads - 1) / kThreads, 132 * 16);
   const bool e5m2 = codes->element_type() == ffi::DataType::F8E5M2;
   const auto* s = static_cast<const float*>(scale.untyped_data());
+  const auto* mu = static_cast<const float*>(mult.untyped_data());
   auto* c = static_cast<uint8_t*>(codes->untyped_data());
   if (in == ffi::DataType::BF16) {
     swiglu_forward_kernel<__nv_bfloat16><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(gate.untyped_data()), static_cast<const __nv_bfloat16*>(up.untyped_data()),
-        s, c, a, e5m2, pieces);
+        s, mu, c, a, e5m2, pieces);
   } else {
     swiglu_forward_kernel<__half><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        static_cast<const __half*>(gate.untyped_data()), static_cast<const __half*>(up.untyped_data()), s, c, a,
-        e5m2, pieces);
+        static_cast<const __half*>(gate.untyped_data()), static_cast<const __half*>(up.untyped_data()), s, mu, c,
+        a, e5m2, pieces);
   }
   e = cudaGetLastError();
   if (e != cudaSuccess) return ffi::Error::Internal(std::string("mxprec_swiglu_forward_fp8: kernel launch: ") + cudaGetErrorString(e));
@@ -349,6 +364,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecSwigluForwardFp8Cuda, mxprec::cuda_swiglu::S
                                   .Arg<xla::ffi::AnyBuffer>()
                                   .Arg<xla::ffi::AnyBuffer>()
                                   .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
                                   .Ret<xla::ffi::AnyBuffer>()
                                   .Ret<xla::ffi::AnyBuffer>());
 
@@ -357,6 +373,7 @@ MXPREC_DECLARE_HANDLER_SYMBOL(MxprecSwigluBackwardFp8Cuda);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecSwigluBackwardFp8Cuda, mxprec::cuda_swiglu::SwigluBackwardImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
                                   .Arg<xla::ffi::AnyBuffer>()
                                   .Arg<xla::ffi::AnyBuffer>()
                                   .Arg<xla::ffi::AnyBuffer>()

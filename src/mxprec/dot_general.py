@@ -300,13 +300,15 @@ def _grad_keys(recipe: Recipe, g):
     return jax.random.fold_in(base, 1), jax.random.fold_in(base, 2)
 
 
-def _fwd(meta: _Meta, x, w, state):
+def _fwd(meta: _Meta, x, w, state, gemm=kernels.scaled_gemm):
+    """(Fprop output, residuals); ``gemm``: scaled_gemm or a function with its signature (mxprec.fused_mlp passes
+    scaled_gemm_deferred, whose output is a (y, multiplier) pair)."""
     r = meta.recipe
     st = _to_f32(state)
     be = meta.backend
     qx = _q(x, r.fprop_lhs, 2, r, st.lhs if st else None, backend=be)
     qw = _q(w, r.fprop_rhs, 1, r, st.rhs if st else None, backend=be, weight=True)
-    y = kernels.scaled_gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=meta.out_dtype, backend=meta.backend)
+    y = gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=meta.out_dtype, backend=meta.backend)
     if r.residuals == "quantized":
         rx = _q_wgrad(x, r.wgrad_lhs, r, st.lhs if st else None, backend=be, q_prev=qx)
         rw = _reuse_or_quantize(w, qw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be, weight=True)

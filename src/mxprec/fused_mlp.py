@@ -46,6 +46,7 @@ from mxprec.dot_general import (
     max_combining,
 )
 from mxprec import kernels
+from mxprec.kernels.scaled_gemm import scaled_gemm_deferred
 from mxprec.quantize import QTensor
 from mxprec.recipes import Recipe
 from mxprec.recipes import get as get_recipe
@@ -136,27 +137,32 @@ def _part(state, name):
 
 
 def _fwd(meta: _Meta, x, w0, w1, wo, state):
-    gate, res0 = _gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"))
-    up, res1 = _gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"))
-    if _kernel_use(meta, gate, state):
-        y, res2 = _wo_fwd_from_codes(meta, gate, up, wo, state.wo)
-    else:
+    if not _kernel_use(meta, x.shape[1], w0.shape[2], state):
+        gate, res0 = _gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"))
+        up, res1 = _gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"))
         y, res2 = _gemm_fwd(meta.gemm, swiglu_forward(gate, up), wo, _part(state, "wo"))
+        return y, (res0, res1, res2, (gate, None), (up, None))
+    # the kernels apply XLA's per-tensor output scaling of gate and up themselves (scaled_gemm_deferred)
+    gate, res0 = _gemm_fwd(meta.gemm, x, w0, state.wi_0, gemm=scaled_gemm_deferred)
+    up, res1 = _gemm_fwd(meta.gemm, x, w1, state.wi_1, gemm=scaled_gemm_deferred)
+    y, res2 = _wo_fwd_from_codes(meta, gate, up, wo, state.wo)
     return y, (res0, res1, res2, gate, up)
 
 
 def _wo_fwd_from_codes(meta: _Meta, gate, up, wo, state_wo):
     """wo's Fprop with h's codes and amax from the CUDA kernel (h itself is never written); the residuals of
-    :func:`mxprec.dot_general._fwd` except h's Wgrad copy, which the backward's kernel writes."""
+    :func:`mxprec.dot_general._fwd` except h's Wgrad copy, which the backward's kernel writes. ``gate`` and ``up``:
+    (unscaled GEMM output, multiplier or None) pairs from scaled_gemm_deferred."""
     from mxprec.kernels import cuda
 
     m = meta.gemm
     r, be = m.recipe, m.backend
     st = _to_f32(state_wo)
-    b, rows, f = gate.shape
-    codes, amax_h = cuda.swiglu_forward_fp8(gate.reshape(rows, f), up.reshape(rows, f), st.lhs.scale,
-                                            r.fprop_lhs.fmt)
-    qh = _fp8_qtensor(codes, st.lhs.scale, amax_h, r.fprop_lhs, (b, rows, f), gate.dtype)
+    (g, g_mult), (u, u_mult) = gate, up
+    b, rows, f = g.shape
+    codes, amax_h = cuda.swiglu_forward_fp8(g.reshape(rows, f), u.reshape(rows, f), st.lhs.scale, r.fprop_lhs.fmt,
+                                            _mults(g_mult, u_mult))
+    qh = _fp8_qtensor(codes, st.lhs.scale, amax_h, r.fprop_lhs, (b, rows, f), g.dtype)
     qwo = _q(wo, r.fprop_rhs, 1, r, st.rhs, backend=be, weight=True)
     y = kernels.scaled_gemm(qh, qwo, lhs_contract=2, rhs_contract=1, out_dtype=m.out_dtype, backend=be)
     if r.residuals == "quantized":
@@ -166,7 +172,11 @@ def _wo_fwd_from_codes(meta: _Meta, gate, up, wo, state_wo):
     return y, (None, rw, (amax_h, _amax_of(qwo, wo)), st)
 
 
-def _kernel_use(meta: _Meta, gate, st) -> bool:
+def _mults(g_mult, u_mult):
+    return tuple(jnp.float32(1) if v is None else v for v in (g_mult, u_mult))
+
+
+def _kernel_use(meta: _Meta, m: int, f: int, st) -> bool:
     """Whether the SwiGLU and h's cast (forward) and the SwiGLU backward with its casts and transposed copies run as
     the CUDA kernels (else XLA's fusions). The forward and the backward decide alike (same state, shapes)."""
     choice = meta.swiglu_kernel
@@ -189,7 +199,7 @@ def _kernel_use(meta: _Meta, gate, st) -> bool:
         if hip.is_rocm() or not cuda.available():
             why = "the CUDA kernels (libmxprec_cuda.so) are not loaded"
         else:
-            why = cuda.why_not_swiglu_backward(gate.shape[1], gate.shape[2], gate.dtype)
+            why = cuda.why_not_swiglu_backward(m, f, meta.gemm.out_dtype)
     if choice == "cuda" and why:
         raise ValueError(f"swiglu_mlp(swiglu_kernel='cuda'): {why}")
     # auto: the kernel wherever it applies; MXPREC_FUSED_SWIGLU_KERNEL=0 turns it off (a measurement knob)
@@ -202,6 +212,7 @@ def _fp8_qtensor(codes, scale, amax, spec, shape, dtype) -> QTensor:
 
 
 def _swiglu_backward_quantized(meta: _Meta, gate, up, dh, st):
+    """``gate``, ``up``: (unscaled GEMM output, multiplier or None) pairs (see _wo_fwd_from_codes)."""
     """(h's Wgrad copy for wo, amax(h), (d_gate's Dgrad copy, Wgrad copy, amax), (d_up's ...)) from the CUDA kernel.
 
     amax(h) is recomputed here (the same bits as the forward kernel's), so that under rematerialization the
@@ -209,18 +220,19 @@ def _swiglu_backward_quantized(meta: _Meta, gate, up, dh, st):
     from mxprec.kernels import cuda
 
     r = meta.gemm.recipe
-    b, m, f = gate.shape
+    (g, g_mult), (u, u_mult) = gate, up
+    b, m, f = g.shape
     s_h, s_dg, s_du = st.wo.lhs.scale, st.wi_0.grad.scale, st.wi_1.grad.scale
     scales = jnp.stack([jnp.asarray(s, F32).reshape(()) for s in (s_h, s_dg, s_du)])
     fmts = (r.wgrad_lhs.fmt, r.dgrad_grad.fmt, r.dgrad_grad.fmt)
     ht, dgc, dgt, duc, dut, amax_h, amax_dg, amax_du = cuda.swiglu_backward_fp8(
-        gate.reshape(m, f), up.reshape(m, f), dh.reshape(m, f), scales, fmts)
+        g.reshape(m, f), u.reshape(m, f), dh.reshape(m, f), scales, fmts, _mults(g_mult, u_mult))
     nan = jnp.float32(jnp.nan)  # Wgrad copies: their amax is never read
-    qh_w = _fp8_qtensor(ht, s_h, nan, r.wgrad_lhs, (b, f, m), gate.dtype)
+    qh_w = _fp8_qtensor(ht, s_h, nan, r.wgrad_lhs, (b, f, m), g.dtype)
     grads = []
     for codes, codes_t, amax, s in ((dgc, dgt, amax_dg, s_dg), (duc, dut, amax_du, s_du)):
-        grads.append((_fp8_qtensor(codes, s, amax, r.dgrad_grad, (b, m, f), gate.dtype),
-                      _fp8_qtensor(codes_t, s, nan, r.wgrad_grad, (b, f, m), gate.dtype), amax))
+        grads.append((_fp8_qtensor(codes, s, amax, r.dgrad_grad, (b, m, f), g.dtype),
+                      _fp8_qtensor(codes_t, s, nan, r.wgrad_grad, (b, f, m), g.dtype), amax))
     return qh_w, amax_h, grads[0], grads[1]
 
 
@@ -231,12 +243,12 @@ def _bwd(meta: _Meta, res, g):
     st_all = None if st0 is None else FusedMLPState(st0, st1, st2)
     qg_d, qg_w = _grad_copies(m, g, _part(st2, "grad"))
     dh = _dgrad(m, qg_d, rw2, st2)
-    if _kernel_use(meta, gate, st_all):
+    if _kernel_use(meta, dh.shape[1], dh.shape[2], st_all):
         rx2, amax_h, (qd0, qd0_w, amax_d0), (qd1, qd1_w, amax_d1) = _swiglu_backward_quantized(meta, gate, up, dh,
                                                                                                st_all)
         amax2 = (amax_h, amax2[1])
     else:
-        d_gate, d_up = swiglu_backward(gate, up, dh)
+        d_gate, d_up = swiglu_backward(gate[0], up[0], dh)
         qd0, qd0_w = _grad_copies(m, d_gate, _part(st0, "grad"))
         qd1, qd1_w = _grad_copies(m, d_up, _part(st1, "grad"))
         amax_d0 = _amax_of(qd0, d_gate) if st0 is not None else None

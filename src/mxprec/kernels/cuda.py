@@ -743,7 +743,11 @@ def why_not_swiglu_backward(m: int, f: int, dtype) -> str:
     return ""
 
 
-def swiglu_backward_fp8(gate, up, dh, scales, fmts):
+def _multipliers(mult):
+    return jnp.ones((2,), jnp.float32) if mult is None else jnp.stack([jnp.asarray(v, jnp.float32).reshape(()) for v in mult])
+
+
+def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
     """The SwiGLU backward of :mod:`mxprec.fused_mlp` with its per-tensor FP8 casts, in one CUDA kernel.
 
     The custom call ``mxprec_swiglu_backward_fp8`` (csrc/cuda_kernels/cuda_swiglu.cu): reads gate, up and dh
@@ -755,6 +759,9 @@ def swiglu_backward_fp8(gate, up, dh, scales, fmts):
       gate, up, dh: (M, F) bfloat16 / float16 (M a multiple of 64, F of 128).
       scales: float32 (3,): the dequantization scales of h, d_gate, d_up.
       fmts: three FP8 ElementFormats (h, d_gate, d_up).
+      mult: None, or float32 scalars (m_g, m_u): the kernel reads ``R(gate * m_g)`` and ``R(up * m_u)`` (R: round
+        to gate's dtype), the result of XLA's per-tensor FP8 dot before its scaling pass
+        (:func:`mxprec.kernels.scaled_gemm.scaled_gemm_deferred`), so that pass need not be written to memory.
     Returns:
       ``(h_t, d_gate, d_gate_t, d_up, d_up_t, amax_h, amax_d_gate, amax_d_up)``: codes in the formats' float8 dtypes,
       ``*_t`` (F, M), the others (M, F); the amaxes float32 () as ``mxprec.quantize.tensor_amax`` gives them.
@@ -775,16 +782,18 @@ def swiglu_backward_fp8(gate, up, dh, scales, fmts):
     dt = [jnp.dtype(fm.dtype) for fm in fmts]
     out = (sd((f, m), dt[0]), sd((m, f), dt[1]), sd((f, m), dt[1]), sd((m, f), dt[2]), sd((f, m), dt[2]),
            sd((3,), jnp.uint32))
-    *codes, amax = jax.ffi.ffi_call(SWIGLU_BACKWARD_TARGET, out)(gate, up, dh, jnp.asarray(scales, jnp.float32).reshape(3))
+    *codes, amax = jax.ffi.ffi_call(SWIGLU_BACKWARD_TARGET, out)(gate, up, dh, jnp.asarray(scales, jnp.float32).reshape(3),
+                                                                _multipliers(mult))
     amax = jax.lax.bitcast_convert_type(amax, jnp.float32)
     return (*codes, amax[0], amax[1], amax[2])
 
 
-def swiglu_forward_fp8(gate, up, scale, fmt):
+def swiglu_forward_fp8(gate, up, scale, fmt, mult=None):
     """``h = swiglu_forward(gate, up)`` of :mod:`mxprec.fused_mlp` as FP8 codes ``h / scale`` and ``amax(h)``, one
     CUDA kernel (``mxprec_swiglu_forward_fp8``, csrc/cuda_kernels/cuda_swiglu.cu; h itself is not written).
 
-    Args: gate, up (M, F) bfloat16 / float16 (the backward's shape rules); scale float32 (); fmt an FP8 format.
+    Args: gate, up (M, F) bfloat16 / float16 (the backward's shape rules); scale float32 (); fmt an FP8 format;
+    mult as :func:`swiglu_backward_fp8`'s.
     Returns: (codes (M, F) in ``fmt``'s float8 dtype, amax float32 ()). Raises ValueError as
     :func:`swiglu_backward_fp8`.
     """
@@ -798,5 +807,6 @@ def swiglu_forward_fp8(gate, up, scale, fmt):
         raise ValueError(f"mxprec.kernels.cuda.swiglu_forward_fp8: {reason}")
     require()
     out = (jax.ShapeDtypeStruct((m, f), jnp.dtype(fmt.dtype)), jax.ShapeDtypeStruct((1,), jnp.uint32))
-    codes, amax = jax.ffi.ffi_call(SWIGLU_FORWARD_TARGET, out)(gate, up, jnp.asarray(scale, jnp.float32).reshape(1))
+    codes, amax = jax.ffi.ffi_call(SWIGLU_FORWARD_TARGET, out)(gate, up, jnp.asarray(scale, jnp.float32).reshape(1),
+                                                              _multipliers(mult))
     return codes, jax.lax.bitcast_convert_type(amax, jnp.float32)[0]

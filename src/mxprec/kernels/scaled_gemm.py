@@ -45,7 +45,7 @@ from jax import lax
 from mxprec.quantize import QTensor, dequantize, scale_as_f32
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
-__all__ = ["Operand", "reference_scaled_gemm", "scaled_gemm"]
+__all__ = ["Operand", "reference_scaled_gemm", "scaled_gemm", "scaled_gemm_deferred"]
 
 Operand = QTensor | jax.Array
 _CONSTANT_ALONG_K = (TensorScaling, DelayedScaling, RowScaling)
@@ -161,8 +161,9 @@ def _fp8_codes_for_dot(lhs: QTensor, rhs: QTensor, lhs_contract: int, rhs_contra
 
 
 def _xla_scaled_gemm(
-    lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype, cuda_transpose: bool = False
-) -> jax.Array:
+    lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype, cuda_transpose: bool = False,
+    defer: bool = False,
+):
     dims = _dims(lhs_contract, rhs_contract)
     both_q = isinstance(lhs, QTensor) and isinstance(rhs, QTensor)
     if both_q and isinstance(lhs.spec, _CONSTANT_ALONG_K) and isinstance(rhs.spec, _CONSTANT_ALONG_K):
@@ -182,6 +183,8 @@ def _xla_scaled_gemm(
                 # memory. The scales multiply the BF16 product in FP32, so the result is rounded to
                 # out_dtype twice (documented tolerance, docs/numerics.md).
                 y = lax.dot_general(ld, rd, dims, precision=algo, preferred_element_type=out_dtype)
+                if defer:
+                    return y, lhs.scale * rhs.scale
                 return (y.astype(jnp.float32) * (lhs.scale * rhs.scale)).astype(out_dtype)
         acc = lax.dot_general(ld, rd, dims, precision=algo, preferred_element_type=jnp.float32)
         acc = acc * _row_scale_for_output(lhs, lhs_contract, True)
@@ -276,3 +279,30 @@ def scaled_gemm(
 
         return ffi.scaled_gemm(lhs, rhs, **kw)
     return _xla_scaled_gemm(lhs, rhs, lhs_contract, rhs_contract, out_dtype)
+
+
+def scaled_gemm_deferred(lhs: Operand, rhs: Operand, *, lhs_contract: int = 2, rhs_contract: int = 1,
+                         out_dtype=jnp.bfloat16, backend: str = "xla"):
+    """``(y, multiplier)`` with ``scaled_gemm(...) == (y.astype(float32) * multiplier).astype(out_dtype)`` bit for bit.
+
+    Where XLA's per-tensor FP8 dot serves the call on a GPU (its "direct" form: the dot writes ``out_dtype``, a
+    second pass multiplies by the two scales), ``y`` is that dot's output and ``multiplier`` the scales' product,
+    so a consumer that applies the multiplier itself (a custom call XLA cannot fuse the pass into,
+    :mod:`mxprec.fused_mlp`'s kernels) saves the pass. Elsewhere ``(scaled_gemm(...), None)``.
+    """
+    defer = (jax.default_backend() == "gpu" and backend in ("xla", "auto") and isinstance(lhs, QTensor)
+             and isinstance(rhs, QTensor) and isinstance(lhs.spec, _PER_TENSOR) and isinstance(rhs.spec, _PER_TENSOR)
+             and _gpu_fp8_form() != "native")
+    if defer and backend == "auto":
+        from mxprec.kernels import cuda, hip
+
+        if hip.is_rocm() or (cuda.available() and cuda.auto_prefers(lhs, rhs)):
+            defer = False
+    if not defer:
+        return scaled_gemm(lhs, rhs, lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype,
+                           backend=backend), None
+    _check(lhs, rhs, lhs_contract, rhs_contract)
+    from mxprec.kernels import cuda
+
+    transpose = backend == "auto" and cuda.transposes_codes()
+    return _xla_scaled_gemm(lhs, rhs, lhs_contract, rhs_contract, out_dtype, transpose, defer=True)
