@@ -33,6 +33,7 @@
 #include <sstream>
 #include <string>
 
+#include "byte_transpose.cuh"
 #include "ffi_helpers.h"
 #include "quantize_math.h"
 
@@ -84,18 +85,6 @@ struct Swiglu {
 };
 
 __device__ __forceinline__ uint32_t abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
-
-// Rows w[0..3] of a 4 x 4 byte block -> its columns: col[c] byte i = w[i] byte c.
-__device__ __forceinline__ void transpose4x4(const uint32_t w[4], uint32_t col[4]) {
-  const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140);
-  const uint32_t t1 = __byte_perm(w[0], w[1], 0x7362);
-  const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140);
-  const uint32_t t3 = __byte_perm(w[2], w[3], 0x7362);
-  col[0] = __byte_perm(t0, t2, 0x5410);
-  col[1] = __byte_perm(t0, t2, 0x7632);
-  col[2] = __byte_perm(t1, t3, 0x5410);
-  col[3] = __byte_perm(t1, t3, 0x7632);
-}
 
 struct Outs {
   uint8_t* h_t;

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 
+#include "byte_transpose.cuh"
 #include "ffi_helpers.h"
 
 namespace mxprec {
@@ -33,18 +34,6 @@ constexpr int kWords = kTile / 4;  // 32-bit words per tile row
 constexpr int64_t kMaxGridY = 65535;
 
 __device__ __forceinline__ int swizzle(int row) { return ((row >> 4) & 7) << 2; }
-
-// Rows w[0..3] of a 4 x 4 byte block -> its columns: col[c] byte i = w[i] byte c.
-__device__ __forceinline__ void transpose4x4(const uint32_t w[4], uint32_t col[4]) {
-  const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140);  // w0.0 w1.0 w0.1 w1.1
-  const uint32_t t1 = __byte_perm(w[0], w[1], 0x7362);  // w0.2 w1.2 w0.3 w1.3
-  const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140);
-  const uint32_t t3 = __byte_perm(w[2], w[3], 0x7362);
-  col[0] = __byte_perm(t0, t2, 0x5410);
-  col[1] = __byte_perm(t0, t2, 0x7632);
-  col[2] = __byte_perm(t1, t3, 0x5410);
-  col[3] = __byte_perm(t1, t3, 0x7632);
-}
 
 // x, y: (batch, rows, cols) and (batch, cols, rows), row-major. kWhole: rows and cols are multiples of 128
 // (every tile whole, 16-byte accesses); otherwise bytes are loaded and stored one at a time, bounds-checked.
