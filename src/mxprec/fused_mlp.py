@@ -212,8 +212,8 @@ def _fp8_qtensor(codes, scale, amax, spec, shape, dtype) -> QTensor:
 
 
 def _swiglu_backward_quantized(meta: _Meta, gate, up, dh, st):
-    """``gate``, ``up``: (unscaled GEMM output, multiplier or None) pairs (see _wo_fwd_from_codes)."""
-    """(h's Wgrad copy for wo, amax(h), (d_gate's Dgrad copy, Wgrad copy, amax), (d_up's ...)) from the CUDA kernel.
+    """(h's Wgrad copy for wo, amax(h), (d_gate's Dgrad copy, Wgrad copy, amax), (d_up's ...)) from the CUDA kernel;
+    ``gate``, ``up``: (unscaled GEMM output, multiplier or None) pairs (see _wo_fwd_from_codes).
 
     amax(h) is recomputed here (the same bits as the forward kernel's), so that under rematerialization the
     forward's recomputation needs no SwiGLU at all (its kernel call is dead and XLA drops it)."""
@@ -278,7 +278,7 @@ _block.defvjp(_fwd, _bwd)
 
 def swiglu_mlp(x, wi_0, wi_1, wo, *, recipe: Recipe | str, state: FusedMLPState | None = None,
                swiglu_kernel: str = "auto"):
-    """The SwiGLU MLP block with ``recipe``'s GEMMs and one-kernel backward where it applies (module docstring).
+    """The SwiGLU MLP block with ``recipe``'s GEMMs, and its CUDA kernels where they apply (module docstring).
 
     Args:
       x: (..., D) float (the block's input, e.g. the pre-MLP RMSNorm's output).
