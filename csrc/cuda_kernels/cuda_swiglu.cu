@@ -186,11 +186,9 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const T* __re
   }
 }
 
-bool same_dims(ffi::AnyBuffer::Dimensions a, ffi::AnyBuffer::Dimensions b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) return false;
-  return true;
+// A rank-2 buffer's (M, F) as Dims3 for dims_equal; rank -1 (equal to no buffer's) for another rank.
+Dims3 matrix_dims(ffi::AnyBuffer::Dimensions d) {
+  return d.size() == 2 ? Dims3{2, {d[0], d[1], 0}} : Dims3{-1, {0, 0, 0}};
 }
 
 bool is_fp8(ffi::DataType t) { return t == ffi::DataType::F8E4M3FN || t == ffi::DataType::F8E5M2; }
@@ -205,8 +203,9 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
   os << kOp << ": gate " << dtype_name(in) << dims_str(gd) << ", up " << dtype_name(up.element_type())
      << dims_str(up.dimensions()) << ", dh " << dtype_name(dh.element_type()) << dims_str(dh.dimensions());
   const std::string desc = os.str();
-  if (gd.size() != 2 || (in != ffi::DataType::BF16 && in != ffi::DataType::F16) || up.element_type() != in ||
-      dh.element_type() != in || !same_dims(up.dimensions(), gd) || !same_dims(dh.dimensions(), gd)) {
+  const Dims3 mf = matrix_dims(gd);
+  if (mf.rank != 2 || (in != ffi::DataType::BF16 && in != ffi::DataType::F16) || up.element_type() != in ||
+      dh.element_type() != in || !dims_equal(up.dimensions(), mf) || !dims_equal(dh.dimensions(), mf)) {
     return invalid(desc + "; expected three (M, F) bfloat16 or float16 tensors of one shape and dtype");
   }
   const int64_t m = gd[0], f = gd[1];
@@ -221,13 +220,11 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
   ffi::Result<ffi::AnyBuffer>* rows[2] = {&dg, &du};
   ffi::Result<ffi::AnyBuffer>* cols[3] = {&h_t, &dg_t, &du_t};
   for (auto* r : rows) {
-    const auto d = (*r)->dimensions();
-    if (!is_fp8((*r)->element_type()) || d.size() != 2 || d[0] != m || d[1] != f)
+    if (!is_fp8((*r)->element_type()) || !dims_equal((*r)->dimensions(), mf))
       return invalid(desc + "; d_gate / d_up codes must be float8 (M, F)");
   }
   for (auto* r : cols) {
-    const auto d = (*r)->dimensions();
-    if (!is_fp8((*r)->element_type()) || d.size() != 2 || d[0] != f || d[1] != m)
+    if (!is_fp8((*r)->element_type()) || !dims_equal((*r)->dimensions(), Dims3{2, {f, m, 0}}))
       return invalid(desc + "; transposed codes must be float8 (F, M)");
   }
   if (dg_t->element_type() != dg->element_type() || du_t->element_type() != du->element_type())
@@ -305,15 +302,16 @@ ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyB
   os << "mxprec_swiglu_forward_fp8: gate " << dtype_name(in) << dims_str(gd) << ", up "
      << dtype_name(up.element_type()) << dims_str(up.dimensions());
   const std::string desc = os.str();
-  if (gd.size() != 2 || (in != ffi::DataType::BF16 && in != ffi::DataType::F16) || up.element_type() != in ||
-      !same_dims(up.dimensions(), gd) || gd[1] % kVec) {
+  const Dims3 mf = matrix_dims(gd);
+  if (mf.rank != 2 || (in != ffi::DataType::BF16 && in != ffi::DataType::F16) || up.element_type() != in ||
+      !dims_equal(up.dimensions(), mf) || gd[1] % kVec) {
     return invalid(desc + "; expected two (M, F) bfloat16 or float16 tensors of one shape and dtype, F a multiple of 8");
   }
   if (scale.element_type() != ffi::DataType::F32 || scale.element_count() != 1)
     return invalid(desc + "; scale must be float32 (1,)");
   if (mult.element_type() != ffi::DataType::F32 || mult.element_count() != 2)
     return invalid(desc + "; mult must be float32 (2,)");
-  if (!is_fp8(codes->element_type()) || !same_dims(codes->dimensions(), gd))
+  if (!is_fp8(codes->element_type()) || !dims_equal(codes->dimensions(), mf))
     return invalid(desc + "; codes must be float8 of gate's shape");
   if (amax->element_type() != ffi::DataType::U32 || amax->element_count() != 1)
     return invalid(desc + "; amax must be uint32 (1,)");

@@ -161,7 +161,7 @@ def _wo_fwd_from_codes(meta: _Meta, gate, up, wo, state_wo):
     (g, g_mult), (u, u_mult) = gate, up
     b, rows, f = g.shape
     codes, amax_h = cuda.swiglu_forward_fp8(g.reshape(rows, f), u.reshape(rows, f), st.lhs.scale, r.fprop_lhs.fmt,
-                                            _mults(g_mult, u_mult))
+                                            (g_mult, u_mult))
     qh = _fp8_qtensor(codes, st.lhs.scale, amax_h, r.fprop_lhs, (b, rows, f), g.dtype)
     qwo = _q(wo, r.fprop_rhs, 1, r, st.rhs, backend=be, weight=True)
     y = kernels.scaled_gemm(qh, qwo, lhs_contract=2, rhs_contract=1, out_dtype=m.out_dtype, backend=be)
@@ -172,13 +172,9 @@ def _wo_fwd_from_codes(meta: _Meta, gate, up, wo, state_wo):
     return y, (None, rw, (amax_h, _amax_of(qwo, wo)), st)
 
 
-def _mults(g_mult, u_mult):
-    return tuple(jnp.float32(1) if v is None else v for v in (g_mult, u_mult))
-
-
 def _kernel_use(meta: _Meta, m: int, f: int, st) -> bool:
     """Whether the SwiGLU and h's cast (forward) and the SwiGLU backward with its casts and transposed copies run as
-    the CUDA kernels (else XLA's fusions). The forward and the backward decide alike (same state, shapes)."""
+    the CUDA kernels (else XLA's fusions). Decided in the forward; the backward follows its residuals."""
     choice = meta.swiglu_kernel
     if choice == "xla":
         return False
@@ -226,7 +222,7 @@ def _swiglu_backward_quantized(meta: _Meta, gate, up, dh, st):
     scales = jnp.stack([jnp.asarray(s, F32).reshape(()) for s in (s_h, s_dg, s_du)])
     fmts = (r.wgrad_lhs.fmt, r.dgrad_grad.fmt, r.dgrad_grad.fmt)
     ht, dgc, dgt, duc, dut, amax_h, amax_dg, amax_du = cuda.swiglu_backward_fp8(
-        g.reshape(m, f), u.reshape(m, f), dh.reshape(m, f), scales, fmts, _mults(g_mult, u_mult))
+        g.reshape(m, f), u.reshape(m, f), dh.reshape(m, f), scales, fmts, (g_mult, u_mult))
     nan = jnp.float32(jnp.nan)  # Wgrad copies: their amax is never read
     qh_w = _fp8_qtensor(ht, s_h, nan, r.wgrad_lhs, (b, f, m), g.dtype)
     grads = []
@@ -243,7 +239,7 @@ def _bwd(meta: _Meta, res, g):
     st_all = None if st0 is None else FusedMLPState(st0, st1, st2)
     qg_d, qg_w = _grad_copies(m, g, _part(st2, "grad"))
     dh = _dgrad(m, qg_d, rw2, st2)
-    if _kernel_use(meta, dh.shape[1], dh.shape[2], st_all):
+    if rx2 is None:  # the forward took the kernel path (_wo_fwd_from_codes leaves h's Wgrad copy to the backward)
         rx2, amax_h, (qd0, qd0_w, amax_d0), (qd1, qd1_w, amax_d1) = _swiglu_backward_quantized(meta, gate, up, dh,
                                                                                                st_all)
         amax2 = (amax_h, amax2[1])

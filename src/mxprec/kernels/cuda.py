@@ -744,7 +744,20 @@ def why_not_swiglu_backward(m: int, f: int, dtype) -> str:
 
 
 def _multipliers(mult):
-    return jnp.ones((2,), jnp.float32) if mult is None else jnp.stack([jnp.asarray(v, jnp.float32).reshape(()) for v in mult])
+    """float32 (2,) of the (m_g, m_u) pair; None, or a None entry, is 1 (read as is)."""
+    mult = (None, None) if mult is None else mult
+    return jnp.stack([jnp.float32(1) if v is None else jnp.asarray(v, jnp.float32).reshape(()) for v in mult])
+
+
+def _why_not_swiglu_operands(gate, others) -> str:
+    """Why the SwiGLU kernels cannot take ``gate`` and the same-shaped ``others`` ({name: array}), or ""."""
+    if gate.ndim != 2:
+        return f"gate has rank {gate.ndim}, not 2"
+    reason = why_not_swiglu_backward(*gate.shape, gate.dtype)
+    for name, t in others.items():
+        if t.shape != gate.shape or t.dtype != gate.dtype:
+            reason = reason or f"{name} {t.dtype}{tuple(t.shape)} differs from gate {gate.dtype}{tuple(gate.shape)}"
+    return reason
 
 
 def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
@@ -768,15 +781,12 @@ def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
       No sharding rule: under a sharded jit the operands are gathered to one device (XLA's default for a custom
       call). Raises ValueError for shapes / dtypes / formats the kernel does not take.
     """
-    m, f = gate.shape if gate.ndim == 2 else (0, 0)
-    reason = why_not_swiglu_backward(m, f, gate.dtype) if gate.ndim == 2 else f"gate has rank {gate.ndim}, not 2"
-    for name, t in (("up", up), ("dh", dh)):
-        if t.shape != gate.shape or t.dtype != gate.dtype:
-            reason = reason or f"{name} {t.dtype}{tuple(t.shape)} differs from gate {gate.dtype}{tuple(gate.shape)}"
+    reason = _why_not_swiglu_operands(gate, {"up": up, "dh": dh})
     if len(fmts) != 3 or any(not fm.is_fp8 for fm in fmts):
         reason = reason or f"formats {[fm.name for fm in fmts]}: three FP8 formats expected"
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.swiglu_backward_fp8: {reason}")
+    m, f = gate.shape
     require()
     sd = jax.ShapeDtypeStruct
     dt = [jnp.dtype(fm.dtype) for fm in fmts]
@@ -797,14 +807,12 @@ def swiglu_forward_fp8(gate, up, scale, fmt, mult=None):
     Returns: (codes (M, F) in ``fmt``'s float8 dtype, amax float32 ()). Raises ValueError as
     :func:`swiglu_backward_fp8`.
     """
-    m, f = gate.shape if gate.ndim == 2 else (0, 0)
-    reason = why_not_swiglu_backward(m, f, gate.dtype) if gate.ndim == 2 else f"gate has rank {gate.ndim}, not 2"
-    if up.shape != gate.shape or up.dtype != gate.dtype:
-        reason = reason or f"up {up.dtype}{tuple(up.shape)} differs from gate {gate.dtype}{tuple(gate.shape)}"
+    reason = _why_not_swiglu_operands(gate, {"up": up})
     if not fmt.is_fp8:
         reason = reason or f"format {fmt.name}: FP8 expected"
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.swiglu_forward_fp8: {reason}")
+    m, f = gate.shape
     require()
     out = (jax.ShapeDtypeStruct((m, f), jnp.dtype(fmt.dtype)), jax.ShapeDtypeStruct((1,), jnp.uint32))
     codes, amax = jax.ffi.ffi_call(SWIGLU_FORWARD_TARGET, out)(gate, up, jnp.asarray(scale, jnp.float32).reshape(1),
