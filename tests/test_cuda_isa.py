@@ -361,24 +361,31 @@ def test_sm90_fp8_transpose_moves_16_byte_pieces_without_spills():
 
 
 def test_swiglu_kernels_vector_accesses_without_spills():
-    """mxprec_swiglu_{backward,forward}_fp8 (cuda_swiglu.cu), both input dtypes: no spills; the backward reads its
-    three inputs as 16-byte pieces (12 LDG.E.128 per thread: 4 row passes) and stores d_gate's / d_up's codes as
-    8-byte pieces (8 STG.E.64), the forward 2 LDG.E.128 and 1 STG.E.64 per piece; no byte stores to global memory;
-    the FP8 codes come from the saturating converts (F2FP.SATFINITE.E4M3 / E5M2)."""
+    """mxprec_swiglu_{backward,forward}_fp8 (cuda_swiglu.cu), one instance per input dtype and FP8 format mix (backward:
+    2 x 8, forward: 2 x 2): no spills; the backward reads its three inputs as 16-byte pieces (12 LDG.E.128 per thread: 4
+    row passes) and stores d_gate's / d_up's codes as 8-byte pieces (8 STG.E.64), the forward 2 LDG.E.128 and 1
+    STG.E.64 per piece; no byte stores to global memory; the FP8 codes come from the saturating converts of each
+    instance's own formats (the format is a template parameter, not a branch per element: at least 16 converts per
+    output of a format in the backward, 4 in the forward; an all-E4M3 instance has fewer E5M2 converts than one
+    output needs, those of the out-of-line exact division)."""
     obj = _first_existing(BUILD / "obj" / "cuda_swiglu.o")
     usage = re.findall(r"Function (\S+):\s*\n?\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)",
                        _cuobjdump_out("--dump-resource-usage", obj))
-    assert len(usage) == 4, usage
+    assert len(usage) == 20, usage
     assert all((stack, local) == ("0", "0") for _, _, stack, local in usage), usage
     funcs = re.split(r"\n\s*Function : ", _sass(obj))[1:]
-    for kind, ldg, stg in (("backward", 12, 8), ("forward", 2, 1)):
+    for kind, ldg, stg, n_inst, per_output in (("backward", 12, 8, 16, 16), ("forward", 2, 1, 4, 4)):
         found = [f for f in funcs if f"swiglu_{kind}_kernel" in f.split("\n", 1)[0]]
-        assert len(found) == 2, kind
+        assert len(found) == n_inst, kind
         for f in found:
+            name = f.split("\n", 1)[0]
+            e5m2 = [flag == "1" for flag in re.findall(r"Lb([01])E", name)]
             count = lambda pat: len(re.findall(pat, f))  # noqa: E731
             assert count(r"\bLDG\.E\.128") == ldg and count(r"\bSTG\.E\.64") == stg, kind
             assert count(r"\bSTG\.E\.U8") == 0
-            assert count(r"F2FP\.SATFINITE\.E4M3") > 0 and count(r"F2FP\.SATFINITE\.E5M2") > 0
+            for fmt, n in (("E4M3", e5m2.count(False)), ("E5M2", e5m2.count(True))):
+                converts = count(rf"F2FP\.SATFINITE\.{fmt}")
+                assert converts >= per_output * n and (n > 0 or converts < per_output), (name, fmt, converts)
 
 
 _COL_ROWS = r"col_kernel\S*Li8ELb0ELb1ELb1EE"  # kTransposed + kRows (mxprec_quantize_rows_transposed)

@@ -211,10 +211,10 @@ GPU_KERNEL = pytest.mark.skipif(not (ON_GPU and cuda.available()), reason="needs
 FMTS = (formats.E4M3, formats.E5M2, formats.E5M2)
 
 
-def _kernel_vs_formula(gate, up, dh, scales):
+def _kernel_vs_formula(gate, up, dh, scales, fmts=FMTS):
     """Per output: (fraction of codes differing, largest code step) of the kernel against XLA's evaluation."""
-    got = jax.jit(lambda g, u, d: cuda.swiglu_backward_fp8(g, u, d, jnp.array(scales), FMTS))(gate, up, dh)
-    want = jax.jit(lambda g, u, d: _kernel_reference(g, u, d, scales, FMTS))(gate, up, dh)
+    got = jax.jit(lambda g, u, d: cuda.swiglu_backward_fp8(g, u, d, jnp.array(scales), fmts))(gate, up, dh)
+    want = jax.jit(lambda g, u, d: _kernel_reference(g, u, d, scales, fmts))(gate, up, dh)
     stats = []
     for a, b in zip(got[:5], want[:5]):
         assert a.dtype == b.dtype and a.shape == b.shape
@@ -226,11 +226,27 @@ def _kernel_vs_formula(gate, up, dh, scales):
 
 
 @GPU_KERNEL
-@pytest.mark.parametrize("scales", [(0.01, 0.001, 0.002), (1e-6, 1e-9, 1e-9), (3.0, 70.0, 5.0)])
+@pytest.mark.parametrize("scales", [(0.01, 0.001, 0.002), (1e-6, 1e-9, 1e-9), (3.0, 70.0, 5.0),
+                                    (1e-30, 2.0 ** 103, -0.5)])
 def test_gpu_kernel_adversarial_bitexact(scales):
-    """exp over- and underflow, +-0, subnormals, Inf, NaN (any NaN code), saturation: the same codes and amaxes."""
+    """exp over- and underflow, +-0, subnormals, Inf, NaN (any NaN code), saturation: the same codes and amaxes.
+    The last scales lie outside the kernel's reciprocal division (below 2**-80, from 2**102 on, negative): those
+    codes come from its per-element IEEE division."""
     for frac, step in _kernel_vs_formula(*_adversarial(), scales):
         assert frac == 0.0, (frac, step)
+
+
+@GPU_KERNEL
+@pytest.mark.parametrize("fmts", [(formats.E4M3,) * 3, (formats.E5M2,) * 3, (formats.E5M2, formats.E4M3, formats.E5M2),
+                                  (formats.E4M3, formats.E5M2, formats.E4M3)])
+def test_gpu_kernel_formats_bitexact(fmts):
+    """Each FP8 format mix (the kernel is compiled per mix): random values around the scales' ranges and the
+    adversarial ones, the same codes and amaxes as XLA's evaluation."""
+    k = jax.random.split(jax.random.key(3), 3)
+    random = tuple(jax.random.normal(ki, (1024, 512), jnp.float32).astype(BF16) * 8 for ki in k)
+    for args in (random, _adversarial()):
+        for frac, step in _kernel_vs_formula(*args, (0.05, 0.003, 0.007), fmts):
+            assert frac == 0.0, (fmts, frac, step)
 
 
 @GPU_KERNEL
@@ -245,8 +261,9 @@ def test_gpu_kernel_random_matches_formula():
 
 
 @GPU_KERNEL
-@pytest.mark.parametrize("scale", [0.01, 1e-6, 3.0])
-def test_gpu_forward_kernel_bitexact(scale):
+@pytest.mark.parametrize("scale,fmt", [(0.01, formats.E4M3), (1e-6, formats.E4M3), (3.0, formats.E4M3),
+                                       (1e-30, formats.E4M3), (0.01, formats.E5M2), (1e-6, formats.E5M2)])
+def test_gpu_forward_kernel_bitexact(scale, fmt):
     """h's codes and amax from the forward kernel: XLA's swiglu_forward + the library's delayed cast, exactly."""
     from mxprec.scaling import DelayedScaling
 
@@ -254,15 +271,14 @@ def test_gpu_forward_kernel_bitexact(scale):
     random = tuple(jax.random.normal(ki, (2048, 1024), jnp.float32).astype(BF16) * 3 for ki in k)
     mults = (jnp.float32(0.37), jnp.float32(3.1e-3))  # gate / up read as R(raw * m), as from scaled_gemm_deferred
     for (gate, up), mult in ((random, None), (_adversarial()[:2], None), (random, mults)):
-        codes, amax = jax.jit(lambda g, u: cuda.swiglu_forward_fp8(g, u, jnp.float32(scale), formats.E4M3,
-                                                                   mult))(gate, up)
+        codes, amax = jax.jit(lambda g, u: cuda.swiglu_forward_fp8(g, u, jnp.float32(scale), fmt, mult))(gate, up)
 
         def ref(g, u):
             if mult is not None:
                 g, u = ((t.astype(jnp.float32) * m).astype(BF16) for t, m in zip((g, u), mult))
             h = swiglu_forward(g, u)
             st = DelayedScalingState(amax_history=jnp.zeros((4,), jnp.float32), scale=jnp.float32(scale))
-            return quantize(h, DelayedScaling(formats.E4M3), axis=1, state=st).data, tensor_amax(h)
+            return quantize(h, DelayedScaling(fmt), axis=1, state=st).data, tensor_amax(h)
 
         want_codes, want_amax = jax.jit(ref)(gate, up)
         np.testing.assert_array_equal(_bits(codes), _bits(want_codes))

@@ -77,6 +77,7 @@
 
 #include "ffi_helpers.h"
 #include "formats.h"
+#include "fp8_codes.cuh"
 #include "quantize.h"
 #include "quantize_ffi.h"
 #include "quantize_math.h"
@@ -212,47 +213,14 @@ __device__ __forceinline__ uint32_t chunk_key(const float (&v)[8]) {
   return k;
 }
 
-// One finished key into the tensor amax: an atomicMax only when it can raise the value (the word
-// only grows, so a stale read never skips a needed update); keeps same-address atomics rare.
-__device__ __forceinline__ void amax_update(uint32_t* amax, uint32_t finished) {
-  if (finished != 0u && finished > __ldcg(amax)) atomicMax(amax, finished);
-}
-
-// CTA max of raw keys (redux.sync per warp, shared memory across warps), then amax_update by thread
-// 0. Every thread of the CTA must call it (it synchronizes).
+// CTA max of raw keys, then amax_update by thread 0 (fp8_codes.cuh's cta_amax). Every thread of the CTA must
+// call it (it synchronizes).
 __device__ __forceinline__ void block_amax(uint32_t* amax, uint32_t key) {
-  __shared__ uint32_t red[kThreads / 32];
-  key = __reduce_max_sync(kFull, key);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = key;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t m = 0;
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) m = max(m, red[w]);
-    amax_update(amax, finish_key(m));
-  }
+  const uint32_t keys[1] = {key};
+  cta_amax<kThreads, 1>(amax, keys);
 }
 
 // ------------------------------------------------------------------------------------ codes
-
-__device__ __forceinline__ uint32_t fp8x4(float a, float b, float c, float d, bool e5m2) {
-#if defined(MXPREC_CUDA_QUANT_NO_CVT)
-  const ElemFormat f = e5m2 ? ElemFormat::kE5M2 : ElemFormat::kE4M3;
-  return encode_rne(a, f) | (encode_rne(b, f) << 8) | (encode_rne(c, f) << 16) | (static_cast<uint32_t>(encode_rne(d, f)) << 24);
-#else
-  // cvt.rn.satfinite.{e4m3,e5m2}x2.f32 d, hi, lo: RNE, |v| > max_finite and +-Inf -> +-max_finite
-  // (what round_to_grid's saturation gives), -0 and values rounding to zero keep their sign.
-  unsigned short lo, hi;
-  if (e5m2) {
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %2, %1;" : "=h"(lo) : "f"(a), "f"(b));
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %2, %1;" : "=h"(hi) : "f"(c), "f"(d));
-  } else {
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(lo) : "f"(a), "f"(b));
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(hi) : "f"(c), "f"(d));
-  }
-  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-#endif
-}
 
 template <ElemFormat F>
 __device__ __forceinline__ uint32_t narrow4_of(float a, float b, float c, float d) {
@@ -436,14 +404,6 @@ __device__ __forceinline__ float2 band_operands(ElemScale es, float r) {
     return make_float2(d, d >= 0x1p-80f && d < 0x1p102f ? es.p : 0.0f);
   }
   return make_float2(es.p, es.mode == ElemMode::kDiv ? r : 0.0f);
-}
-
-// Markstein's two steps from q0 = RN(x * r), r = RN(1 / p), with negated residuals: e = RN(q * p - x),
-// q' = RN(-e * r + q), the same bits as RN(x - q * p) and RN(e * r + q) for x != 0 (RN is odd), and for x = -0 it
-// keeps the sign (the other form gives RN(+0 * r + -0) = +0). in_band_fp8_codes8 and nvfp4_codes8 divide with it.
-__device__ __forceinline__ float markstein_steps(float x, float q0, float p, float r) {
-  const float q1 = __fmaf_rn(-__fmaf_rn(q0, p, -x), r, q0);
-  return __fmaf_rn(-__fmaf_rn(q1, p, -x), r, q1);
 }
 
 // FP8 codes of 8 elements that markstein_band admitted (r > 0), by markstein_steps. Where 2**-20 <= |q0| the

@@ -29,12 +29,16 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "byte_transpose.cuh"
 #include "ffi_helpers.h"
+#include "fp8_codes.cuh"
 #include "quantize_math.h"
 
 namespace mxprec {
@@ -49,42 +53,122 @@ constexpr int kVec = 8;                           // elements per thread per row
 constexpr int kRowThreads = kTileF / kVec;        // 16 threads per tile row
 constexpr int kRowsPerPass = kThreads / kRowThreads;  // 16 rows per pass
 constexpr int kStrideWords = kTileF / 4 + 1;      // padded shared row: 33 words
-constexpr unsigned kFull = 0xFFFFFFFFu;
-
-template <typename T>
-__device__ __forceinline__ float round_model(float x);
-template <>
-__device__ __forceinline__ float round_model<__nv_bfloat16>(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
-template <>
-__device__ __forceinline__ float round_model<__half>(float x) {
-  return __half2float(__float2half_rn(x));
-}
 
 __device__ __forceinline__ float flush(float x) { return fabsf(x) < 1.17549435e-38f ? copysignf(0.0f, x) : x; }
 
-// One FP8 code of x / s (s already flushed), saturating, RNE.
-__device__ __forceinline__ uint32_t code(float x, float s, bool e5m2) {
-  const float q = __fdiv_rn(flush(x), s);
-  unsigned short pair;
-  if (e5m2) asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(q));
-  else asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(q));
-  return pair & 0xFFu;
+// The two model-dtype elements of a 32-bit word (element 0 in the low half) as FP32; bf16 by bit moves (one
+// instruction each).
+template <typename T>
+__device__ __forceinline__ void unpack2(uint32_t w, float& a, float& b);
+template <>
+__device__ __forceinline__ void unpack2<__nv_bfloat16>(uint32_t w, float& a, float& b) {
+  a = __uint_as_float(w << 16);
+  b = __uint_as_float(w & 0xFFFF0000u);
+}
+template <>
+__device__ __forceinline__ void unpack2<__half>(uint32_t w, float& a, float& b) {
+  const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w));
+  a = v.x;
+  b = v.y;
 }
 
-// sig and silu of g (sig = 1 / (1 + exp(-g)), silu = g * sig), and h = R(silu * u).
+// Two FP32 values rounded to the model's dtype (one paired convert, RN) and back.
 template <typename T>
-struct Swiglu {
-  float sig, silu, h;
-  __device__ __forceinline__ Swiglu(float g, float u) {
-    sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
-    silu = __fmul_rn(g, sig);
-    h = round_model<T>(__fmul_rn(silu, u));
+__device__ __forceinline__ void round_model2(float& a, float& b) {
+  uint32_t w;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    w = *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(a, b);
+    w = *reinterpret_cast<const uint32_t*>(&v);
   }
-};
+  unpack2<T>(w, a, b);
+}
+template <typename T>
+__device__ __forceinline__ void round_model8(float (&v)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; i += 2) round_model2<T>(v[i], v[i + 1]);
+}
+
+// 8 model-dtype elements (one 16-byte load) as FP32.
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
+  const uint4 w = __ldg(reinterpret_cast<const uint4*>(p));
+  unpack2<T>(w.x, v[0], v[1]);
+  unpack2<T>(w.y, v[2], v[3]);
+  unpack2<T>(w.z, v[4], v[5]);
+  unpack2<T>(w.w, v[6], v[7]);
+}
+// The same, each times m and rounded back to the model's dtype (R(x * m): the per-tensor output scale of the
+// GEMM that made them; m = 1 leaves them as they are).
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float m, float (&v)[8]) {
+  load8(p, v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(v[i], m);
+  round_model8<T>(v);
+}
+
+// sig = 1 / (1 + exp(-g)) and silu = g * sig.
+__device__ __forceinline__ void sigmoid_silu(float g, float& sig, float& silu) {
+  sig = __frcp_rn(__fadd_rn(1.0f, expf(-g)));
+  silu = __fmul_rn(g, sig);
+}
 
 __device__ __forceinline__ uint32_t abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
+__device__ __forceinline__ uint32_t chunk_key(const float (&v)[8]) {
+  uint32_t k = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) k = max(k, abs_bits(v[i]));
+  return k;
+}
+
+// A per-tensor delayed scale as the codes divide by it: s flushed (DAZ), and r = RN(1 / s) where
+// 2**-80 <= s < 2**102, else 0 (those scales divide exactly, per element).
+struct Divisor {
+  float s, r;
+};
+__device__ __forceinline__ Divisor divisor_of(float scale) {
+  const float s = flush(scale);
+  return {s, (s >= 0x1p-80f && s < 0x1p102f) ? __frcp_rn(s) : 0.0f};
+}
+
+// Whether the chunk whose largest |x| key is k divides through the reciprocal (fp8_codes.cuh's Markstein band):
+// r > 0 and every first quotient |x * r| <= 2**20 (a NaN or Inf key fails the test).
+__device__ __forceinline__ bool in_band(uint32_t k, Divisor d) {
+  return d.r > 0.0f && __fmul_rn(__uint_as_float(k), d.r) <= 0x1p20f;
+}
+
+// FP8 codes of 8 elements (byte i = element i) of a chunk in the band: cvt.rn.satfinite of RN(x / s).
+template <bool kE5m2>
+__device__ __forceinline__ uint2 band_codes8(const float (&x)[8], Divisor d) {
+  float q[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = markstein_steps(x[i], __fmul_rn(x[i], d.r), d.s, d.r);
+  return make_uint2(fp8x4(q[0], q[1], q[2], q[3], kE5m2), fp8x4(q[4], q[5], q[6], q[7], kE5m2));
+}
+
+// The same for any chunk, per element: cvt.rn.satfinite(flush(x) / s), IEEE division (NaN / Inf elements,
+// quotients above 2**20, scales outside the band): rare, out of line.
+struct Chunk8 {
+  float v[8];
+};
+__device__ __noinline__ uint2 exact_codes8(Chunk8 x, float s, bool e5m2) {
+  float q[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = __fdiv_rn(flush(x.v[i]), s);
+  return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
+}
+
+template <bool kE5m2>
+__device__ __forceinline__ uint2 codes8(const float (&x)[8], uint32_t key, Divisor d) {
+  if (in_band(key, d)) return band_codes8<kE5m2>(x, d);
+  Chunk8 c;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) c.v[i] = x[i];
+  return exact_codes8(c, d.s, kE5m2);
+}
 
 struct Outs {
   uint8_t* h_t;
@@ -93,79 +177,58 @@ struct Outs {
   uint8_t* du;
   uint8_t* du_t;
   uint32_t* amax;  // [3] (h, d_gate, d_up), zeroed before the launch
-  bool e5m2[3];    // h, d_gate, d_up
 };
 
-template <typename T>
+// kE5h / kE5g / kE5u: h's, d_gate's, d_up's codes are E5M2 (else E4M3).
+template <typename T, bool kE5h, bool kE5g, bool kE5u>
 __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const T* __restrict__ gate, const T* __restrict__ up,
                                                                    const T* __restrict__ dh,
                                                                    const float* __restrict__ scales,
                                                                    const float* __restrict__ mult, Outs o,
                                                                    int64_t m_size, int64_t f_size) {
   __shared__ uint32_t tile[3][kTileM][kStrideWords];
-  __shared__ uint32_t red[3][kThreads / 32];
   const int t = static_cast<int>(threadIdx.x);
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM, f0 = static_cast<int64_t>(blockIdx.x) * kTileF;
-  const float s_h = flush(scales[0]), s_dg = flush(scales[1]), s_du = flush(scales[2]);
+  const Divisor s_h = divisor_of(scales[0]), s_dg = divisor_of(scales[1]), s_du = divisor_of(scales[2]);
   const float m_g = mult[0], m_u = mult[1];
   const int piece = t % kRowThreads;  // 8-element piece of the row
-  uint32_t key_h = 0, key_dg = 0, key_du = 0;
+  uint32_t keys[3] = {0, 0, 0};       // h, d_gate, d_up
 #pragma unroll
   for (int pass = 0; pass < kTileM / kRowsPerPass; ++pass) {
     const int r = t / kRowThreads + kRowsPerPass * pass;
     const int64_t off = (m0 + r) * f_size + f0 + kVec * piece;
-    const uint4 gv = __ldg(reinterpret_cast<const uint4*>(gate + off));
-    const uint4 uv = __ldg(reinterpret_cast<const uint4*>(up + off));
-    const uint4 dv = __ldg(reinterpret_cast<const uint4*>(dh + off));
-    const T* gs = reinterpret_cast<const T*>(&gv);
-    const T* us = reinterpret_cast<const T*>(&uv);
-    const T* ds = reinterpret_cast<const T*>(&dv);
-    uint32_t ch[2] = {0, 0}, cg[2] = {0, 0}, cu[2] = {0, 0};
+    float g[8], u[8], d[8], h[8], dg[8], du[8];
+    load8(gate + off, m_g, g);
+    load8(up + off, m_u, u);
+    load8(dh + off, d);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
-      const float g = round_model<T>(__fmul_rn(static_cast<float>(gs[i]), m_g));
-      const float u = round_model<T>(__fmul_rn(static_cast<float>(us[i]), m_u));
-      const float d = static_cast<float>(ds[i]);
-      const Swiglu<T> sw(g, u);
-      const float sig = sw.sig, silu = sw.silu, h = sw.h;
-      const float du = round_model<T>(__fmul_rn(d, silu));
-      const float inner = __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig)));
-      const float dg = round_model<T>(__fmul_rn(__fmul_rn(__fmul_rn(d, u), sig), inner));
-      key_h = max(key_h, abs_bits(h));
-      key_dg = max(key_dg, abs_bits(dg));
-      key_du = max(key_du, abs_bits(du));
-      const int sh = 8 * (i & 3);
-      ch[i >> 2] |= code(h, s_h, o.e5m2[0]) << sh;
-      cg[i >> 2] |= code(dg, s_dg, o.e5m2[1]) << sh;
-      cu[i >> 2] |= code(du, s_du, o.e5m2[2]) << sh;
+      float sig, silu;
+      sigmoid_silu(g[i], sig, silu);
+      h[i] = __fmul_rn(silu, u[i]);
+      du[i] = __fmul_rn(d[i], silu);
+      const float inner = __fadd_rn(1.0f, __fmul_rn(g[i], __fsub_rn(1.0f, sig)));
+      dg[i] = __fmul_rn(__fmul_rn(__fmul_rn(d[i], u[i]), sig), inner);
     }
-    *reinterpret_cast<uint2*>(o.dg + off) = make_uint2(cg[0], cg[1]);
-    *reinterpret_cast<uint2*>(o.du + off) = make_uint2(cu[0], cu[1]);
+    round_model8<T>(h);
+    round_model8<T>(dg);
+    round_model8<T>(du);
+    const uint32_t kh = chunk_key(h), kg = chunk_key(dg), ku = chunk_key(du);
+    keys[0] = max(keys[0], kh);
+    keys[1] = max(keys[1], kg);
+    keys[2] = max(keys[2], ku);
+    const uint2 ch = codes8<kE5h>(h, kh, s_h), cg = codes8<kE5g>(dg, kg, s_dg), cu = codes8<kE5u>(du, ku, s_du);
+    *reinterpret_cast<uint2*>(o.dg + off) = cg;
+    *reinterpret_cast<uint2*>(o.du + off) = cu;
     const int w = 2 * piece;
-    tile[0][r][w] = ch[0];
-    tile[0][r][w + 1] = ch[1];
-    tile[1][r][w] = cg[0];
-    tile[1][r][w + 1] = cg[1];
-    tile[2][r][w] = cu[0];
-    tile[2][r][w + 1] = cu[1];
+    tile[0][r][w] = ch.x;
+    tile[0][r][w + 1] = ch.y;
+    tile[1][r][w] = cg.x;
+    tile[1][r][w + 1] = cg.y;
+    tile[2][r][w] = cu.x;
+    tile[2][r][w + 1] = cu.y;
   }
-  // amaxes: warp, then CTA, then one atomicMax each (finished keys: NaN canonical, subnormal 0)
-  key_h = __reduce_max_sync(kFull, key_h);
-  key_dg = __reduce_max_sync(kFull, key_dg);
-  key_du = __reduce_max_sync(kFull, key_du);
-  if ((t & 31) == 0) {
-    red[0][t / 32] = key_h;
-    red[1][t / 32] = key_dg;
-    red[2][t / 32] = key_du;
-  }
-  __syncthreads();
-  if (t < 3) {
-    uint32_t k = 0;
-#pragma unroll
-    for (int i = 0; i < kThreads / 32; ++i) k = max(k, red[t][i]);
-    k = finish_key(k);
-    if (k != 0u) atomicMax(o.amax + t, k);
-  }
+  cta_amax<kThreads, 3>(o.amax, keys);  // also the barrier before the tiles are read
   // transposed tiles: output rows f0 + 4a + c (a < 32), bytes m0 + 4q .. + 3 (q < 16)
   uint8_t* const dst[3] = {o.h_t, o.dg_t, o.du_t};
 #pragma unroll
@@ -184,6 +247,14 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const T* __re
       }
     }
   }
+}
+
+template <typename T>
+using BackwardKernel = void (*)(const T*, const T*, const T*, const float*, const float*, Outs, int64_t, int64_t);
+// The backward's instances by format mask (bit 0: h E5M2, bit 1: d_gate, bit 2: d_up).
+template <typename T, int... kMask>
+constexpr std::array<BackwardKernel<T>, sizeof...(kMask)> backward_kernels(std::integer_sequence<int, kMask...>) {
+  return {&swiglu_backward_kernel<T, (kMask & 1) != 0, (kMask & 2) != 0, (kMask & 4) != 0>...};
 }
 
 // A rank-2 buffer's (M, F) as Dims3 for dims_equal; rank -1 (equal to no buffer's) for another rank.
@@ -234,64 +305,57 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
   if (m == 0 || f == 0) return ffi::Error::Success();
   Outs o{static_cast<uint8_t*>(h_t->untyped_data()), static_cast<uint8_t*>(dg->untyped_data()),
          static_cast<uint8_t*>(dg_t->untyped_data()), static_cast<uint8_t*>(du->untyped_data()),
-         static_cast<uint8_t*>(du_t->untyped_data()), static_cast<uint32_t*>(amax->untyped_data()),
-         {h_t->element_type() == ffi::DataType::F8E5M2, dg->element_type() == ffi::DataType::F8E5M2,
-          du->element_type() == ffi::DataType::F8E5M2}};
+         static_cast<uint8_t*>(du_t->untyped_data()), static_cast<uint32_t*>(amax->untyped_data())};
+  const int formats = (h_t->element_type() == ffi::DataType::F8E5M2 ? 1 : 0) |
+                      (dg->element_type() == ffi::DataType::F8E5M2 ? 2 : 0) |
+                      (du->element_type() == ffi::DataType::F8E5M2 ? 4 : 0);
   cudaError_t e = cudaMemsetAsync(o.amax, 0, 3 * sizeof(uint32_t), stream);
   if (e != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": memset: " + cudaGetErrorString(e));
   const dim3 grid(static_cast<unsigned>(f / kTileF), static_cast<unsigned>(m / kTileM));
   const auto* s = static_cast<const float*>(scales.untyped_data());
   const auto* mu = static_cast<const float*>(mult.untyped_data());
   if (in == ffi::DataType::BF16) {
-    swiglu_backward_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(gate.untyped_data()), static_cast<const __nv_bfloat16*>(up.untyped_data()),
-        static_cast<const __nv_bfloat16*>(dh.untyped_data()), s, mu, o, m, f);
+    using T = __nv_bfloat16;
+    backward_kernels<T>(std::make_integer_sequence<int, 8>{})[formats]<<<grid, kThreads, 0, stream>>>(
+        static_cast<const T*>(gate.untyped_data()), static_cast<const T*>(up.untyped_data()),
+        static_cast<const T*>(dh.untyped_data()), s, mu, o, m, f);
   } else {
-    swiglu_backward_kernel<__half><<<grid, kThreads, 0, stream>>>(
-        static_cast<const __half*>(gate.untyped_data()), static_cast<const __half*>(up.untyped_data()),
-        static_cast<const __half*>(dh.untyped_data()), s, mu, o, m, f);
+    using T = __half;
+    backward_kernels<T>(std::make_integer_sequence<int, 8>{})[formats]<<<grid, kThreads, 0, stream>>>(
+        static_cast<const T*>(gate.untyped_data()), static_cast<const T*>(up.untyped_data()),
+        static_cast<const T*>(dh.untyped_data()), s, mu, o, m, f);
   }
   e = cudaGetLastError();
   if (e != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": kernel launch: " + cudaGetErrorString(e));
   return ffi::Error::Success();
 }
 
-// Forward: 8 consecutive elements per thread, grid-stride over the (M * F / 8) pieces.
-template <typename T>
+// Forward: 8 consecutive elements per thread, grid-stride over the (M * F / 8) pieces; kE5m2: E5M2 codes.
+template <typename T, bool kE5m2>
 __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const T* __restrict__ gate, const T* __restrict__ up,
                                                                   const float* __restrict__ scale,
                                                                   const float* __restrict__ mult, uint8_t* codes,
-                                                                  uint32_t* amax, bool e5m2, int64_t pieces) {
-  __shared__ uint32_t red[kThreads / 32];
-  const float s = flush(scale[0]);
+                                                                  uint32_t* amax, int64_t pieces) {
+  const Divisor s = divisor_of(scale[0]);
   const float m_g = mult[0], m_u = mult[1];
-  uint32_t key = 0;
+  uint32_t key[1] = {0};
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; p < pieces;
        p += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const uint4 gv = __ldg(reinterpret_cast<const uint4*>(gate) + p);
-    const uint4 uv = __ldg(reinterpret_cast<const uint4*>(up) + p);
-    const T* gs = reinterpret_cast<const T*>(&gv);
-    const T* us = reinterpret_cast<const T*>(&uv);
-    uint32_t c[2] = {0, 0};
+    float g[8], u[8], h[8];
+    load8(gate + kVec * p, m_g, g);
+    load8(up + kVec * p, m_u, u);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
-      const Swiglu<T> sw(round_model<T>(__fmul_rn(static_cast<float>(gs[i]), m_g)),
-                         round_model<T>(__fmul_rn(static_cast<float>(us[i]), m_u)));
-      key = max(key, abs_bits(sw.h));
-      c[i >> 2] |= code(sw.h, s, e5m2) << (8 * (i & 3));
+      float sig, silu;
+      sigmoid_silu(g[i], sig, silu);
+      h[i] = __fmul_rn(silu, u[i]);
     }
-    reinterpret_cast<uint2*>(codes)[p] = make_uint2(c[0], c[1]);
+    round_model8<T>(h);
+    const uint32_t k = chunk_key(h);
+    key[0] = max(key[0], k);
+    reinterpret_cast<uint2*>(codes)[p] = codes8<kE5m2>(h, k, s);
   }
-  key = __reduce_max_sync(kFull, key);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = key;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t k = 0;
-#pragma unroll
-    for (int i = 0; i < kThreads / 32; ++i) k = max(k, red[i]);
-    k = finish_key(k);
-    if (k != 0u) atomicMax(amax, k);
-  }
+  cta_amax<kThreads, 1>(amax, key);
 }
 
 ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up, ffi::AnyBuffer scale,
@@ -322,17 +386,21 @@ ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyB
   if (pieces == 0) return ffi::Error::Success();
   const int64_t blocks = std::min<int64_t>((pieces + kThreads - 1) / kThreads, 132 * 16);
   const bool e5m2 = codes->element_type() == ffi::DataType::F8E5M2;
+  const auto forward = [e5m2](auto t) {
+    using T = decltype(t);
+    return e5m2 ? swiglu_forward_kernel<T, true> : swiglu_forward_kernel<T, false>;
+  };
   const auto* s = static_cast<const float*>(scale.untyped_data());
   const auto* mu = static_cast<const float*>(mult.untyped_data());
   auto* c = static_cast<uint8_t*>(codes->untyped_data());
   if (in == ffi::DataType::BF16) {
-    swiglu_forward_kernel<__nv_bfloat16><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+    forward(__nv_bfloat16{})<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(gate.untyped_data()), static_cast<const __nv_bfloat16*>(up.untyped_data()),
-        s, mu, c, a, e5m2, pieces);
+        s, mu, c, a, pieces);
   } else {
-    swiglu_forward_kernel<__half><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+    forward(__half{})<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         static_cast<const __half*>(gate.untyped_data()), static_cast<const __half*>(up.untyped_data()), s, mu, c,
-        a, e5m2, pieces);
+        a, pieces);
   }
   e = cudaGetLastError();
   if (e != cudaSuccess) return ffi::Error::Internal(std::string("mxprec_swiglu_forward_fp8: kernel launch: ") + cudaGetErrorString(e));
