@@ -46,6 +46,8 @@
 #   fused-mlp    the fused MLP block (mxprec.fused_mlp): tests/test_fused_mlp.py on the GPU, then the library's one-kernel
 #                SwiGLU backward (CUDA) against XLA's forms and the Pallas prototype (SWIGLU_CONFIGS, "" for none) at
 #                the step's shape (swiglu_backward_pallas.py --library)
+#   swiglu-kernels the fused MLP block's two CUDA kernels alone (benchmarks/swiglu_kernels.py: time, TB/s, codes against
+#                XLA's evaluation) once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so), same call
 #   delayed-passlog fp8_delayed with XLA's pass pipeline logging: the last pass logged is where a stuck
 #                compile is
 #   cuda-gemm-tests tests/test_cuda.py alone
@@ -480,6 +482,12 @@ PYEOF
       step fused_mlp_tests "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_fused_mlp.py
       step swiglu_library "$PY" benchmarks/swiglu_backward_pallas.py --configs "${SWIGLU_CONFIGS-32x128x4t}" --library \
         --out "$R/swiglu_library.json" ;;
+    swiglu-kernels)
+      for lib in "${AB_LIBS[@]}"; do
+        name="$(basename "$lib" .so)"
+        step "swiglu_kernels_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/swiglu_kernels.py --label "$name" \
+          --out "$R/swiglu_kernels.json"
+      done ;;
     delayed-diag)
       LLAMA_ENV=(XLA_FLAGS=--xla_gpu_autotune_level=0)
       llama_step delayed_autotune0 fp8_delayed

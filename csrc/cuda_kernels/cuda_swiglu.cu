@@ -17,13 +17,20 @@
 //   sig = 1 / (1 + exp(-g)), silu = g * sig, h = R(silu * u), d_up = R(dh * silu),
 //   d_gate = R(((dh * u) * sig) * (1 + g * (1 - sig))), R = rounding to the model's dtype;
 // codes = cvt.rn.satfinite(flush(x) / flush(s)) (mxprec.quantize's delayed cast: IEEE division, clamp to
-// +-max_finite, round to nearest even; DAZ on the input as the library's other kernels).
+// +-max_finite, round to nearest even; DAZ on the input as the library's other kernels). The kernels divide by
+// Markstein's steps from the scale's reciprocal (fp8_codes.cuh; the quantize kernels' proof) for a chunk of 8
+// elements whose largest quotient lies in the band (|x| * RN(1 / s) <= 2**20, 2**-80 <= s < 2**102), else per
+// element by div.rn.f32 (out of line: NaN / Inf elements, saturating quotients, other scales). Both give the codes
+// of the IEEE quotient; the reciprocal path replaced four IEEE divisions per element (the kernels were
+// instruction-bound).
 //
-// Kernel: a CTA of 256 threads takes a 64 (M) x 128 (F) tile. Each thread reads 8 consecutive elements of a row
+// Kernels (one instance per input dtype and FP8 format mix, the formats template parameters):
+// backward: a CTA of 256 threads takes a 64 (M) x 128 (F) tile. Each thread reads 8 consecutive elements of a row
 // of gate, up and dh (16-byte loads), writes d_gate's and d_up's codes row-major (8-byte stores) and the three
 // code tiles into shared memory (rows padded to 33 words), then writes the transposed tiles: each thread moves
 // 4 x 4 byte blocks (four word loads, a byte-permute transpose, four 4-byte stores; 16 lanes per 64-byte output
-// row). The amaxes: warp max of the |x| bit keys, CTA max in shared memory, one atomicMax each per CTA.
+// row). The amaxes: warp max of the |x| bit keys, CTA max in shared memory, one atomicMax each per CTA
+// (fp8_codes.cuh's cta_amax). forward: 8 consecutive elements per thread, grid-stride, the same amax.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
