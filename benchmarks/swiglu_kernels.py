@@ -6,7 +6,8 @@ Times ``mxprec.kernels.cuda.swiglu_forward_fp8`` (h's E4M3 codes + amax: 4 bytes
 ``swiglu_backward_fp8`` (h's K-major E4M3 codes, d_gate's and d_up's E5M2 codes in both layouts, three amaxes: 6 bytes
 read, 5 written) by GPU kernel time from a profiler trace, with a bf16 copy of gate (``x * 1``) as the bandwidth
 yardstick, and checks the codes against XLA's evaluation of the same formula on the GPU (fraction differing: 0 is
-expected). The GEMM output multipliers are not 1, as in the step (``scaled_gemm_deferred``). Pick the library with
+expected). The GEMM output multipliers are not 1, as in the step (``scaled_gemm_deferred``; dh's since the
+thirty-fourth session's second change, the earlier rows had none). Pick the library with
 ``MXPREC_CUDA_LIBRARY`` to compare two builds in one device call; ``--out`` appends to the JSON file's ``rows``.
 """
 
@@ -24,7 +25,7 @@ import numpy as np
 
 F32 = jnp.float32
 SCALES = (3 / 448, 5 / 57344, 7 / 57344)  # h (E4M3), d_gate and d_up (E5M2): not powers of two
-MULTS = (0.37, 3.1e-3)  # gate / up GEMM output scales
+MULTS = (0.37, 3.1e-3, 0.77)  # gate / up / dh GEMM output scales
 
 
 def _differing(a, b):
@@ -56,7 +57,7 @@ def main(argv=None):
     mult = tuple(jnp.float32(v) for v in MULTS)
     fmts = (formats.E4M3, formats.E5M2, formats.E5M2)
 
-    fwd = jax.jit(lambda g, u, s: cuda.swiglu_forward_fp8(g, u, s[0], fmts[0], mult))
+    fwd = jax.jit(lambda g, u, s: cuda.swiglu_forward_fp8(g, u, s[0], fmts[0], mult[:2]))
     bwd = jax.jit(lambda g, u, d, s: cuda.swiglu_backward_fp8(g, u, d, s, fmts, mult))
 
     def cast(t, i):
@@ -65,7 +66,7 @@ def main(argv=None):
 
     @jax.jit
     def xla(g, u, d, s):
-        g, u = ((t.astype(F32) * mv).astype(jnp.bfloat16) for t, mv in zip((g, u), mult))
+        g, u, d = ((t.astype(F32) * mv).astype(jnp.bfloat16) for t, mv in zip((g, u, d), mult))
         h = swiglu_forward(g, u)
         dg, du = swiglu_backward(g, u, d)
         return cast(h, 0), cast(dg, 1), cast(du, 2)

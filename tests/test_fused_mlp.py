@@ -172,6 +172,10 @@ def test_errors_name_shapes_and_dtypes():
                                  jnp.zeros((64, 128), jnp.float32), jnp.ones(3), fmts)
     with pytest.raises(ValueError, match="three FP8 formats"):
         cuda.swiglu_backward_fp8(*(jnp.zeros((64, 128), BF16),) * 3, jnp.ones(3), (formats.E4M3, formats.E2M1))
+    with pytest.raises(ValueError, match=r"mult: 3 multipliers \(or None\) expected, got 2"):
+        cuda.swiglu_backward_fp8(*(jnp.zeros((64, 128), BF16),) * 3, jnp.ones(3), fmts, (1.0, 2.0))
+    with pytest.raises(ValueError, match=r"mult: 2 multipliers \(or None\) expected, got 3"):
+        cuda.swiglu_forward_fp8(*(jnp.zeros((64, 128), BF16),) * 2, 1.0, formats.E4M3, (1.0, 2.0, 3.0))
 
 
 def test_llama_fused_mlp_trains_and_keeps_the_variable_tree():
@@ -211,10 +215,17 @@ GPU_KERNEL = pytest.mark.skipif(not (ON_GPU and cuda.available()), reason="needs
 FMTS = (formats.E4M3, formats.E5M2, formats.E5M2)
 
 
-def _kernel_vs_formula(gate, up, dh, scales, fmts=FMTS):
-    """Per output: (fraction of codes differing, largest code step) of the kernel against XLA's evaluation."""
-    got = jax.jit(lambda g, u, d: cuda.swiglu_backward_fp8(g, u, d, jnp.array(scales), fmts))(gate, up, dh)
-    want = jax.jit(lambda g, u, d: _kernel_reference(g, u, d, scales, fmts))(gate, up, dh)
+def _kernel_vs_formula(gate, up, dh, scales, fmts=FMTS, mult=None):
+    """Per output: (fraction of codes differing, largest code step) of the kernel against XLA's evaluation; ``mult``
+    (m_g, m_u, m_d): the inputs are read as R(x * m), as XLA's scaling pass after a per-tensor FP8 dot writes them."""
+    got = jax.jit(lambda g, u, d: cuda.swiglu_backward_fp8(g, u, d, jnp.array(scales), fmts, mult))(gate, up, dh)
+
+    def ref(g, u, d):
+        if mult is not None:
+            g, u, d = ((t.astype(jnp.float32) * m).astype(t.dtype) for t, m in zip((g, u, d), mult))
+        return _kernel_reference(g, u, d, scales, fmts)
+
+    want = jax.jit(ref)(gate, up, dh)
     stats = []
     for a, b in zip(got[:5], want[:5]):
         assert a.dtype == b.dtype and a.shape == b.shape
@@ -247,6 +258,17 @@ def test_gpu_kernel_formats_bitexact(fmts):
     for args in (random, _adversarial()):
         for frac, step in _kernel_vs_formula(*args, (0.05, 0.003, 0.007), fmts):
             assert frac == 0.0, (fmts, frac, step)
+
+
+@GPU_KERNEL
+def test_gpu_kernel_multipliers_bitexact():
+    """gate, up and dh read as R(x * m) (scaled_gemm_deferred's multipliers): random and adversarial inputs."""
+    k = jax.random.split(jax.random.key(6), 3)
+    random = tuple(jax.random.normal(ki, (1024, 512), jnp.float32).astype(BF16) * 8 for ki in k)
+    mult = (jnp.float32(0.37), jnp.float32(3.1e-3), jnp.float32(1.7e4))
+    for args in (random, _adversarial()):
+        for frac, step in _kernel_vs_formula(*args, (0.05, 0.003, 0.007), mult=mult):
+            assert frac == 0.0, (frac, step)
 
 
 @GPU_KERNEL

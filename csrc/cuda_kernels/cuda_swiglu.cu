@@ -2,14 +2,15 @@
 // the SwiGLU backward of mxprec.fused_mlp with its per-tensor FP8 casts, amaxes and Wgrad's K-major copies.
 //
 //   in   gate, up, dh: (M, F) bfloat16 or float16, row-major; scales: float32 (3,) = s_h, s_dg, s_du (device);
-//        mult: float32 (2,) = m_g, m_u: the kernel reads gate as R(gate * m_g) and up as R(up * m_u) (the
-//        per-tensor scales of the GEMMs that made them, which XLA's FP8 path applies after its dot; 1 = as is)
+//        mult: float32 (3,) = m_g, m_u, m_d: the kernel reads gate as R(gate * m_g), up as R(up * m_u) and dh as
+//        R(dh * m_d) (the per-tensor scales of the GEMMs that made them, which XLA's FP8 path applies after its
+//        dot; 1 = as is)
 //   out  h_t (F, M), d_gate (M, F), d_gate_t (F, M), d_up (M, F), d_up_t (F, M): FP8 codes (e4m3fn / e5m2, each
 //        output's own dtype); amax: uint32 (3,) = the FP32 bits of max |h|, max |d_gate|, max |d_up| (NaN
 //        canonical, a subnormal maximum 0: mxprec.quantize.tensor_amax of the rounded tensors)
 //
 // and `mxprec_swiglu_forward_fp8` (MxprecSwigluForwardFp8Cuda), the forward's h = silu(gate) * up with its cast:
-//   in   gate, up: (M, F) as above; scale: float32 (1,) = s_h; mult: float32 (2,) as above
+//   in   gate, up: (M, F) as above; scale: float32 (1,) = s_h; mult: float32 (2,) = m_g, m_u as above
 //   out  h codes (M, F) FP8; amax: uint32 (1,) = the bits of max |h|
 //
 // Arithmetic (mxprec.fused_mlp.swiglu_forward / swiglu_backward, no FMA contraction: every step one IEEE FP32
@@ -197,7 +198,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const T* __re
   const int t = static_cast<int>(threadIdx.x);
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM, f0 = static_cast<int64_t>(blockIdx.x) * kTileF;
   const Divisor s_h = divisor_of(scales[0]), s_dg = divisor_of(scales[1]), s_du = divisor_of(scales[2]);
-  const float m_g = mult[0], m_u = mult[1];
+  const float m_g = mult[0], m_u = mult[1], m_d = mult[2];
   const int piece = t % kRowThreads;  // 8-element piece of the row
   uint32_t keys[3] = {0, 0, 0};       // h, d_gate, d_up
 #pragma unroll
@@ -207,7 +208,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const T* __re
     float g[8], u[8], d[8], h[8], dg[8], du[8];
     load8(gate + off, m_g, g);
     load8(up + off, m_u, u);
-    load8(dh + off, d);
+    load8(dh + off, m_d, d);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       float sig, silu;
@@ -293,8 +294,8 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
   if (scales.element_type() != ffi::DataType::F32 || scales.element_count() != 3) {
     return invalid(desc + "; scales must be float32 (3,)");
   }
-  if (mult.element_type() != ffi::DataType::F32 || mult.element_count() != 2)
-    return invalid(desc + "; mult must be float32 (2,)");
+  if (mult.element_type() != ffi::DataType::F32 || mult.element_count() != 3)
+    return invalid(desc + "; mult must be float32 (3,)");
   ffi::Result<ffi::AnyBuffer>* rows[2] = {&dg, &du};
   ffi::Result<ffi::AnyBuffer>* cols[3] = {&h_t, &dg_t, &du_t};
   for (auto* r : rows) {

@@ -332,12 +332,14 @@ def _grad_copies(meta: _Meta, g, st_g):
     return qg_d, _q_wgrad(g, r.wgrad_grad, r, st_g, k_wgrad, backend=be, q_prev=qg_d)
 
 
-def _dgrad(meta: _Meta, qg_d, rw, st):
-    """dX (B, M, K) = Q(dY) · Q(W)ᵀ from dY's Dgrad copy and W's residual."""
+def _dgrad(meta: _Meta, qg_d, rw, st, gemm=None):
+    """dX (B, M, K) = Q(dY) · Q(W)ᵀ from dY's Dgrad copy and W's residual (``gemm``: kernels.scaled_gemm, or a
+    function of its signature such as scaled_gemm_deferred)."""
     r, be = meta.recipe, meta.backend
     qw_d = rw if isinstance(rw, QTensor) else _q(rw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be,
                                                 weight=True)
-    return kernels.scaled_gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=be)
+    gemm = kernels.scaled_gemm if gemm is None else gemm
+    return gemm(qg_d, qw_d, lhs_contract=2, rhs_contract=2, out_dtype=meta.x_dtype, backend=be)
 
 
 def _wgrad(meta: _Meta, rx, qg_w, st):

@@ -209,20 +209,20 @@ def _fp8_qtensor(codes, scale, amax, spec, shape, dtype) -> QTensor:
 
 def _swiglu_backward_quantized(meta: _Meta, gate, up, dh, st):
     """(h's Wgrad copy for wo, amax(h), (d_gate's Dgrad copy, Wgrad copy, amax), (d_up's ...)) from the CUDA kernel;
-    ``gate``, ``up``: (unscaled GEMM output, multiplier or None) pairs (see _wo_fwd_from_codes).
+    ``gate``, ``up``, ``dh``: (unscaled GEMM output, multiplier or None) pairs (see _wo_fwd_from_codes).
 
     amax(h) is recomputed here (the same bits as the forward kernel's), so that under rematerialization the
     forward's recomputation needs no SwiGLU at all (its kernel call is dead and XLA drops it)."""
     from mxprec.kernels import cuda
 
     r = meta.gemm.recipe
-    (g, g_mult), (u, u_mult) = gate, up
+    (g, g_mult), (u, u_mult), (dh, d_mult) = gate, up, dh
     b, m, f = g.shape
     s_h, s_dg, s_du = st.wo.lhs.scale, st.wi_0.grad.scale, st.wi_1.grad.scale
     scales = jnp.stack([jnp.asarray(s, F32).reshape(()) for s in (s_h, s_dg, s_du)])
     fmts = (r.wgrad_lhs.fmt, r.dgrad_grad.fmt, r.dgrad_grad.fmt)
     ht, dgc, dgt, duc, dut, amax_h, amax_dg, amax_du = cuda.swiglu_backward_fp8(
-        g.reshape(m, f), u.reshape(m, f), dh.reshape(m, f), scales, fmts, (g_mult, u_mult))
+        g.reshape(m, f), u.reshape(m, f), dh.reshape(m, f), scales, fmts, (g_mult, u_mult, d_mult))
     nan = jnp.float32(jnp.nan)  # Wgrad copies: their amax is never read
     qh_w = _fp8_qtensor(ht, s_h, nan, r.wgrad_lhs, (b, f, m), g.dtype)
     grads = []
@@ -238,12 +238,14 @@ def _bwd(meta: _Meta, res, g):
     (rx0, rw0, amax0, st0), (rx1, rw1, amax1, st1), (rx2, rw2, amax2, st2) = res0, res1, res2
     st_all = None if st0 is None else FusedMLPState(st0, st1, st2)
     qg_d, qg_w = _grad_copies(m, g, _part(st2, "grad"))
-    dh = _dgrad(m, qg_d, rw2, st2)
     if rx2 is None:  # the forward took the kernel path (_wo_fwd_from_codes leaves h's Wgrad copy to the backward)
+        # the kernel applies the Dgrad's per-tensor output scaling of dh itself, as the gate's and up's
+        dh = _dgrad(m, qg_d, rw2, st2, gemm=scaled_gemm_deferred)
         rx2, amax_h, (qd0, qd0_w, amax_d0), (qd1, qd1_w, amax_d1) = _swiglu_backward_quantized(meta, gate, up, dh,
                                                                                                st_all)
         amax2 = (amax_h, amax2[1])
     else:
+        dh = _dgrad(m, qg_d, rw2, st2)
         d_gate, d_up = swiglu_backward(gate[0], up[0], dh)
         qd0, qd0_w = _grad_copies(m, d_gate, _part(st0, "grad"))
         qd1, qd1_w = _grad_copies(m, d_up, _part(st1, "grad"))

@@ -743,9 +743,14 @@ def why_not_swiglu_backward(m: int, f: int, dtype) -> str:
     return ""
 
 
-def _multipliers(mult):
-    """float32 (2,) of the (m_g, m_u) pair; None, or a None entry, is 1 (read as is)."""
-    mult = (None, None) if mult is None else mult
+def _why_not_multipliers(mult, n) -> str:
+    return "" if mult is None or len(mult) == n else f"mult: {n} multipliers (or None) expected, got {len(mult)}"
+
+
+def _multipliers(mult, n):
+    """float32 (n,) of the n input multipliers ((m_g, m_u) or (m_g, m_u, m_d)); None, or a None entry, is 1 (read as
+    is)."""
+    mult = (None,) * n if mult is None else tuple(mult)
     return jnp.stack([jnp.float32(1) if v is None else jnp.asarray(v, jnp.float32).reshape(()) for v in mult])
 
 
@@ -772,9 +777,10 @@ def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
       gate, up, dh: (M, F) bfloat16 / float16 (M a multiple of 64, F of 128).
       scales: float32 (3,): the dequantization scales of h, d_gate, d_up.
       fmts: three FP8 ElementFormats (h, d_gate, d_up).
-      mult: None, or float32 scalars (m_g, m_u): the kernel reads ``R(gate * m_g)`` and ``R(up * m_u)`` (R: round
-        to gate's dtype), the result of XLA's per-tensor FP8 dot before its scaling pass
-        (:func:`mxprec.kernels.scaled_gemm.scaled_gemm_deferred`), so that pass need not be written to memory.
+      mult: None, or float32 scalars (m_g, m_u, m_d), each may be None (= 1): the kernel reads ``R(gate * m_g)``,
+        ``R(up * m_u)`` and ``R(dh * m_d)`` (R: round to gate's dtype), the results of XLA's per-tensor FP8 dots before
+        their scaling passes (:func:`mxprec.kernels.scaled_gemm.scaled_gemm_deferred`), so that those passes need
+        not be written to memory.
     Returns:
       ``(h_t, d_gate, d_gate_t, d_up, d_up_t, amax_h, amax_d_gate, amax_d_up)``: codes in the formats' float8 dtypes,
       ``*_t`` (F, M), the others (M, F); the amaxes float32 () as ``mxprec.quantize.tensor_amax`` gives them.
@@ -784,6 +790,7 @@ def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
     reason = _why_not_swiglu_operands(gate, {"up": up, "dh": dh})
     if len(fmts) != 3 or any(not fm.is_fp8 for fm in fmts):
         reason = reason or f"formats {[fm.name for fm in fmts]}: three FP8 formats expected"
+    reason = reason or _why_not_multipliers(mult, 3)
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.swiglu_backward_fp8: {reason}")
     m, f = gate.shape
@@ -793,7 +800,7 @@ def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
     out = (sd((f, m), dt[0]), sd((m, f), dt[1]), sd((f, m), dt[1]), sd((m, f), dt[2]), sd((f, m), dt[2]),
            sd((3,), jnp.uint32))
     *codes, amax = jax.ffi.ffi_call(SWIGLU_BACKWARD_TARGET, out)(gate, up, dh, jnp.asarray(scales, jnp.float32).reshape(3),
-                                                                _multipliers(mult))
+                                                                _multipliers(mult, 3))
     amax = jax.lax.bitcast_convert_type(amax, jnp.float32)
     return (*codes, amax[0], amax[1], amax[2])
 
@@ -803,18 +810,19 @@ def swiglu_forward_fp8(gate, up, scale, fmt, mult=None):
     CUDA kernel (``mxprec_swiglu_forward_fp8``, csrc/cuda_kernels/cuda_swiglu.cu; h itself is not written).
 
     Args: gate, up (M, F) bfloat16 / float16 (the backward's shape rules); scale float32 (); fmt an FP8 format;
-    mult as :func:`swiglu_backward_fp8`'s.
+    mult None or (m_g, m_u) as in :func:`swiglu_backward_fp8`.
     Returns: (codes (M, F) in ``fmt``'s float8 dtype, amax float32 ()). Raises ValueError as
     :func:`swiglu_backward_fp8`.
     """
     reason = _why_not_swiglu_operands(gate, {"up": up})
     if not fmt.is_fp8:
         reason = reason or f"format {fmt.name}: FP8 expected"
+    reason = reason or _why_not_multipliers(mult, 2)
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.swiglu_forward_fp8: {reason}")
     m, f = gate.shape
     require()
     out = (jax.ShapeDtypeStruct((m, f), jnp.dtype(fmt.dtype)), jax.ShapeDtypeStruct((1,), jnp.uint32))
     codes, amax = jax.ffi.ffi_call(SWIGLU_FORWARD_TARGET, out)(gate, up, jnp.asarray(scale, jnp.float32).reshape(1),
-                                                              _multipliers(mult))
+                                                              _multipliers(mult, 2))
     return codes, jax.lax.bitcast_convert_type(amax, jnp.float32)[0]
