@@ -118,7 +118,7 @@ __device__ __forceinline__ void load8(const T* p, float m, float (&v)[8]) {
   round_model8<T>(v);
 }
 
-// sig = 1 / (1 + exp(-g)) and silu = g * sig.
+// sig = 1 / (1 + exp(-g)) and silu = g * sig (rcp.rn: the correctly rounded reciprocal, the bits of div.rn(1, x)).
 __device__ __forceinline__ void sigmoid_silu(float g, float& sig, float& silu) {
   sig = __frcp_rn(__fadd_rn(1.0f, expf(-g)));
   silu = __fmul_rn(g, sig);
