@@ -209,6 +209,90 @@ def test_llama_fused_mlp_needs_a_recipe(recipe):
         Llama(cfg, recipe=recipe).init(jax.random.key(0), tokens)
 
 
+# ----------------------------------------------------------------------------- the kernels' sharding rule (CPU)
+
+
+def _emulated_backward_local(dtypes, gate, up, dh, scales, mult):
+    """What mxprec_swiglu_backward_fp8 returns for one device's pieces, from XLA (the GPU tests prove the kernel's
+    outputs equal this evaluation bit for bit): the stand-in that runs the sharding rule on the CPU."""
+    from mxprec.scaling import DelayedScaling
+
+    g, u, d = ((t.astype(jnp.float32) * m).astype(t.dtype) for t, m in zip((gate, up, dh), mult))
+    h = swiglu_forward(g, u)
+    d_gate, d_up = swiglu_backward(g, u, d)
+    codes, keys = [], []
+    for i, (t, name) in enumerate(zip((h, d_gate, d_up), dtypes)):
+        fmt = formats.E4M3 if jnp.dtype(name) == jnp.dtype(jnp.float8_e4m3fn) else formats.E5M2
+        st = DelayedScalingState(amax_history=jnp.zeros((4,), jnp.float32), scale=scales[i])
+        codes.append(quantize(t, DelayedScaling(fmt), axis=1, state=st).data)
+        keys.append(tensor_amax(t))
+    amax = jax.lax.bitcast_convert_type(jnp.stack(keys), jnp.uint32)
+    return codes[0].T, codes[1], codes[1].T, codes[2], codes[2].T, amax
+
+
+def _emulated_forward_local(dtype, gate, up, scale, mult):
+    h_t, *_, amax = _emulated_backward_local((dtype,) * 3, gate, up, gate, jnp.concatenate([scale] * 3),
+                                             jnp.concatenate([mult, mult[:1]]))
+    return h_t.T, amax[:1]
+
+
+@pytest.mark.parametrize("spec,gathers", [(("data", "model"), False), (("model", None), False),
+                                          ((None, ("data", "model")), False), (("model", "data"), True)])
+def test_swiglu_calls_shard_elementwise(monkeypatch, spec, gathers):
+    """The two custom calls under jit + NamedSharding on 8 CPU devices, each device's call replaced by XLA's evaluation
+    of the kernel's outputs (the kernel itself only runs on a GPU): the same bits as one device, the transposed copies
+    sharded transposed, the amaxes pmax-reduced, and no all-gather unless a shard would leave the kernels' 64 x 128
+    tiles (("model", "data"): 128 rows over 4 devices), where that axis is gathered."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    monkeypatch.setattr(cuda, "require", lambda: None)
+    monkeypatch.setattr(cuda, "_swiglu_backward_local", _emulated_backward_local)
+    monkeypatch.setattr(cuda, "_swiglu_forward_local", _emulated_forward_local)
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "model"))
+    gate, up, dh = _adversarial(m=128 if gathers else 256, f=1024)
+    scales, mult = jnp.array([0.05, 0.003, 0.007], jnp.float32), (jnp.float32(0.37), jnp.float32(3.1e-3),
+                                                                 jnp.float32(1.7e4))
+
+    def both(g, u, d):
+        return (cuda.swiglu_backward_fp8(g, u, d, scales, FMTS, mult),
+                cuda.swiglu_forward_fp8(g, u, scales[0], FMTS[0], mult[:2]))
+
+    want = jax.jit(both)(gate, up, dh)
+    sharding = NamedSharding(mesh, P(*spec))
+    args = [jax.device_put(t, sharding) for t in (gate, up, dh)]
+    f = jax.jit(both)
+    got = f(*args)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    hlo = f.lower(*args).compile().as_text()
+    assert ("all-gather" in hlo) == gathers
+    if not gathers:
+        assert "all-reduce" in hlo  # the amaxes' pmax
+        h_t, d_gate = got[0][0], got[0][1]
+        assert d_gate.sharding.is_equivalent_to(NamedSharding(mesh, P(*spec)), 2)
+        assert h_t.sharding.is_equivalent_to(NamedSharding(mesh, P(*spec[::-1])), 2)
+
+
+def test_swiglu_calls_vmap_one_call_per_example(monkeypatch):
+    """vmap of the two calls (the device call again XLA's stand-in): each example as its own call."""
+    monkeypatch.setattr(cuda, "require", lambda: None)
+    monkeypatch.setattr(cuda, "_swiglu_backward_local", _emulated_backward_local)
+    monkeypatch.setattr(cuda, "_swiglu_forward_local", _emulated_forward_local)
+    k = jax.random.split(jax.random.key(8), 3)
+    gate, up, dh = (jax.random.normal(ki, (2, 64, 256), jnp.float32).astype(BF16) * 8 for ki in k)
+    scales = jnp.array([0.05, 0.003, 0.007], jnp.float32)
+
+    def both(g, u, d):
+        return cuda.swiglu_backward_fp8(g, u, d, scales, FMTS), cuda.swiglu_forward_fp8(g, u, scales[0], FMTS[0])
+
+    got = jax.jit(jax.vmap(both))(gate, up, dh)
+    for i in range(2):
+        want = jax.jit(both)(gate[i], up[i], dh[i])
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_array_equal(_bits(a[i]), _bits(b))
+
+
 # ----------------------------------------------------------------------------- GPU (the CUDA kernel)
 
 GPU_KERNEL = pytest.mark.skipif(not (ON_GPU and cuda.available()), reason="needs a CUDA GPU and libmxprec_cuda.so")

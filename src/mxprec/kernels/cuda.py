@@ -765,6 +765,108 @@ def _why_not_swiglu_operands(gate, others) -> str:
     return reason
 
 
+# The SwiGLU kernels' custom calls under sharding and vmap. Both are elementwise over (M, F), so a shard runs the
+# kernel on its own piece: the transposed copies take the transposed sharding, and the amaxes (FP32 bits, NaN
+# canonical above +Inf) are pmax-reduced over the mesh axes that cut M or F.
+_SWIGLU_UNITS = (64, 128)  # a shard keeps M a multiple of 64 and F of 128 (the backward kernel's 64 x 128 tiles)
+
+
+def _swiglu_backward_local(dtypes, gate, up, dh, scales, mult):
+    """``mxprec_swiglu_backward_fp8`` on one device's (M, F) pieces: h_t, d_gate, d_gate_t, d_up, d_up_t (codes in
+    ``dtypes`` = (h, d_gate, d_up) dtype names), amax bits uint32 (3,)."""
+    m, f = gate.shape
+    sd = jax.ShapeDtypeStruct
+    dt = [jnp.dtype(d) for d in dtypes]
+    out = (sd((f, m), dt[0]), sd((m, f), dt[1]), sd((f, m), dt[1]), sd((m, f), dt[2]), sd((f, m), dt[2]),
+           sd((3,), jnp.uint32))
+    return jax.ffi.ffi_call(SWIGLU_BACKWARD_TARGET, out)(gate, up, dh, scales, mult)
+
+
+def _swiglu_forward_local(dtype, gate, up, scale, mult):
+    """``mxprec_swiglu_forward_fp8`` on one device's (M, F) pieces: h's codes (``dtype``), amax bits uint32 (1,)."""
+    out = (jax.ShapeDtypeStruct(gate.shape, jnp.dtype(dtype)), jax.ShapeDtypeStruct((1,), jnp.uint32))
+    return jax.ffi.ffi_call(SWIGLU_FORWARD_TARGET, out)(gate, up, scale, mult)
+
+
+def _swiglu_dims(mesh, gate) -> list[tuple]:
+    """gate's (M, F) mesh axes; one that would leave a shard off the kernels' tiles is dropped (XLA gathers it)."""
+    dims = _spec_axes(gate.sharding, 2)
+    return [a if a and gate.shape[d] % (_axes_size(mesh, a) * _SWIGLU_UNITS[d]) == 0 else () for d, a in enumerate(dims)]
+
+
+def _swiglu_shardings(mesh, dims, backward: bool):
+    """(result shardings, argument shardings) for gate's (M, F) mesh axes ``dims``."""
+    m, f = dims
+    rows, cols, rep = NamedSharding(mesh, _pspec([m, f])), NamedSharding(mesh, _pspec([f, m])), NamedSharding(mesh, P())
+    if backward:
+        return (cols, rows, cols, rows, cols, rep), (rows, rows, rows, rep, rep)
+    return (rows, rep), (rows, rows, rep, rep)
+
+
+def _swiglu_local(backward: bool):
+    """The per-device call, looked up when traced (tests run the partitioning on the CPU with an emulation)."""
+    return _swiglu_backward_local if backward else _swiglu_forward_local
+
+
+def _swiglu_partition(backward: bool):
+    def impl(cfg, *args):
+        return _swiglu_local(backward)(cfg, *args)
+
+    def partition(cfg, mesh, arg_shapes, result_shape):
+        dims = _swiglu_dims(mesh, arg_shapes[0])
+        axes = tuple(a for d in dims for a in d)
+
+        def lower_fn(*args):
+            *codes, amax = _swiglu_local(backward)(cfg, *args)
+            return (*codes, lax.pmax(amax, axes) if axes else amax)
+
+        results, arg_shardings = _swiglu_shardings(mesh, dims, backward)
+        return mesh, lower_fn, results, arg_shardings
+
+    def infer(cfg, mesh, arg_shapes, result_shape):
+        return _swiglu_shardings(mesh, _swiglu_dims(mesh, arg_shapes[0]), backward)[0]
+
+    def rule(cfg, mesh, value_types, result_types):
+        """Shardy rule: factors m and f in whole 64 x 128 tiles; the (3,) / (2,) / (1,) vectors replicated."""
+        rows, cols = _dims_of(value_types[0])
+        mf, fm = "(m mt) (f ft)", "(f ft) (m mt)"
+        sizes = dict(mt=_SWIGLU_UNITS[0], ft=_SWIGLU_UNITS[1], m=rows // _SWIGLU_UNITS[0], f=cols // _SWIGLU_UNITS[1])
+        if backward:
+            return f"{mf}, {mf}, {mf}, s, u -> {fm}, {mf}, {fm}, {mf}, {fm}, a", sizes
+        return f"{mf}, {mf}, s, u -> {mf}, a", sizes
+
+    return impl, partition, infer, rule
+
+
+_swiglu_backward_cp = _partitioned(*_swiglu_partition(True))
+_swiglu_forward_cp = _partitioned(*_swiglu_partition(False))
+
+
+def _sequential_vmap(cp, cfg, n_results: int):
+    """``cp(cfg, ...)`` with a batching rule (custom_partitioning has none): one call per example."""
+
+    @jax.custom_batching.custom_vmap
+    def f(*args):
+        return cp(cfg, *args)
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, *args):
+        args = [a if b else jnp.broadcast_to(a, (axis_size,) + a.shape) for a, b in zip(args, in_batched)]
+        return lax.map(lambda t: f(*t), tuple(args)), (True,) * n_results
+
+    return f
+
+
+@functools.cache
+def _swiglu_backward_vmappable(dtypes: tuple):
+    return _sequential_vmap(_swiglu_backward_cp, dtypes, 6)
+
+
+@functools.cache
+def _swiglu_forward_vmappable(dtype: str):
+    return _sequential_vmap(_swiglu_forward_cp, dtype, 2)
+
+
 def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
     """The SwiGLU backward of :mod:`mxprec.fused_mlp` with its per-tensor FP8 casts, in one CUDA kernel.
 
@@ -784,8 +886,10 @@ def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
     Returns:
       ``(h_t, d_gate, d_gate_t, d_up, d_up_t, amax_h, amax_d_gate, amax_d_up)``: codes in the formats' float8 dtypes,
       ``*_t`` (F, M), the others (M, F); the amaxes float32 () as ``mxprec.quantize.tensor_amax`` gives them.
-      No sharding rule: under a sharded jit the operands are gathered to one device (XLA's default for a custom
-      call). Raises ValueError for shapes / dtypes / formats the kernel does not take.
+      Sharding: elementwise over M and F (the ``*_t`` copies take the transposed sharding; the amaxes are
+      ``pmax``-reduced across shards); a mesh axis that would leave a shard's M off a multiple of 64 or its F off a
+      multiple of 128 is gathered instead. vmap: one call per example. Raises ValueError for shapes / dtypes /
+      formats / multipliers the kernel does not take.
     """
     reason = _why_not_swiglu_operands(gate, {"up": up, "dh": dh})
     if len(fmts) != 3 or any(not fm.is_fp8 for fm in fmts):
@@ -793,14 +897,10 @@ def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
     reason = reason or _why_not_multipliers(mult, 3)
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.swiglu_backward_fp8: {reason}")
-    m, f = gate.shape
     require()
-    sd = jax.ShapeDtypeStruct
-    dt = [jnp.dtype(fm.dtype) for fm in fmts]
-    out = (sd((f, m), dt[0]), sd((m, f), dt[1]), sd((f, m), dt[1]), sd((m, f), dt[2]), sd((f, m), dt[2]),
-           sd((3,), jnp.uint32))
-    *codes, amax = jax.ffi.ffi_call(SWIGLU_BACKWARD_TARGET, out)(gate, up, dh, jnp.asarray(scales, jnp.float32).reshape(3),
-                                                                _multipliers(mult, 3))
+    dtypes = tuple(jnp.dtype(fm.dtype).name for fm in fmts)
+    *codes, amax = _swiglu_backward_vmappable(dtypes)(gate, up, dh, jnp.asarray(scales, jnp.float32).reshape(3),
+                                                      _multipliers(mult, 3))
     amax = jax.lax.bitcast_convert_type(amax, jnp.float32)
     return (*codes, amax[0], amax[1], amax[2])
 
@@ -820,9 +920,7 @@ def swiglu_forward_fp8(gate, up, scale, fmt, mult=None):
     reason = reason or _why_not_multipliers(mult, 2)
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.swiglu_forward_fp8: {reason}")
-    m, f = gate.shape
     require()
-    out = (jax.ShapeDtypeStruct((m, f), jnp.dtype(fmt.dtype)), jax.ShapeDtypeStruct((1,), jnp.uint32))
-    codes, amax = jax.ffi.ffi_call(SWIGLU_FORWARD_TARGET, out)(gate, up, jnp.asarray(scale, jnp.float32).reshape(1),
-                                                              _multipliers(mult, 2))
+    codes, amax = _swiglu_forward_vmappable(jnp.dtype(fmt.dtype).name)(
+        gate, up, jnp.asarray(scale, jnp.float32).reshape(1), _multipliers(mult, 2))
     return codes, jax.lax.bitcast_convert_type(amax, jnp.float32)[0]
