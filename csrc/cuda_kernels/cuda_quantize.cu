@@ -206,13 +206,6 @@ __device__ __forceinline__ uint32_t bf16_chunks_key(const Raw<InType::kBF16> (&r
   return key2_finish(k2);
 }
 
-__device__ __forceinline__ uint32_t chunk_key(const float (&v)[8]) {
-  uint32_t k = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) k = max(k, abs_key(v[i]));
-  return k;
-}
-
 // CTA max of raw keys, then amax_update by thread 0 (fp8_codes.cuh's cta_amax). Every thread of the CTA must
 // call it (it synchronizes).
 __device__ __forceinline__ void block_amax(uint32_t* amax, uint32_t key) {

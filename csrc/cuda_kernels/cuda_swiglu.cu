@@ -62,8 +62,6 @@ constexpr int kRowThreads = kTileF / kVec;        // 16 threads per tile row
 constexpr int kRowsPerPass = kThreads / kRowThreads;  // 16 rows per pass
 constexpr int kStrideWords = kTileF / 4 + 1;      // padded shared row: 33 words
 
-__device__ __forceinline__ float flush(float x) { return fabsf(x) < 1.17549435e-38f ? copysignf(0.0f, x) : x; }
-
 // The two model-dtype elements of a 32-bit word (element 0 in the low half) as FP32; bf16 by bit moves (one
 // instruction each).
 template <typename T>
@@ -124,13 +122,6 @@ __device__ __forceinline__ void sigmoid_silu(float g, float& sig, float& silu) {
   silu = __fmul_rn(g, sig);
 }
 
-__device__ __forceinline__ uint32_t abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
-__device__ __forceinline__ uint32_t chunk_key(const float (&v)[8]) {
-  uint32_t k = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) k = max(k, abs_bits(v[i]));
-  return k;
-}
 
 // A per-tensor delayed scale as the codes divide by it: s flushed (DAZ), and r = RN(1 / s) where
 // 2**-80 <= s < 2**102, else 0 (those scales divide exactly, per element).
@@ -138,7 +129,7 @@ struct Divisor {
   float s, r;
 };
 __device__ __forceinline__ Divisor divisor_of(float scale) {
-  const float s = flush(scale);
+  const float s = flush_denormal(scale);
   return {s, (s >= 0x1p-80f && s < 0x1p102f) ? __frcp_rn(s) : 0.0f};
 }
 
@@ -157,7 +148,7 @@ __device__ __forceinline__ uint2 band_codes8(const float (&x)[8], Divisor d) {
   return make_uint2(fp8x4(q[0], q[1], q[2], q[3], kE5m2), fp8x4(q[4], q[5], q[6], q[7], kE5m2));
 }
 
-// The same for any chunk, per element: cvt.rn.satfinite(flush(x) / s), IEEE division (NaN / Inf elements,
+// The same for any chunk, per element: cvt.rn.satfinite(flush_denormal(x) / s), IEEE division (NaN / Inf elements,
 // quotients above 2**20, scales outside the band): rare, out of line.
 struct Chunk8 {
   float v[8];
@@ -165,7 +156,7 @@ struct Chunk8 {
 __device__ __noinline__ uint2 exact_codes8(Chunk8 x, float s, bool e5m2) {
   float q[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) q[i] = __fdiv_rn(flush(x.v[i]), s);
+  for (int i = 0; i < 8; ++i) q[i] = __fdiv_rn(flush_denormal(x.v[i]), s);
   return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
 }
 

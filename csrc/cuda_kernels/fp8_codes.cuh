@@ -1,6 +1,6 @@
 // Device helpers shared by the kernels that write per-tensor FP8 codes and amaxes (cuda_quantize.cu,
 // cuda_swiglu.cu): the saturating FP8 convert, Markstein's division by a scale through its reciprocal, and the
-// CTA max of |x| keys into a tensor amax.
+// |x| keys of a chunk and their CTA max into a tensor amax.
 #ifndef MXPREC_CSRC_CUDA_KERNELS_FP8_CODES_CUH_
 #define MXPREC_CSRC_CUDA_KERNELS_FP8_CODES_CUH_
 
@@ -39,6 +39,14 @@ __device__ __forceinline__ uint32_t fp8x4(float a, float b, float c, float d, bo
 __device__ __forceinline__ float markstein_steps(float x, float q0, float p, float r) {
   const float q1 = __fmaf_rn(-__fmaf_rn(q0, p, -x), r, q0);
   return __fmaf_rn(-__fmaf_rn(q1, p, -x), r, q1);
+}
+
+// The largest raw |x| key (mxprec::abs_key: the bits of |x|, unfinished) of 8 values.
+__device__ __forceinline__ uint32_t chunk_key(const float (&v)[8]) {
+  uint32_t k = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) k = max(k, abs_key(v[i]));
+  return k;
 }
 
 // One finished |x| key (mxprec::finish_key) into a tensor amax word: an atomicMax only when it can raise the
