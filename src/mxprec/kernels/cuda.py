@@ -577,20 +577,25 @@ _quantize_transposed_cp = _partitioned(
 )
 
 
-@functools.cache
-def _quantize_transposed_vmappable(cfg: _TransposedQuantCfg):
-    """The custom call with a batching rule (custom_partitioning has none): one call per example."""
+def _sequential_vmap(cp, cfg, n_results: int):
+    """``cp(cfg, ...)`` with a batching rule (custom_partitioning has none): one call per example."""
 
     @jax.custom_batching.custom_vmap
-    def f(x):
-        return _quantize_transposed_cp(cfg, x)
+    def f(*args):
+        return cp(cfg, *args)
 
     @f.def_vmap
-    def rule(axis_size, in_batched, x):
-        del axis_size, in_batched
-        return lax.map(f, x), (True,) * cfg.n_results
+    def rule(axis_size, in_batched, *args):
+        args = [a if b else jnp.broadcast_to(a, (axis_size,) + a.shape) for a, b in zip(args, in_batched)]
+        return lax.map(lambda t: f(*t), tuple(args)), (True,) * n_results
 
     return f
+
+
+@functools.cache
+def _quantize_transposed_vmappable(cfg: _TransposedQuantCfg):
+    """The custom call with a batching rule: one call per example."""
+    return _sequential_vmap(_quantize_transposed_cp, cfg, cfg.n_results)
 
 
 def quantize_transposed(x: jax.Array, spec: TileScaling, amax: bool = True) -> QTensor:
@@ -840,21 +845,6 @@ def _swiglu_partition(backward: bool):
 
 _swiglu_backward_cp = _partitioned(*_swiglu_partition(True))
 _swiglu_forward_cp = _partitioned(*_swiglu_partition(False))
-
-
-def _sequential_vmap(cp, cfg, n_results: int):
-    """``cp(cfg, ...)`` with a batching rule (custom_partitioning has none): one call per example."""
-
-    @jax.custom_batching.custom_vmap
-    def f(*args):
-        return cp(cfg, *args)
-
-    @f.def_vmap
-    def rule(axis_size, in_batched, *args):
-        args = [a if b else jnp.broadcast_to(a, (axis_size,) + a.shape) for a, b in zip(args, in_batched)]
-        return lax.map(lambda t: f(*t), tuple(args)), (True,) * n_results
-
-    return f
 
 
 @functools.cache
