@@ -28,6 +28,7 @@
 #   llama-kernels:ARMS each arm per block-GEMM kernel (LLAMA_KERNELS, default "cutlass persistent"; "persistent:192"
 #                also sets MXPREC_SM90_BLOCKWISE_TILE_N), interleaved,
 #                LLAMA_PAIRS rounds (default 2)
+#   rounds:ARMS  the arms interleaved, LLAMA_PAIRS rounds (default 2), one process each
 #   llama-ab:ARMS each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so), same call
 #   kmajor:ARMS  Wgrad's K-major quantize kernel: its GPU tests, cuda_quantize.py against quantize + code transpose,
 #                then each arm with MXPREC_TRANSPOSED_QUANTIZE=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
@@ -325,6 +326,11 @@ for stage in "$@"; do
       LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM} ${LLAMA_XLA_FLAGS:+"XLA_FLAGS=$LLAMA_XLA_FLAGS"} "${AQ_ENV[@]}")
       for arm in "${arms[@]}"; do llama_step "llama_$arm${FORM:+_$FORM}$AQ_TAG${TAG:-}" "$arm"; done
       LLAMA_ENV=() ;;
+    rounds:*)  # rounds:ARMS: the arms interleaved, LLAMA_PAIRS (default 2) rounds, one process each (llama_ARM_rROUND)
+      IFS=, read -r -a arms <<< "${stage#rounds:}"
+      for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
+        for arm in "${arms[@]}"; do llama_step "llama_${arm}_r$round${TAG:-}" "$arm"; done
+      done ;;
     llama-ab:*)  # llama-ab:ARMS: each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so)
       IFS=, read -r -a arms <<< "${stage#llama-ab:}"
       for lib in "${AB_LIBS[@]}"; do

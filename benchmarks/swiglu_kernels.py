@@ -4,7 +4,8 @@
 
 Times ``mxprec.kernels.cuda.swiglu_forward_fp8`` (h's E4M3 codes + amax: 4 bytes read, 1 written per element) and
 ``swiglu_backward_fp8`` (h's K-major E4M3 codes, d_gate's and d_up's E5M2 codes in both layouts, three amaxes: 6 bytes
-read, 5 written) by GPU kernel time from a profiler trace, with a bf16 copy of gate (``x * 1``) as the bandwidth
+read, 5 written), and current scaling's amax-only first passes ``swiglu_forward_amax`` (4 bytes read) and
+``swiglu_backward_amax`` (6 bytes read) where the library has them, by GPU kernel time from a profiler trace, with a bf16 copy of gate (``x * 1``) as the bandwidth
 yardstick, and checks the codes against XLA's evaluation of the same formula on the GPU (fraction differing: 0 is
 expected). The GEMM output multipliers are not 1, as in the step (``scaled_gemm_deferred``; dh's since the
 thirty-fourth session's second change, the earlier rows had none). Pick the library with
@@ -75,6 +76,21 @@ def main(argv=None):
     fwd_ms, fwd_k = forms._kernel_time(fwd, (gate, up, s), args.reps)
     bwd_ms, bwd_k = forms._kernel_time(bwd, (gate, up, dh, s), args.reps)
     xla_ms, _ = forms._kernel_time(xla, (gate, up, dh, s), args.reps)
+    amax_rows = {}
+    if hasattr(cuda, "swiglu_backward_amax"):  # since the thirty-fifth session (current scaling's first pass)
+        famax = jax.jit(lambda g, u: cuda.swiglu_forward_amax(g, u, mult[:2]))
+        bamax = jax.jit(lambda g, u, d: cuda.swiglu_backward_amax(g, u, d, mult))
+        famax_ms, famax_k = forms._kernel_time(famax, (gate, up), args.reps)
+        bamax_ms, bamax_k = forms._kernel_time(bamax, (gate, up, dh), args.reps)
+        amax_rows = dict(forward_amax_us=round(famax_ms * 1e3, 1),
+                         forward_amax_tb_s=round(4 * m * n / (famax_ms * 1e-3) / 1e12, 3),
+                         backward_amax_us=round(bamax_ms * 1e3, 1),
+                         backward_amax_tb_s=round(6 * m * n / (bamax_ms * 1e-3) / 1e12, 3),
+                         amax_kernels={"forward_amax": famax_k, "backward_amax": bamax_k})
+        # the first pass's amaxes are the cast kernels' (the same arithmetic): checked bit for bit
+        fa, ba, bk = famax(gate, up), bamax(gate, up, dh), bwd(gate, up, dh, s)[5:]
+        amax_rows["amaxes_equal_cast_kernels"] = bool(
+            all(np.asarray(a).view(np.uint32) == np.asarray(b).view(np.uint32) for a, b in zip((fa, *ba), (bk[0], *bk))))
     want = xla(gate, up, dh, s)
     h_codes, _ = fwd(gate, up, s)
     got = bwd(gate, up, dh, s)
@@ -86,7 +102,7 @@ def main(argv=None):
                forward_us=round(fwd_ms * 1e3, 1), forward_tb_s=round(5 * m * n / (fwd_ms * 1e-3) / 1e12, 3),
                backward_us=round(bwd_ms * 1e3, 1), backward_tb_s=round(11 * m * n / (bwd_ms * 1e-3) / 1e12, 3),
                xla_formula_us=round(xla_ms * 1e3, 1), codes_differing_from_xla=differing,
-               kernels={"forward": fwd_k, "backward": bwd_k})
+               kernels={"forward": fwd_k, "backward": bwd_k}, **amax_rows)
     print(json.dumps(row))
     if args.out:
         doc = {"device": jax.devices()[0].device_kind, "command": " ".join(sys.argv),

@@ -156,8 +156,8 @@ def test_errors_name_shapes_and_dtypes():
         swiglu_mlp(x, w0.astype(jnp.float32), w1, wo, recipe="fp8_current")
     with pytest.raises(ValueError, match="swiglu_kernel must be one of"):
         swiglu_mlp(x, w0, w1, wo, recipe="fp8_current", swiglu_kernel="triton")
-    with pytest.raises(ValueError, match="not delayed-scaled"):
-        jax.grad(lambda x: jnp.sum(swiglu_mlp(x, w0, w1, wo, recipe="fp8_current", swiglu_kernel="cuda")
+    with pytest.raises(ValueError, match="not per-tensor"):
+        jax.grad(lambda x: jnp.sum(swiglu_mlp(x, w0, w1, wo, recipe="fp8_rowwise", swiglu_kernel="cuda")
                                    .astype(jnp.float32)))(x)
     if not ON_GPU:
         st = FusedMLPState.init("fp8_delayed")
@@ -236,6 +236,50 @@ def _emulated_forward_local(dtype, gate, up, scale, mult):
     return h_t.T, amax[:1]
 
 
+def _emulated_amax_local(n, gate, up, *rest):
+    """mxprec_swiglu_{forward,backward}_amax's stand-in: the amaxes of the backward's stand-in."""
+    *dh, mult = rest
+    dh = dh[0] if dh else gate
+    mult = mult if n == 3 else jnp.concatenate([mult, mult[:1]])
+    amax = _emulated_backward_local(("float8_e4m3fn",) * 3, gate, up, dh, jnp.ones((3,), jnp.float32), mult)[-1]
+    return (amax[:n],)
+
+
+def _emulate_kernels(monkeypatch):
+    monkeypatch.setattr(cuda, "require", lambda: None)
+    monkeypatch.setattr(cuda, "_swiglu_backward_local", _emulated_backward_local)
+    monkeypatch.setattr(cuda, "_swiglu_forward_local", _emulated_forward_local)
+    monkeypatch.setattr(cuda, "_swiglu_amax_local", _emulated_amax_local)
+
+
+@pytest.mark.parametrize("recipe", ["fp8_delayed", "fp8_current"])
+def test_block_kernel_path_emulated_equals_xla_path(monkeypatch, recipe):
+    """The block's kernel path (the forward's codes and the backward's copies from the SwiGLU calls, current scaling's
+    scales from the amax-only calls) with each call replaced by XLA's evaluation of its outputs: outputs, gradients and
+    state updates bit-identical to XLA's path. On the GPU the same comparison runs with the kernels
+    (test_gpu_block_with_kernel_equals_xla_path)."""
+    import mxprec.fused_mlp as fused_mlp
+
+    r = get_recipe(recipe, backend="xla")
+    args = _operands(m=128, d=128, f=256, seed=9)
+    st = _state(r)
+    y_ref, g_ref = _value_and_grads(_fused(r, "xla"), args, st)
+    _emulate_kernels(monkeypatch)
+    calls = []
+    real = cuda._swiglu_local
+
+    def counting(kind):
+        calls.append(kind)
+        return real(kind)
+
+    monkeypatch.setattr(cuda, "_swiglu_local", counting)
+    monkeypatch.setattr(fused_mlp, "_kernel_use", lambda *a: True)
+    y, g = _value_and_grads(_fused(r, "auto"), args, st)
+    _assert_trees_bitwise((y, g), (y_ref, g_ref))
+    want = {"forward", "backward"} | ({"forward_amax", "backward_amax"} if recipe == "fp8_current" else set())
+    assert set(calls) == want
+
+
 @pytest.mark.parametrize("spec,gathers", [(("data", "model"), False), (("model", None), False),
                                           ((None, ("data", "model")), False), (("model", "data"), True)])
 def test_swiglu_calls_shard_elementwise(monkeypatch, spec, gathers):
@@ -246,9 +290,7 @@ def test_swiglu_calls_shard_elementwise(monkeypatch, spec, gathers):
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    monkeypatch.setattr(cuda, "require", lambda: None)
-    monkeypatch.setattr(cuda, "_swiglu_backward_local", _emulated_backward_local)
-    monkeypatch.setattr(cuda, "_swiglu_forward_local", _emulated_forward_local)
+    _emulate_kernels(monkeypatch)
     cpus = jax.devices("cpu")
     if len(cpus) < 8:
         pytest.skip("needs 8 CPU devices (tests/conftest.py's XLA_FLAGS)")
@@ -259,7 +301,8 @@ def test_swiglu_calls_shard_elementwise(monkeypatch, spec, gathers):
 
     def both(g, u, d):
         return (cuda.swiglu_backward_fp8(g, u, d, scales, FMTS, mult),
-                cuda.swiglu_forward_fp8(g, u, scales[0], FMTS[0], mult[:2]))
+                cuda.swiglu_forward_fp8(g, u, scales[0], FMTS[0], mult[:2]),
+                cuda.swiglu_backward_amax(g, u, d, mult), cuda.swiglu_forward_amax(g, u, mult[:2]))
 
     want = jax.jit(both)(gate, up, dh)
     sharding = NamedSharding(mesh, P(*spec))
@@ -278,16 +321,15 @@ def test_swiglu_calls_shard_elementwise(monkeypatch, spec, gathers):
 
 
 def test_swiglu_calls_vmap_one_call_per_example(monkeypatch):
-    """vmap of the two calls (the device call again XLA's stand-in): each example as its own call."""
-    monkeypatch.setattr(cuda, "require", lambda: None)
-    monkeypatch.setattr(cuda, "_swiglu_backward_local", _emulated_backward_local)
-    monkeypatch.setattr(cuda, "_swiglu_forward_local", _emulated_forward_local)
+    """vmap of the four calls (the device call again XLA's stand-in): each example as its own call."""
+    _emulate_kernels(monkeypatch)
     k = jax.random.split(jax.random.key(8), 3)
     gate, up, dh = (jax.random.normal(ki, (2, 64, 256), jnp.float32).astype(BF16) * 8 for ki in k)
     scales = jnp.array([0.05, 0.003, 0.007], jnp.float32)
 
     def both(g, u, d):
-        return cuda.swiglu_backward_fp8(g, u, d, scales, FMTS), cuda.swiglu_forward_fp8(g, u, scales[0], FMTS[0])
+        return (cuda.swiglu_backward_fp8(g, u, d, scales, FMTS), cuda.swiglu_forward_fp8(g, u, scales[0], FMTS[0]),
+                cuda.swiglu_backward_amax(g, u, d), cuda.swiglu_forward_amax(g, u))
 
     got = jax.jit(jax.vmap(both))(gate, up, dh)
     for i in range(2):
@@ -395,8 +437,34 @@ def test_gpu_forward_kernel_bitexact(scale, fmt):
 
 
 @GPU_KERNEL
-def test_gpu_block_with_kernel_equals_xla_path():
-    r = get_recipe("fp8_delayed")
+def test_gpu_amax_kernels_bitexact():
+    """The amax-only kernels (current scaling's first pass): the amaxes of XLA's evaluation, bit for bit, on random,
+    adversarial (NaN: any NaN) and all-zero inputs, with and without the input multipliers."""
+    k = jax.random.split(jax.random.key(11), 3)
+    random = tuple(jax.random.normal(ki, (1024, 512), jnp.float32).astype(BF16) * 8 for ki in k)
+    zeros = tuple(jnp.zeros((64, 128), BF16) for _ in range(3))
+    mult = (jnp.float32(0.37), jnp.float32(3.1e-3), jnp.float32(1.7e4))
+    for (gate, up, dh), mu in ((random, None), (random, mult), (_adversarial(), None), (_adversarial(), mult),
+                               (zeros, None)):
+        got = jax.jit(lambda g, u, d: (cuda.swiglu_backward_amax(g, u, d, mu),
+                                       cuda.swiglu_forward_amax(g, u, None if mu is None else mu[:2])))(gate, up, dh)
+
+        def ref(g, u, d):
+            if mu is not None:
+                g, u, d = ((t.astype(jnp.float32) * m).astype(BF16) for t, m in zip((g, u, d), mu))
+            d_gate, d_up = swiglu_backward(g, u, d)
+            amax_h = tensor_amax(swiglu_forward(g, u))
+            return (amax_h, tensor_amax(d_gate), tensor_amax(d_up)), amax_h
+
+        want = jax.jit(ref)(gate, up, dh)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+@GPU_KERNEL
+@pytest.mark.parametrize("recipe", ["fp8_delayed", "fp8_current"])
+def test_gpu_block_with_kernel_equals_xla_path(recipe):
+    r = get_recipe(recipe)
     args = _operands(m=1024, d=512, f=1024, seed=5)
     st = _state(r)
     (y_ref, g_ref), (y, g) = (_value_and_grads(_fused(r, kern), args, st) for kern in ("xla", "cuda"))

@@ -13,6 +13,10 @@
 //   in   gate, up: (M, F) as above; scale: float32 (1,) = s_h; mult: float32 (2,) = m_g, m_u as above
 //   out  h codes (M, F) FP8; amax: uint32 (1,) = the bits of max |h|
 //
+// and the amaxes alone, current scaling's first pass (its scales need them before any code is written):
+// `mxprec_swiglu_forward_amax` (MxprecSwigluForwardAmaxCuda): gate, up, mult (2,) -> amax uint32 (1,) (max |h|);
+// `mxprec_swiglu_backward_amax` (MxprecSwigluBackwardAmaxCuda): gate, up, dh, mult (3,) -> amax uint32 (3,).
+//
 // Arithmetic (mxprec.fused_mlp.swiglu_forward / swiglu_backward, no FMA contraction: every step one IEEE FP32
 // operation rounded to nearest):
 //   sig = 1 / (1 + exp(-g)), silu = g * sig, h = R(silu * u), d_up = R(dh * silu),
@@ -122,6 +126,36 @@ __device__ __forceinline__ void sigmoid_silu(float g, float& sig, float& silu) {
   silu = __fmul_rn(g, sig);
 }
 
+// h = R(silu(g) * u) of 8 elements (R: the model dtype's rounding).
+template <typename T>
+__device__ __forceinline__ void swiglu_forward8(const float (&g)[8], const float (&u)[8], float (&h)[8]) {
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    float sig, silu;
+    sigmoid_silu(g[i], sig, silu);
+    h[i] = __fmul_rn(silu, u[i]);
+  }
+  round_model8<T>(h);
+}
+
+// h, d_gate, d_up of 8 elements (the header's formulas), each rounded to the model's dtype.
+template <typename T>
+__device__ __forceinline__ void swiglu_backward8(const float (&g)[8], const float (&u)[8], const float (&d)[8],
+                                                 float (&h)[8], float (&dg)[8], float (&du)[8]) {
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    float sig, silu;
+    sigmoid_silu(g[i], sig, silu);
+    h[i] = __fmul_rn(silu, u[i]);
+    du[i] = __fmul_rn(d[i], silu);
+    const float inner = __fadd_rn(1.0f, __fmul_rn(g[i], __fsub_rn(1.0f, sig)));
+    dg[i] = __fmul_rn(__fmul_rn(__fmul_rn(d[i], u[i]), sig), inner);
+  }
+  round_model8<T>(h);
+  round_model8<T>(dg);
+  round_model8<T>(du);
+}
+
 
 // A per-tensor delayed scale as the codes divide by it: s flushed (DAZ), and r = RN(1 / s) where
 // 2**-80 <= s < 2**102, else 0 (those scales divide exactly, per element).
@@ -200,18 +234,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(const T* __re
     load8(gate + off, m_g, g);
     load8(up + off, m_u, u);
     load8(dh + off, m_d, d);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      float sig, silu;
-      sigmoid_silu(g[i], sig, silu);
-      h[i] = __fmul_rn(silu, u[i]);
-      du[i] = __fmul_rn(d[i], silu);
-      const float inner = __fadd_rn(1.0f, __fmul_rn(g[i], __fsub_rn(1.0f, sig)));
-      dg[i] = __fmul_rn(__fmul_rn(__fmul_rn(d[i], u[i]), sig), inner);
-    }
-    round_model8<T>(h);
-    round_model8<T>(dg);
-    round_model8<T>(du);
+    swiglu_backward8<T>(g, u, d, h, dg, du);
     const uint32_t kh = chunk_key(h), kg = chunk_key(dg), ku = chunk_key(du);
     keys[0] = max(keys[0], kh);
     keys[1] = max(keys[1], kg);
@@ -329,6 +352,11 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
   return ffi::Error::Success();
 }
 
+// Grid of the grid-stride kernels (forward, amax): one 8-element piece per thread, at most 16 CTAs per SM of 132.
+unsigned grid_stride_blocks(int64_t pieces) {
+  return static_cast<unsigned>(std::min<int64_t>((pieces + kThreads - 1) / kThreads, 132 * 16));
+}
+
 // Forward: 8 consecutive elements per thread, grid-stride over the (M * F / 8) pieces; kE5m2: E5M2 codes.
 template <typename T, bool kE5m2>
 __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const T* __restrict__ gate, const T* __restrict__ up,
@@ -343,13 +371,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const T* __res
     float g[8], u[8], h[8];
     load8(gate + kVec * p, m_g, g);
     load8(up + kVec * p, m_u, u);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      float sig, silu;
-      sigmoid_silu(g[i], sig, silu);
-      h[i] = __fmul_rn(silu, u[i]);
-    }
-    round_model8<T>(h);
+    swiglu_forward8<T>(g, u, h);
     const uint32_t k = chunk_key(h);
     key[0] = max(key[0], k);
     reinterpret_cast<uint2*>(codes)[p] = codes8<kE5m2>(h, k, s);
@@ -383,7 +405,6 @@ ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyB
   if (e != cudaSuccess) return ffi::Error::Internal(std::string("mxprec_swiglu_forward_fp8: memset: ") + cudaGetErrorString(e));
   const int64_t pieces = gd[0] * gd[1] / kVec;
   if (pieces == 0) return ffi::Error::Success();
-  const int64_t blocks = std::min<int64_t>((pieces + kThreads - 1) / kThreads, 132 * 16);
   const bool e5m2 = codes->element_type() == ffi::DataType::F8E5M2;
   const auto forward = [e5m2](auto t) {
     using T = decltype(t);
@@ -393,11 +414,11 @@ ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyB
   const auto* mu = static_cast<const float*>(mult.untyped_data());
   auto* c = static_cast<uint8_t*>(codes->untyped_data());
   if (in == ffi::DataType::BF16) {
-    forward(__nv_bfloat16{})<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+    forward(__nv_bfloat16{})<<<grid_stride_blocks(pieces), kThreads, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(gate.untyped_data()), static_cast<const __nv_bfloat16*>(up.untyped_data()),
         s, mu, c, a, pieces);
   } else {
-    forward(__half{})<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+    forward(__half{})<<<grid_stride_blocks(pieces), kThreads, 0, stream>>>(
         static_cast<const __half*>(gate.untyped_data()), static_cast<const __half*>(up.untyped_data()), s, mu, c,
         a, pieces);
   }
@@ -406,9 +427,116 @@ ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyB
   return ffi::Error::Success();
 }
 
+// The amaxes alone (current scaling's first pass: the cast's scale needs the tensor's amax before any code):
+// kBackward: max |h|, |d_gate|, |d_up| from gate, up, dh; else max |h| from gate, up. The same arithmetic, grid
+// and amax as the kernels above, no stores.
+template <typename T, bool kBackward>
+__global__ void __launch_bounds__(kThreads) swiglu_amax_kernel(const T* __restrict__ gate, const T* __restrict__ up,
+                                                               const T* __restrict__ dh,
+                                                               const float* __restrict__ mult, uint32_t* amax,
+                                                               int64_t pieces) {
+  constexpr int kN = kBackward ? 3 : 1;
+  const float m_g = mult[0], m_u = mult[1];
+  uint32_t keys[kN] = {};
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; p < pieces;
+       p += static_cast<int64_t>(gridDim.x) * kThreads) {
+    float g[8], u[8], h[8];
+    load8(gate + kVec * p, m_g, g);
+    load8(up + kVec * p, m_u, u);
+    if constexpr (kBackward) {
+      float d[8], dg[8], du[8];
+      load8(dh + kVec * p, mult[2], d);
+      swiglu_backward8<T>(g, u, d, h, dg, du);
+      keys[1] = max(keys[1], chunk_key(dg));
+      keys[2] = max(keys[2], chunk_key(du));
+    } else {
+      swiglu_forward8<T>(g, u, h);
+    }
+    keys[0] = max(keys[0], chunk_key(h));
+  }
+  cta_amax<kThreads, kN>(amax, keys);
+}
+
+// `mxprec_swiglu_forward_amax` (gate, up, mult (2,) -> amax (1,)) and `mxprec_swiglu_backward_amax` (gate, up,
+// dh, mult (3,) -> amax (3,)): operands as the kernels above.
+template <bool kBackward>
+ffi::Error SwigluAmaxImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up, const ffi::AnyBuffer* dh,
+                          ffi::AnyBuffer mult, ffi::Result<ffi::AnyBuffer> amax) {
+  const char* op = kBackward ? "mxprec_swiglu_backward_amax" : "mxprec_swiglu_forward_amax";
+  constexpr int kN = kBackward ? 3 : 1;
+  const auto gd = gate.dimensions();
+  const ffi::DataType in = gate.element_type();
+  std::ostringstream os;
+  os << op << ": gate " << dtype_name(in) << dims_str(gd) << ", up " << dtype_name(up.element_type())
+     << dims_str(up.dimensions());
+  if (dh) os << ", dh " << dtype_name(dh->element_type()) << dims_str(dh->dimensions());
+  const std::string desc = os.str();
+  const Dims3 mf = matrix_dims(gd);
+  if (mf.rank != 2 || (in != ffi::DataType::BF16 && in != ffi::DataType::F16) || up.element_type() != in ||
+      !dims_equal(up.dimensions(), mf) || (dh && (dh->element_type() != in || !dims_equal(dh->dimensions(), mf))) ||
+      gd[1] % kVec) {
+    return invalid(desc + "; expected (M, F) bfloat16 or float16 tensors of one shape and dtype, F a multiple of 8");
+  }
+  if (mult.element_type() != ffi::DataType::F32 || mult.element_count() != (kBackward ? 3 : 2))
+    return invalid(desc + (kBackward ? "; mult must be float32 (3,)" : "; mult must be float32 (2,)"));
+  if (amax->element_type() != ffi::DataType::U32 || amax->element_count() != kN)
+    return invalid(desc + (kBackward ? "; amax must be uint32 (3,)" : "; amax must be uint32 (1,)"));
+  auto* a = static_cast<uint32_t*>(amax->untyped_data());
+  cudaError_t e = cudaMemsetAsync(a, 0, kN * sizeof(uint32_t), stream);
+  if (e != cudaSuccess) return ffi::Error::Internal(std::string(op) + ": memset: " + cudaGetErrorString(e));
+  const int64_t pieces = gd[0] * gd[1] / kVec;
+  if (pieces == 0) return ffi::Error::Success();
+  const auto* mu = static_cast<const float*>(mult.untyped_data());
+  const auto launch = [&](auto t) {
+    using T = decltype(t);
+    swiglu_amax_kernel<T, kBackward><<<grid_stride_blocks(pieces), kThreads, 0, stream>>>(
+        static_cast<const T*>(gate.untyped_data()), static_cast<const T*>(up.untyped_data()),
+        dh ? static_cast<const T*>(dh->untyped_data()) : nullptr, mu, a, pieces);
+  };
+  if (in == ffi::DataType::BF16) {
+    launch(__nv_bfloat16{});
+  } else {
+    launch(__half{});
+  }
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return ffi::Error::Internal(std::string(op) + ": kernel launch: " + cudaGetErrorString(e));
+  return ffi::Error::Success();
+}
+
+ffi::Error SwigluForwardAmaxImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up, ffi::AnyBuffer mult,
+                                 ffi::Result<ffi::AnyBuffer> amax) {
+  return SwigluAmaxImpl<false>(stream, gate, up, nullptr, mult, amax);
+}
+
+ffi::Error SwigluBackwardAmaxImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up, ffi::AnyBuffer dh,
+                                  ffi::AnyBuffer mult, ffi::Result<ffi::AnyBuffer> amax) {
+  return SwigluAmaxImpl<true>(stream, gate, up, &dh, mult, amax);
+}
+
 }  // namespace
 }  // namespace cuda_swiglu
 }  // namespace mxprec
+
+MXPREC_DECLARE_HANDLER_SYMBOL(MxprecSwigluForwardAmaxCuda);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecSwigluForwardAmaxCuda, mxprec::cuda_swiglu::SwigluForwardAmaxImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>());
+
+MXPREC_DECLARE_HANDLER_SYMBOL(MxprecSwigluBackwardAmaxCuda);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecSwigluBackwardAmaxCuda, mxprec::cuda_swiglu::SwigluBackwardAmaxImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>());
 
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecSwigluForwardFp8Cuda);
 

@@ -3,10 +3,14 @@
 The three projections run exactly the GEMMs, quantizations and delayed-scaling updates that three
 :func:`mxprec.dot_general` calls would (each with its own state; ``wi_0`` / ``wi_1`` / ``wo``), and the
 activation has a specified arithmetic (:func:`swiglu_forward`, :func:`swiglu_backward`: FP32, one rounding to the
-model's dtype per tensor). What the block adds is the backward's schedule: with per-tensor delayed FP8 scaling
-on a CUDA GPU, one kernel (:func:`mxprec.kernels.cuda.swiglu_backward_fp8`) turns ``gate``, ``up`` and ``dh`` into
-h's K-major codes (wo's Wgrad), d_gate's and d_up's codes along F (Dgrad) and K-major (Wgrad) and their amaxes,
-where the unfused model runs XLA's fusions and three FP8 transposes for the same work.
+model's dtype per tensor). What the block adds is the backward's schedule: with per-tensor FP8 scaling (delayed or
+current) on a CUDA GPU, one kernel (:func:`mxprec.kernels.cuda.swiglu_backward_fp8`) turns ``gate``, ``up`` and ``dh``
+into h's K-major codes (wo's Wgrad), d_gate's and d_up's codes along F (Dgrad) and K-major (Wgrad) and their amaxes,
+where the unfused model runs XLA's fusions and three FP8 transposes for the same work; in the forward one kernel
+(:func:`mxprec.kernels.cuda.swiglu_forward_fp8`) writes h's codes, h itself never leaves registers. Current scaling
+needs each tensor's amax before its first code: a first kernel computes the amaxes alone
+(:func:`mxprec.kernels.cuda.swiglu_backward_amax` / ``swiglu_forward_amax``, reading the inputs once more and
+writing nothing else), and the cast kernel then runs with the scales ``amax / max_finite``.
 
 Semantics: bit-identical to the composition ``dot_general(swiglu(dot_general(x, W0), dot_general(x, W1)), Wo)``
 with :func:`swiglu` and the same recipe and states on XLA's path (``swiglu_kernel="xla"``; CPU tests); the CUDA
@@ -48,9 +52,10 @@ from mxprec.dot_general import (
 from mxprec import kernels
 from mxprec.kernels.scaled_gemm import scaled_gemm_deferred
 from mxprec.quantize import QTensor
+from mxprec.quantize import _per_group_fp32_scale as _current_scale  # TensorScaling's amax / max_finite (1 at 0)
 from mxprec.recipes import Recipe
 from mxprec.recipes import get as get_recipe
-from mxprec.scaling import DelayedScaling
+from mxprec.scaling import DelayedScaling, TensorScaling
 
 __all__ = ["FusedMLPState", "SWIGLU_KERNELS", "swiglu", "swiglu_backward", "swiglu_forward", "swiglu_mlp"]
 
@@ -143,9 +148,9 @@ def _fwd(meta: _Meta, x, w0, w1, wo, state):
         y, res2 = _gemm_fwd(meta.gemm, swiglu_forward(gate, up), wo, _part(state, "wo"))
         return y, (res0, res1, res2, (gate, None), (up, None))
     # the kernels apply XLA's per-tensor output scaling of gate and up themselves (scaled_gemm_deferred)
-    gate, res0 = _gemm_fwd(meta.gemm, x, w0, state.wi_0, gemm=scaled_gemm_deferred)
-    up, res1 = _gemm_fwd(meta.gemm, x, w1, state.wi_1, gemm=scaled_gemm_deferred)
-    y, res2 = _wo_fwd_from_codes(meta, gate, up, wo, state.wo)
+    gate, res0 = _gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"), gemm=scaled_gemm_deferred)
+    up, res1 = _gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"), gemm=scaled_gemm_deferred)
+    y, res2 = _wo_fwd_from_codes(meta, gate, up, wo, _part(state, "wo"))
     return y, (res0, res1, res2, gate, up)
 
 
@@ -160,16 +165,30 @@ def _wo_fwd_from_codes(meta: _Meta, gate, up, wo, state_wo):
     st = _to_f32(state_wo)
     (g, g_mult), (u, u_mult) = gate, up
     b, rows, f = g.shape
-    codes, amax_h = cuda.swiglu_forward_fp8(g.reshape(rows, f), u.reshape(rows, f), st.lhs.scale, r.fprop_lhs.fmt,
-                                            (g_mult, u_mult))
-    qh = _fp8_qtensor(codes, st.lhs.scale, amax_h, r.fprop_lhs, (b, rows, f), g.dtype)
-    qwo = _q(wo, r.fprop_rhs, 1, r, st.rhs, backend=be, weight=True)
+    g2, u2 = g.reshape(rows, f), u.reshape(rows, f)
+    amax_first = None  # current scaling: h's amax from the first pass, before the cast
+    if isinstance(r.fprop_lhs, TensorScaling):
+        amax_first = cuda.swiglu_forward_amax(g2, u2, (g_mult, u_mult))
+    s_h = _kernel_scale(r.fprop_lhs, _part(st, "lhs"), amax_first)
+    codes, amax_h = cuda.swiglu_forward_fp8(g2, u2, s_h, r.fprop_lhs.fmt, (g_mult, u_mult))
+    qh = _fp8_qtensor(codes, s_h, amax_h, r.fprop_lhs, (b, rows, f), g.dtype)
+    st_rhs = _part(st, "rhs")
+    qwo = _q(wo, r.fprop_rhs, 1, r, st_rhs, backend=be, weight=True)
     y = kernels.scaled_gemm(qh, qwo, lhs_contract=2, rhs_contract=1, out_dtype=m.out_dtype, backend=be)
     if r.residuals == "quantized":
-        rw = _reuse_or_quantize(wo, qwo, r.dgrad_rhs, 2, r, st.rhs, backend=be, weight=True)
+        rw = _reuse_or_quantize(wo, qwo, r.dgrad_rhs, 2, r, st_rhs, backend=be, weight=True)
     else:
         rw = _reuse_or_keep(wo, qwo, r.dgrad_rhs, 2)
-    return y, (None, rw, (amax_h, _amax_of(qwo, wo)), st)
+    # amax(h) is a residual only for a delayed state's update (else the forward kernels stay dead under remat)
+    amax = None if st is None else (amax_h, _amax_of(qwo, wo))
+    return y, (None, rw, amax, st)
+
+
+def _kernel_scale(spec, state, amax):
+    """The per-tensor scale a SwiGLU kernel casts with: a delayed state's, or current scaling's from ``amax``."""
+    if isinstance(spec, DelayedScaling):
+        return jnp.asarray(state.scale, F32).reshape(())
+    return _current_scale(amax, spec.fmt)
 
 
 def _kernel_use(meta: _Meta, m: int, f: int, st) -> bool:
@@ -180,11 +199,9 @@ def _kernel_use(meta: _Meta, m: int, f: int, st) -> bool:
         return False
     r = meta.gemm.recipe
     why = ""
-    if st is None:
-        why = f"recipe {r.name!r} is not delayed-scaled (the kernel casts with known scales)"
-    elif not all(isinstance(s, DelayedScaling) and s.fmt.is_fp8
-                 for s in (r.fprop_lhs, r.wgrad_lhs, r.dgrad_grad, r.wgrad_grad)):
-        why = f"recipe {r.name!r}: h / dY are not per-tensor delayed FP8"
+    if not all(isinstance(s, (DelayedScaling, TensorScaling)) and s.fmt.is_fp8
+               for s in (r.fprop_lhs, r.wgrad_lhs, r.dgrad_grad, r.wgrad_grad)):
+        why = f"recipe {r.name!r}: h / dY are not per-tensor (delayed or current) FP8"
     elif r.dgrad_grad != r.wgrad_grad or r.stochastic_grad_rounding:
         why = f"recipe {r.name!r}: dY's Dgrad and Wgrad copies differ"
     elif jax.default_backend() != "gpu":
@@ -212,17 +229,24 @@ def _swiglu_backward_quantized(meta: _Meta, gate, up, dh, st):
     ``gate``, ``up``, ``dh``: (unscaled GEMM output, multiplier or None) pairs (see _wo_fwd_from_codes).
 
     amax(h) is recomputed here (the same bits as the forward kernel's), so that under rematerialization the
-    forward's recomputation needs no SwiGLU at all (its kernel call is dead and XLA drops it)."""
+    forward's recomputation needs no SwiGLU at all (its kernel call is dead and XLA drops it). A current-scaled
+    tensor's scale comes from the amax-only first pass."""
     from mxprec.kernels import cuda
 
     r = meta.gemm.recipe
     (g, g_mult), (u, u_mult), (dh, d_mult) = gate, up, dh
     b, m, f = g.shape
-    s_h, s_dg, s_du = st.wo.lhs.scale, st.wi_0.grad.scale, st.wi_1.grad.scale
-    scales = jnp.stack([jnp.asarray(s, F32).reshape(()) for s in (s_h, s_dg, s_du)])
-    fmts = (r.wgrad_lhs.fmt, r.dgrad_grad.fmt, r.dgrad_grad.fmt)
+    args = (g.reshape(m, f), u.reshape(m, f), dh.reshape(m, f))
+    mult = (g_mult, u_mult, d_mult)
+    specs = (r.wgrad_lhs, r.dgrad_grad, r.dgrad_grad)
+    states = (_part(_part(st, "wo"), "lhs"), _part(_part(st, "wi_0"), "grad"), _part(_part(st, "wi_1"), "grad"))
+    amax_first = (None,) * 3
+    if any(isinstance(spec, TensorScaling) for spec in specs):
+        amax_first = cuda.swiglu_backward_amax(*args, mult)
+    s_h, s_dg, s_du = (_kernel_scale(*t) for t in zip(specs, states, amax_first))
+    fmts = tuple(spec.fmt for spec in specs)
     ht, dgc, dgt, duc, dut, amax_h, amax_dg, amax_du = cuda.swiglu_backward_fp8(
-        g.reshape(m, f), u.reshape(m, f), dh.reshape(m, f), scales, fmts, (g_mult, u_mult, d_mult))
+        *args, jnp.stack([s_h, s_dg, s_du]), fmts, mult)
     nan = jnp.float32(jnp.nan)  # Wgrad copies: their amax is never read
     qh_w = _fp8_qtensor(ht, s_h, nan, r.wgrad_lhs, (b, f, m), g.dtype)
     grads = []
@@ -243,7 +267,7 @@ def _bwd(meta: _Meta, res, g):
         dh = _dgrad(m, qg_d, rw2, st2, gemm=scaled_gemm_deferred)
         rx2, amax_h, (qd0, qd0_w, amax_d0), (qd1, qd1_w, amax_d1) = _swiglu_backward_quantized(meta, gate, up, dh,
                                                                                                st_all)
-        amax2 = (amax_h, amax2[1])
+        amax2 = None if amax2 is None else (amax_h, amax2[1])
     else:
         dh = _dgrad(m, qg_d, rw2, st2)
         d_gate, d_up = swiglu_backward(gate[0], up[0], dh)

@@ -137,13 +137,17 @@ QUANTIZE_TRANSPOSED_TARGET = "mxprec_quantize_transposed"
 QUANTIZE_ROWS_TRANSPOSED_TARGET = "mxprec_quantize_rows_transposed"
 SWIGLU_BACKWARD_TARGET = "mxprec_swiglu_backward_fp8"
 SWIGLU_FORWARD_TARGET = "mxprec_swiglu_forward_fp8"
+SWIGLU_FORWARD_AMAX_TARGET = "mxprec_swiglu_forward_amax"
+SWIGLU_BACKWARD_AMAX_TARGET = "mxprec_swiglu_backward_amax"
 _LIB = NativeLibrary(file=LIBRARY_NAME,
                      symbols={TARGET: SYMBOL, "mxprec_quantize": "MxprecQuantizeCuda",
                               TRANSPOSE_TARGET: "MxprecTransposeBytesCuda",
                               QUANTIZE_TRANSPOSED_TARGET: "MxprecQuantizeTransposedCuda",
                               QUANTIZE_ROWS_TRANSPOSED_TARGET: "MxprecQuantizeRowsTransposedCuda",
                               SWIGLU_BACKWARD_TARGET: "MxprecSwigluBackwardFp8Cuda",
-                              SWIGLU_FORWARD_TARGET: "MxprecSwigluForwardFp8Cuda"},
+                              SWIGLU_FORWARD_TARGET: "MxprecSwigluForwardFp8Cuda",
+                              SWIGLU_FORWARD_AMAX_TARGET: "MxprecSwigluForwardAmaxCuda",
+                              SWIGLU_BACKWARD_AMAX_TARGET: "MxprecSwigluBackwardAmaxCuda"},
                      platform="CUDA", build_hint=BUILD_HINT,
                      build_dirs=("build-cuda", "build"), precondition=_gpu_precondition,
                      env_var="MXPREC_CUDA_LIBRARY")
@@ -793,68 +797,85 @@ def _swiglu_forward_local(dtype, gate, up, scale, mult):
     return jax.ffi.ffi_call(SWIGLU_FORWARD_TARGET, out)(gate, up, scale, mult)
 
 
+def _swiglu_amax_local(n, *args):
+    """``mxprec_swiglu_forward_amax`` (n = 1: gate, up, mult) or ``mxprec_swiglu_backward_amax`` (n = 3: gate, up,
+    dh, mult) on one device's (M, F) pieces: a 1-tuple of the amax bits uint32 (n,)."""
+    target = SWIGLU_BACKWARD_AMAX_TARGET if n == 3 else SWIGLU_FORWARD_AMAX_TARGET
+    return (jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((n,), jnp.uint32))(*args),)
+
+
 def _swiglu_dims(mesh, gate) -> list[tuple]:
     """gate's (M, F) mesh axes; one that would leave a shard off the kernels' tiles is dropped (XLA gathers it)."""
     dims = _spec_axes(gate.sharding, 2)
     return [a if a and gate.shape[d] % (_axes_size(mesh, a) * _SWIGLU_UNITS[d]) == 0 else () for d, a in enumerate(dims)]
 
 
-def _swiglu_shardings(mesh, dims, backward: bool):
-    """(result shardings, argument shardings) for gate's (M, F) mesh axes ``dims``."""
+# The four SwiGLU calls: (the (M, F) operands' count, the results' layouts: "mf" row-major (M, F) codes, "fm"
+# transposed (F, M) codes, "a" the amax vector (replicated after the pmax)).
+_SWIGLU_CALLS = {
+    "backward": (3, ("fm", "mf", "fm", "mf", "fm", "a")),
+    "forward": (2, ("mf", "a")),
+    "backward_amax": (3, ("a",)),
+    "forward_amax": (2, ("a",)),
+}
+
+
+def _swiglu_shardings(mesh, dims, kind: str):
+    """(result shardings, argument shardings) of call ``kind`` for gate's (M, F) mesh axes ``dims``: the (M, F)
+    operands sharded as gate, the small vectors (scales, multipliers) replicated."""
     m, f = dims
-    rows, cols, rep = NamedSharding(mesh, _pspec([m, f])), NamedSharding(mesh, _pspec([f, m])), NamedSharding(mesh, P())
-    if backward:
-        return (cols, rows, cols, rows, cols, rep), (rows, rows, rows, rep, rep)
-    return (rows, rep), (rows, rows, rep, rep)
+    by_layout = {"mf": NamedSharding(mesh, _pspec([m, f])), "fm": NamedSharding(mesh, _pspec([f, m])),
+                 "a": NamedSharding(mesh, P())}
+    n_mf, results = _SWIGLU_CALLS[kind]
+    n_vectors = 1 if kind.endswith("_amax") else 2  # mult; scale(s) and mult
+    return (tuple(by_layout[r] for r in results),
+            (by_layout["mf"],) * n_mf + (by_layout["a"],) * n_vectors)
 
 
-def _swiglu_local(backward: bool):
+def _swiglu_local(kind: str):
     """The per-device call, looked up when traced (tests run the partitioning on the CPU with an emulation)."""
-    return _swiglu_backward_local if backward else _swiglu_forward_local
+    return {"backward": _swiglu_backward_local, "forward": _swiglu_forward_local,
+            "backward_amax": _swiglu_amax_local, "forward_amax": _swiglu_amax_local}[kind]
 
 
-def _swiglu_partition(backward: bool):
+def _swiglu_partition(kind: str):
     def impl(cfg, *args):
-        return _swiglu_local(backward)(cfg, *args)
+        return _swiglu_local(kind)(cfg, *args)
 
     def partition(cfg, mesh, arg_shapes, result_shape):
         dims = _swiglu_dims(mesh, arg_shapes[0])
         axes = tuple(a for d in dims for a in d)
 
         def lower_fn(*args):
-            *codes, amax = _swiglu_local(backward)(cfg, *args)
+            *codes, amax = _swiglu_local(kind)(cfg, *args)
             return (*codes, lax.pmax(amax, axes) if axes else amax)
 
-        results, arg_shardings = _swiglu_shardings(mesh, dims, backward)
+        results, arg_shardings = _swiglu_shardings(mesh, dims, kind)
         return mesh, lower_fn, results, arg_shardings
 
     def infer(cfg, mesh, arg_shapes, result_shape):
-        return _swiglu_shardings(mesh, _swiglu_dims(mesh, arg_shapes[0]), backward)[0]
+        return _swiglu_shardings(mesh, _swiglu_dims(mesh, arg_shapes[0]), kind)[0]
 
     def rule(cfg, mesh, value_types, result_types):
-        """Shardy rule: factors m and f in whole 64 x 128 tiles; the (3,) / (2,) / (1,) vectors replicated."""
+        """Shardy rule: factors m and f in whole 64 x 128 tiles; the small vectors replicated."""
         rows, cols = _dims_of(value_types[0])
-        mf, fm = "(m mt) (f ft)", "(f ft) (m mt)"
+        layouts = {"mf": "(m mt) (f ft)", "fm": "(f ft) (m mt)", "a": "a"}
         sizes = dict(mt=_SWIGLU_UNITS[0], ft=_SWIGLU_UNITS[1], m=rows // _SWIGLU_UNITS[0], f=cols // _SWIGLU_UNITS[1])
-        if backward:
-            return f"{mf}, {mf}, {mf}, s, u -> {fm}, {mf}, {fm}, {mf}, {fm}, a", sizes
-        return f"{mf}, {mf}, s, u -> {mf}, a", sizes
+        n_mf, results = _SWIGLU_CALLS[kind]
+        vectors = ["u"] if kind.endswith("_amax") else ["s", "u"]
+        args = [layouts["mf"]] * n_mf + vectors
+        return f"{', '.join(args)} -> {', '.join(layouts[r] for r in results)}", sizes
 
     return impl, partition, infer, rule
 
 
-_swiglu_backward_cp = _partitioned(*_swiglu_partition(True))
-_swiglu_forward_cp = _partitioned(*_swiglu_partition(False))
+_swiglu_cps = {kind: _partitioned(*_swiglu_partition(kind)) for kind in _SWIGLU_CALLS}
 
 
 @functools.cache
-def _swiglu_backward_vmappable(dtypes: tuple):
-    return _sequential_vmap(_swiglu_backward_cp, dtypes, 6)
-
-
-@functools.cache
-def _swiglu_forward_vmappable(dtype: str):
-    return _sequential_vmap(_swiglu_forward_cp, dtype, 2)
+def _swiglu_vmappable(kind: str, cfg):
+    """Call ``kind`` (cfg: its static config: the codes' dtype name(s), or the amax count) with a batching rule."""
+    return _sequential_vmap(_swiglu_cps[kind], cfg, len(_SWIGLU_CALLS[kind][1]))
 
 
 def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
@@ -889,7 +910,7 @@ def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
         raise ValueError(f"mxprec.kernels.cuda.swiglu_backward_fp8: {reason}")
     require()
     dtypes = tuple(jnp.dtype(fm.dtype).name for fm in fmts)
-    *codes, amax = _swiglu_backward_vmappable(dtypes)(gate, up, dh, jnp.asarray(scales, jnp.float32).reshape(3),
+    *codes, amax = _swiglu_vmappable("backward", dtypes)(gate, up, dh, jnp.asarray(scales, jnp.float32).reshape(3),
                                                       _multipliers(mult, 3))
     amax = jax.lax.bitcast_convert_type(amax, jnp.float32)
     return (*codes, amax[0], amax[1], amax[2])
@@ -911,6 +932,31 @@ def swiglu_forward_fp8(gate, up, scale, fmt, mult=None):
     if reason:
         raise ValueError(f"mxprec.kernels.cuda.swiglu_forward_fp8: {reason}")
     require()
-    codes, amax = _swiglu_forward_vmappable(jnp.dtype(fmt.dtype).name)(
+    codes, amax = _swiglu_vmappable("forward", jnp.dtype(fmt.dtype).name)(
         gate, up, jnp.asarray(scale, jnp.float32).reshape(1), _multipliers(mult, 2))
     return codes, jax.lax.bitcast_convert_type(amax, jnp.float32)[0]
+
+
+def swiglu_forward_amax(gate, up, mult=None):
+    """``amax(swiglu_forward(gate, up))`` (float32 ()), one CUDA kernel reading gate and up once
+    (``mxprec_swiglu_forward_amax``): current scaling's first pass, whose scale :func:`swiglu_forward_fp8` then casts
+    with. Operands and ``mult`` as :func:`swiglu_forward_fp8`; sharding: the amax ``pmax``-reduced across shards."""
+    reason = _why_not_swiglu_operands(gate, {"up": up}) or _why_not_multipliers(mult, 2)
+    if reason:
+        raise ValueError(f"mxprec.kernels.cuda.swiglu_forward_amax: {reason}")
+    require()
+    (amax,) = _swiglu_vmappable("forward_amax", 1)(gate, up, _multipliers(mult, 2))
+    return jax.lax.bitcast_convert_type(amax, jnp.float32)[0]
+
+
+def swiglu_backward_amax(gate, up, dh, mult=None):
+    """``(amax_h, amax_d_gate, amax_d_up)`` (float32 () each) of :func:`swiglu_backward_fp8`'s tensors, one CUDA
+    kernel reading gate, up and dh once (``mxprec_swiglu_backward_amax``), no codes: current scaling's first pass.
+    Operands and ``mult`` as :func:`swiglu_backward_fp8`."""
+    reason = _why_not_swiglu_operands(gate, {"up": up, "dh": dh}) or _why_not_multipliers(mult, 3)
+    if reason:
+        raise ValueError(f"mxprec.kernels.cuda.swiglu_backward_amax: {reason}")
+    require()
+    (amax,) = _swiglu_vmappable("backward_amax", 3)(gate, up, dh, _multipliers(mult, 3))
+    amax = jax.lax.bitcast_convert_type(amax, jnp.float32)
+    return amax[0], amax[1], amax[2]
