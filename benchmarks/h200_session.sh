@@ -172,6 +172,7 @@ for stage in "$@"; do
       suite_shard quantize tests/test_cuda_quantize.py
       suite_shard rest tests/test_cuda_quantize_transposed.py tests/test_dot_general.py tests/test_quantize_api.py \
         tests/test_llama.py
+      suite_shard fused_mlp tests/test_fused_mlp.py
       wait
       for name in "${shards[@]}"; do echo "== suite_$name"; tail -n 4 "$R/suite_$name.log"; done
       tar czf "$OUT/results.tgz" -C "$OUT" r ;;
