@@ -8,9 +8,10 @@
 # Stages (each bounded by `timeout`; order them by priority):
 #   cuda-tests   tests/test_cuda.py + tests/test_cuda_quantize.py (needs build-cuda/libmxprec_cuda.so), then
 #                the GPU checks of the XLA path (FP8 convert at ties, FP8 GEMMs with FP32 accumulation)
-#   gpu-suite    every GPU test file in one call: five pytest processes at once on the one GPU (no preallocation;
+#   gpu-suite    every GPU test file in one call: six pytest processes at once on the one GPU (no preallocation;
 #                shards: test_cuda.py -k family / persistent / the rest, test_cuda_quantize.py,
-#                test_cuda_quantize_transposed.py + test_dot_general.py + test_quantize_api.py + test_llama.py),
+#                test_cuda_quantize_transposed.py + test_dot_general.py + test_quantize_api.py + test_llama.py,
+#                test_fused_mlp.py),
 #                each bounded by STEP_TIMEOUT; logs $R/suite_*.log
 #   cuda-new     only what has not run on a GPU yet: tests/test_cuda.py -k block1d (1x128 x 1x128 kernel),
 #                the XLA-path GPU checks and fp8_block's backend="ffi" oracle cases
