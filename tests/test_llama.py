@@ -400,7 +400,8 @@ def test_bf16_arm_is_traced_on_a_gpu_without_profile_flag(monkeypatch):
     import jax
 
     args = bench.parse_args(["--config", "micro", "--no-progress"])
-    assert bench._profile_dir("bf16", args) == (None, None)  # a CPU
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")  # (on a GPU host too)
+    assert bench._profile_dir("bf16", args) == (None, None)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     d, tmp = bench._profile_dir("bf16", args)
     assert d == tmp and os.path.isdir(tmp)
