@@ -5,9 +5,9 @@
 Times ``mxprec.kernels.cuda.swiglu_forward_fp8`` (h's E4M3 codes + amax: 4 bytes read, 1 written per element) and
 ``swiglu_backward_fp8`` (h's K-major E4M3 codes, d_gate's and d_up's E5M2 codes in both layouts, three amaxes: 6 bytes
 read, 5 written), and current scaling's amax-only first passes ``swiglu_forward_amax`` (4 bytes read) and
-``swiglu_backward_amax`` (6 bytes read) where the library has them, by GPU kernel time from a profiler trace, with a bf16 copy of gate (``x * 1``) as the bandwidth
-yardstick, and checks the codes against XLA's evaluation of the same formula on the GPU (fraction differing: 0 is
-expected). The GEMM output multipliers are not 1, as in the step (``scaled_gemm_deferred``; dh's since the
+``swiglu_backward_amax`` (6 bytes read) where the library has them, by GPU kernel time from a profiler trace,
+with a bf16 copy of gate (``x * 1``) as the bandwidth yardstick, and checks the codes against XLA's evaluation of
+the same formula on the GPU (fraction differing: 0 is expected). The GEMM output multipliers are not 1, as in the step (``scaled_gemm_deferred``; dh's since the
 thirty-fourth session's second change, the earlier rows had none). Pick the library with
 ``MXPREC_CUDA_LIBRARY`` to compare two builds in one device call; ``--out`` appends to the JSON file's ``rows``.
 """
@@ -89,8 +89,9 @@ def main(argv=None):
                          amax_kernels={"forward_amax": famax_k, "backward_amax": bamax_k})
         # the first pass's amaxes are the cast kernels' (the same arithmetic): checked bit for bit
         fa, ba, bk = famax(gate, up), bamax(gate, up, dh), bwd(gate, up, dh, s)[5:]
+        pairs = zip((fa, *ba), (bk[0], *bk))
         amax_rows["amaxes_equal_cast_kernels"] = bool(
-            all(np.asarray(a).view(np.uint32) == np.asarray(b).view(np.uint32) for a, b in zip((fa, *ba), (bk[0], *bk))))
+            all(np.asarray(a).view(np.uint32) == np.asarray(b).view(np.uint32) for a, b in pairs))
     want = xla(gate, up, dh, s)
     h_codes, _ = fwd(gate, up, s)
     got = bwd(gate, up, dh, s)

@@ -367,11 +367,12 @@ def test_swiglu_kernels_vector_accesses_without_spills():
     STG.E.64 per piece; no byte stores to global memory; the FP8 codes come from the saturating converts of each
     instance's own formats (the format is a template parameter, not a branch per element: at least 16 converts per
     output of a format in the backward, 4 in the forward; an all-E4M3 instance has fewer E5M2 converts than one
-    output needs, those of the out-of-line exact division)."""
+    output needs, those of the out-of-line exact division). The amax-only passes (mxprec_swiglu_{backward,forward}_amax,
+    one instance per input dtype each): 3 / 2 LDG.E.128 per piece, no global store but the one amax reduction."""
     obj = _first_existing(BUILD / "obj" / "cuda_swiglu.o")
     usage = re.findall(r"Function (\S+):\s*\n?\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)",
                        _cuobjdump_out("--dump-resource-usage", obj))
-    assert len(usage) == 20, usage
+    assert len(usage) == 24, usage
     assert all((stack, local) == ("0", "0") for _, _, stack, local in usage), usage
     funcs = re.split(r"\n\s*Function : ", _sass(obj))[1:]
     for kind, ldg, stg, n_inst, per_output in (("backward", 12, 8, 16, 16), ("forward", 2, 1, 4, 4)):
@@ -386,6 +387,13 @@ def test_swiglu_kernels_vector_accesses_without_spills():
             for fmt, n in (("E4M3", e5m2.count(False)), ("E5M2", e5m2.count(True))):
                 converts = count(rf"F2FP\.SATFINITE\.{fmt}")
                 assert converts >= per_output * n and (n > 0 or converts < per_output), (name, fmt, converts)
+    amax = [f for f in funcs if "swiglu_amax_kernel" in f.split("\n", 1)[0]]
+    assert len(amax) == 4
+    for f in amax:
+        backward = "Lb1EE" in f.split("\n", 1)[0]
+        count = lambda pat: len(re.findall(pat, f))  # noqa: E731
+        assert count(r"\bLDG\.E\.128") == (3 if backward else 2)
+        assert count(r"\bSTG\.") == 0 and count(r"\bREDG\.E\.MAX") == 1
 
 
 _COL_ROWS = r"col_kernel\S*Li8ELb0ELb1ELb1EE"  # kTransposed + kRows (mxprec_quantize_rows_transposed)

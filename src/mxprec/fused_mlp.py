@@ -142,7 +142,7 @@ def _part(state, name):
 
 
 def _fwd(meta: _Meta, x, w0, w1, wo, state):
-    if not _kernel_use(meta, x.shape[1], w0.shape[2], state):
+    if not _kernel_use(meta, x.shape[1], w0.shape[2]):
         gate, res0 = _gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"))
         up, res1 = _gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"))
         y, res2 = _gemm_fwd(meta.gemm, swiglu_forward(gate, up), wo, _part(state, "wo"))
@@ -191,7 +191,7 @@ def _kernel_scale(spec, state, amax):
     return _current_scale(amax, spec.fmt)
 
 
-def _kernel_use(meta: _Meta, m: int, f: int, st) -> bool:
+def _kernel_use(meta: _Meta, m: int, f: int) -> bool:
     """Whether the SwiGLU and h's cast (forward) and the SwiGLU backward with its casts and transposed copies run as
     the CUDA kernels (else XLA's fusions). Decided in the forward; the backward follows its residuals."""
     choice = meta.swiglu_kernel
