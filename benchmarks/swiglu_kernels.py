@@ -7,8 +7,8 @@ Times ``mxprec.kernels.cuda.swiglu_forward_fp8`` (h's E4M3 codes + amax: 4 bytes
 read, 5 written), and current scaling's amax-only first passes ``swiglu_forward_amax`` (4 bytes read) and
 ``swiglu_backward_amax`` (6 bytes read) where the library has them, by GPU kernel time from a profiler trace,
 with a bf16 copy of gate (``x * 1``) as the bandwidth yardstick, and checks the codes against XLA's evaluation of
-the same formula on the GPU (fraction differing: 0 is expected). The GEMM output multipliers are not 1, as in the step (``scaled_gemm_deferred``; dh's since the
-thirty-fourth session's second change, the earlier rows had none). Pick the library with
+the same formula on the GPU (fraction differing: 0 is expected). The GEMM output multipliers are not 1, as in the
+step (``scaled_gemm_deferred``; dh's since the thirty-fourth session's second change, the earlier rows had none). Pick the library with
 ``MXPREC_CUDA_LIBRARY`` to compare two builds in one device call; ``--out`` appends to the JSON file's ``rows``.
 """
 
@@ -76,6 +76,9 @@ def main(argv=None):
     fwd_ms, fwd_k = forms._kernel_time(fwd, (gate, up, s), args.reps)
     bwd_ms, bwd_k = forms._kernel_time(bwd, (gate, up, dh, s), args.reps)
     xla_ms, _ = forms._kernel_time(xla, (gate, up, dh, s), args.reps)
+    want = xla(gate, up, dh, s)
+    h_codes, _ = fwd(gate, up, s)
+    got = bwd(gate, up, dh, s)
     amax_rows = {}
     if hasattr(cuda, "swiglu_backward_amax"):  # since the thirty-fifth session (current scaling's first pass)
         famax = jax.jit(lambda g, u: cuda.swiglu_forward_amax(g, u, mult[:2]))
@@ -88,13 +91,10 @@ def main(argv=None):
                          backward_amax_tb_s=round(6 * m * n / (bamax_ms * 1e-3) / 1e12, 3),
                          amax_kernels={"forward_amax": famax_k, "backward_amax": bamax_k})
         # the first pass's amaxes are the cast kernels' (the same arithmetic): checked bit for bit
-        fa, ba, bk = famax(gate, up), bamax(gate, up, dh), bwd(gate, up, dh, s)[5:]
+        fa, ba, bk = famax(gate, up), bamax(gate, up, dh), got[5:]
         pairs = zip((fa, *ba), (bk[0], *bk))
         amax_rows["amaxes_equal_cast_kernels"] = bool(
             all(np.asarray(a).view(np.uint32) == np.asarray(b).view(np.uint32) for a, b in pairs))
-    want = xla(gate, up, dh, s)
-    h_codes, _ = fwd(gate, up, s)
-    got = bwd(gate, up, dh, s)
     differing = {"forward_h": _differing(h_codes, want[0]), "h_t": _differing(got[0].T, want[0]),
                  "d_gate": _differing(got[1], want[1]), "d_gate_t": _differing(got[2].T, want[1]),
                  "d_up": _differing(got[3], want[2]), "d_up_t": _differing(got[4].T, want[2])}

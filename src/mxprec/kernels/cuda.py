@@ -810,13 +810,14 @@ def _swiglu_dims(mesh, gate) -> list[tuple]:
     return [a if a and gate.shape[d] % (_axes_size(mesh, a) * _SWIGLU_UNITS[d]) == 0 else () for d, a in enumerate(dims)]
 
 
-# The four SwiGLU calls: (the (M, F) operands' count, the results' layouts: "mf" row-major (M, F) codes, "fm"
-# transposed (F, M) codes, "a" the amax vector (replicated after the pmax)).
+# The four SwiGLU calls: (the (M, F) operands' count, the small replicated vectors that follow them (Shardy factor
+# names: "s" the scales, "u" the multipliers), the results' layouts: "mf" row-major (M, F) codes, "fm" transposed
+# (F, M) codes, "a" the amax vector (replicated after the pmax)).
 _SWIGLU_CALLS = {
-    "backward": (3, ("fm", "mf", "fm", "mf", "fm", "a")),
-    "forward": (2, ("mf", "a")),
-    "backward_amax": (3, ("a",)),
-    "forward_amax": (2, ("a",)),
+    "backward": (3, ("s", "u"), ("fm", "mf", "fm", "mf", "fm", "a")),
+    "forward": (2, ("s", "u"), ("mf", "a")),
+    "backward_amax": (3, ("u",), ("a",)),
+    "forward_amax": (2, ("u",), ("a",)),
 }
 
 
@@ -826,10 +827,9 @@ def _swiglu_shardings(mesh, dims, kind: str):
     m, f = dims
     by_layout = {"mf": NamedSharding(mesh, _pspec([m, f])), "fm": NamedSharding(mesh, _pspec([f, m])),
                  "a": NamedSharding(mesh, P())}
-    n_mf, results = _SWIGLU_CALLS[kind]
-    n_vectors = 1 if kind.endswith("_amax") else 2  # mult; scale(s) and mult
+    n_mf, vectors, results = _SWIGLU_CALLS[kind]
     return (tuple(by_layout[r] for r in results),
-            (by_layout["mf"],) * n_mf + (by_layout["a"],) * n_vectors)
+            (by_layout["mf"],) * n_mf + (by_layout["a"],) * len(vectors))
 
 
 def _swiglu_local(kind: str):
@@ -861,9 +861,8 @@ def _swiglu_partition(kind: str):
         rows, cols = _dims_of(value_types[0])
         layouts = {"mf": "(m mt) (f ft)", "fm": "(f ft) (m mt)", "a": "a"}
         sizes = dict(mt=_SWIGLU_UNITS[0], ft=_SWIGLU_UNITS[1], m=rows // _SWIGLU_UNITS[0], f=cols // _SWIGLU_UNITS[1])
-        n_mf, results = _SWIGLU_CALLS[kind]
-        vectors = ["u"] if kind.endswith("_amax") else ["s", "u"]
-        args = [layouts["mf"]] * n_mf + vectors
+        n_mf, vectors, results = _SWIGLU_CALLS[kind]
+        args = [layouts["mf"]] * n_mf + list(vectors)
         return f"{', '.join(args)} -> {', '.join(layouts[r] for r in results)}", sizes
 
     return impl, partition, infer, rule
@@ -875,7 +874,7 @@ _swiglu_cps = {kind: _partitioned(*_swiglu_partition(kind)) for kind in _SWIGLU_
 @functools.cache
 def _swiglu_vmappable(kind: str, cfg):
     """Call ``kind`` (cfg: its static config: the codes' dtype name(s), or the amax count) with a batching rule."""
-    return _sequential_vmap(_swiglu_cps[kind], cfg, len(_SWIGLU_CALLS[kind][1]))
+    return _sequential_vmap(_swiglu_cps[kind], cfg, len(_SWIGLU_CALLS[kind][2]))
 
 
 def swiglu_backward_fp8(gate, up, dh, scales, fmts, mult=None):
