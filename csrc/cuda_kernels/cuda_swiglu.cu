@@ -57,7 +57,7 @@ namespace mxprec {
 namespace cuda_swiglu {
 namespace {
 
-constexpr const char* kOp = "mxprec_swiglu_backward_fp8";
+constexpr const char* kBackwardOp = "mxprec_swiglu_backward_fp8";
 constexpr int kTileM = 64;
 constexpr int kTileF = 128;
 constexpr int kThreads = 256;
@@ -286,6 +286,17 @@ Dims3 matrix_dims(ffi::AnyBuffer::Dimensions d) {
 
 bool is_fp8(ffi::DataType t) { return t == ffi::DataType::F8E4M3FN || t == ffi::DataType::F8E5M2; }
 
+// Success, or an Internal error naming the op, the step (`what`) and the CUDA runtime's error.
+ffi::Error cuda_status(const char* op, const char* what, cudaError_t e) {
+  if (e == cudaSuccess) return ffi::Error::Success();
+  return ffi::Error::Internal(std::string(op) + ": " + what + ": " + cudaGetErrorString(e));
+}
+
+// The amax words zeroed before the kernel's atomicMax (stream-ordered).
+ffi::Error zero_amax(const char* op, uint32_t* amax, int n, cudaStream_t stream) {
+  return cuda_status(op, "memset", cudaMemsetAsync(amax, 0, n * sizeof(uint32_t), stream));
+}
+
 ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up, ffi::AnyBuffer dh,
                               ffi::AnyBuffer scales, ffi::AnyBuffer mult, ffi::Result<ffi::AnyBuffer> h_t, ffi::Result<ffi::AnyBuffer> dg,
                               ffi::Result<ffi::AnyBuffer> dg_t, ffi::Result<ffi::AnyBuffer> du,
@@ -293,7 +304,7 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
   const auto gd = gate.dimensions();
   const ffi::DataType in = gate.element_type();
   std::ostringstream os;
-  os << kOp << ": gate " << dtype_name(in) << dims_str(gd) << ", up " << dtype_name(up.element_type())
+  os << kBackwardOp << ": gate " << dtype_name(in) << dims_str(gd) << ", up " << dtype_name(up.element_type())
      << dims_str(up.dimensions()) << ", dh " << dtype_name(dh.element_type()) << dims_str(dh.dimensions());
   const std::string desc = os.str();
   const Dims3 mf = matrix_dims(gd);
@@ -331,8 +342,7 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
   const int formats = (h_t->element_type() == ffi::DataType::F8E5M2 ? 1 : 0) |
                       (dg->element_type() == ffi::DataType::F8E5M2 ? 2 : 0) |
                       (du->element_type() == ffi::DataType::F8E5M2 ? 4 : 0);
-  cudaError_t e = cudaMemsetAsync(o.amax, 0, 3 * sizeof(uint32_t), stream);
-  if (e != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": memset: " + cudaGetErrorString(e));
+  if (auto e = zero_amax(kBackwardOp, o.amax, 3, stream); e.failure()) return e;
   const dim3 grid(static_cast<unsigned>(f / kTileF), static_cast<unsigned>(m / kTileM));
   const auto* s = static_cast<const float*>(scales.untyped_data());
   const auto* mu = static_cast<const float*>(mult.untyped_data());
@@ -347,9 +357,7 @@ ffi::Error SwigluBackwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::Any
         static_cast<const T*>(gate.untyped_data()), static_cast<const T*>(up.untyped_data()),
         static_cast<const T*>(dh.untyped_data()), s, mu, o, m, f);
   }
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": kernel launch: " + cudaGetErrorString(e));
-  return ffi::Error::Success();
+  return cuda_status(kBackwardOp, "kernel launch", cudaGetLastError());
 }
 
 // Grid of the grid-stride kernels (forward, amax): one 8-element piece per thread, at most 16 CTAs per SM of 132.
@@ -379,12 +387,14 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(const T* __res
   cta_amax<kThreads, 1>(amax, key);
 }
 
+constexpr const char* kForwardOp = "mxprec_swiglu_forward_fp8";
+
 ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up, ffi::AnyBuffer scale,
                              ffi::AnyBuffer mult, ffi::Result<ffi::AnyBuffer> codes, ffi::Result<ffi::AnyBuffer> amax) {
   const auto gd = gate.dimensions();
   const ffi::DataType in = gate.element_type();
   std::ostringstream os;
-  os << "mxprec_swiglu_forward_fp8: gate " << dtype_name(in) << dims_str(gd) << ", up "
+  os << kForwardOp << ": gate " << dtype_name(in) << dims_str(gd) << ", up "
      << dtype_name(up.element_type()) << dims_str(up.dimensions());
   const std::string desc = os.str();
   const Dims3 mf = matrix_dims(gd);
@@ -401,8 +411,7 @@ ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyB
   if (amax->element_type() != ffi::DataType::U32 || amax->element_count() != 1)
     return invalid(desc + "; amax must be uint32 (1,)");
   auto* a = static_cast<uint32_t*>(amax->untyped_data());
-  cudaError_t e = cudaMemsetAsync(a, 0, sizeof(uint32_t), stream);
-  if (e != cudaSuccess) return ffi::Error::Internal(std::string("mxprec_swiglu_forward_fp8: memset: ") + cudaGetErrorString(e));
+  if (auto e = zero_amax(kForwardOp, a, 1, stream); e.failure()) return e;
   const int64_t pieces = gd[0] * gd[1] / kVec;
   if (pieces == 0) return ffi::Error::Success();
   const bool e5m2 = codes->element_type() == ffi::DataType::F8E5M2;
@@ -422,9 +431,7 @@ ffi::Error SwigluForwardImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyB
         static_cast<const __half*>(gate.untyped_data()), static_cast<const __half*>(up.untyped_data()), s, mu, c,
         a, pieces);
   }
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return ffi::Error::Internal(std::string("mxprec_swiglu_forward_fp8: kernel launch: ") + cudaGetErrorString(e));
-  return ffi::Error::Success();
+  return cuda_status(kForwardOp, "kernel launch", cudaGetLastError());
 }
 
 // The amaxes alone (current scaling's first pass: the cast's scale needs the tensor's amax before any code):
@@ -482,8 +489,7 @@ ffi::Error SwigluAmaxImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuff
   if (amax->element_type() != ffi::DataType::U32 || amax->element_count() != kN)
     return invalid(desc + (kBackward ? "; amax must be uint32 (3,)" : "; amax must be uint32 (1,)"));
   auto* a = static_cast<uint32_t*>(amax->untyped_data());
-  cudaError_t e = cudaMemsetAsync(a, 0, kN * sizeof(uint32_t), stream);
-  if (e != cudaSuccess) return ffi::Error::Internal(std::string(op) + ": memset: " + cudaGetErrorString(e));
+  if (auto e = zero_amax(op, a, kN, stream); e.failure()) return e;
   const int64_t pieces = gd[0] * gd[1] / kVec;
   if (pieces == 0) return ffi::Error::Success();
   const auto* mu = static_cast<const float*>(mult.untyped_data());
@@ -498,9 +504,7 @@ ffi::Error SwigluAmaxImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuff
   } else {
     launch(__half{});
   }
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return ffi::Error::Internal(std::string(op) + ": kernel launch: " + cudaGetErrorString(e));
-  return ffi::Error::Success();
+  return cuda_status(op, "kernel launch", cudaGetLastError());
 }
 
 ffi::Error SwigluForwardAmaxImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up, ffi::AnyBuffer mult,
