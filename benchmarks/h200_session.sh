@@ -84,7 +84,7 @@
 # arm, e.g. AQ=tile,mx,delayed or AQ=tile,mx,weights; names get _aq...), CONFIG (the Llama config of the
 # llama / profile / hlo stages; default llama3_8b_4layer), LLAMA_ARGS (extra `mxprec.bench llama` arguments
 # of those stages, e.g. LLAMA_ARGS="--loss-pick gather"), LLAMA_XLA_FLAGS (XLA_FLAGS of the llama: / llama-ab: arms)
-# and TAG (a suffix for the llama: / llama-ab: / hlo: output names).
+# and TAG (a suffix for the llama: / llama-ab: / hlo: / profile: output names).
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -385,7 +385,7 @@ for stage in "$@"; do
     profile:*)
       IFS=, read -r -a arms <<< "${stage#profile:}"
       for arm in "${arms[@]}"; do
-        llama_step "prof_$arm" "$arm" --warmup 2 --steps 5 --profile "/tmp/mxprec_trace_$arm"
+        llama_step "prof_$arm${TAG:-}" "$arm" --warmup 2 --steps 5 --profile "/tmp/mxprec_trace_$arm${TAG:-}"
       done ;;
     hlo:*)
       IFS=, read -r -a arms <<< "${stage#hlo:}"

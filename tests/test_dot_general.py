@@ -25,6 +25,7 @@ from jax import lax
 
 import mxprec
 import reference as ref
+from lowered_ops import QUANTIZE_OPS, count_ops
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
 ON_GPU = jax.default_backend() == "gpu"
@@ -237,17 +238,10 @@ def test_remat_policy_saves_named_gemm_outputs():
     assert "mxprec_gemm" in str(jaxpr)
 
 
-def _f8_converts(fn, *args) -> int:
-    """Converts to an FP8 format in ``fn``'s lowered (pre-optimization) StableHLO."""
-    import re
-
-    return len(re.findall(r"stablehlo.convert.*-> tensor<[0-9x]*xf8E[0-9A-Z]*>", jax.jit(fn).lower(*args).as_text()))
-
-
 @pytest.mark.parametrize("recipe", ["bf16", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8"])
 def test_save_weights_policy_keeps_the_quantized_weights_and_changes_no_bit(recipe):
     """``remat_policy(save_weights=True)``: the recomputation reads W's saved codes instead of quantizing W again
-    (one FP8 convert per weight fewer), and every gradient and the delayed state's update are the bits of full
+    (one FP8 convert, or kernel call, per weight fewer), and every gradient and the delayed state's update are the bits of full
     remat. fp8_current maps W's amax to 448, the E4M3 codes of exponent field 1111 that jax's saved-value
     ``reduce_precision`` would turn into NaN (why the codes are saved as uint8 bits)."""
     r = mxprec.recipes.get(recipe)
@@ -268,7 +262,7 @@ def test_save_weights_policy_keeps_the_quantized_weights_and_changes_no_bit(reci
         f = jax.value_and_grad(jax.checkpoint(loss, policy=policy), argnums=(0, 1, 2, 3))
         grads[name] = jax.jit(f)(x.astype(jnp.bfloat16), w1, w2, st)
         if r.quantized:
-            grads[name + "_converts"] = _f8_converts(f, x.astype(jnp.bfloat16), w1, w2, st)
+            grads[name + "_converts"] = count_ops(QUANTIZE_OPS, f, x.astype(jnp.bfloat16), w1, w2, st)
     for a, b in zip(jax.tree.leaves(grads["full"]), jax.tree.leaves(grads["weights"]), strict=True):
         assert np.all(np.isfinite(np.asarray(b, np.float32)))
         if r.quantized:

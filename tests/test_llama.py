@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lowered_ops import QUANTIZE_OPS, count_ops
 from mxprec.bench import llama as bench
 from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
 from mxprec.models import llama as L
@@ -429,20 +430,18 @@ def test_full_save_weights_remat_quantizes_each_weight_once_with_the_same_bits(a
     """``remat="full_save_weights"``: the scanned, rematerialized layers keep their quantized weights, so the
     recomputed forward quantizes none of the 7 projection weights again; gradients (and the delayed state's
     update) are the bits of full remat."""
-    import re
-
     out = {}
     for remat in ("full", "full_save_weights"):
         model, cfg, _ = bench.build_model(L.micro(n_layers=2, remat=remat), arm)
         v = bench.init_variables(model, cfg, batch=BATCH, seed=0)
         tokens = bench.synthetic_batch(cfg, BATCH, seed=0)["inputs"]
         f = jax.jit(jax.value_and_grad(lambda v: jnp.mean(model.apply(v, tokens).astype(jnp.float32) ** 2)))
-        hlo = f.lower(v).as_text()
-        out[remat] = (f(v), len(re.findall(r"stablehlo.convert.*-> tensor<[0-9x]*xf8E[0-9A-Z]*>", hlo)))
+        out[remat] = (f(v), count_ops(QUANTIZE_OPS, f, v))
     (full, n_full), (kept, n_kept) = out["full"], out["full_save_weights"]
     for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(kept), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert n_full - n_kept == 7, (n_full, n_kept)  # query, key, value, out, wi_0, wi_1, wo
+    # query, key, value, out, wi_0, wi_1, wo: one XLA convert each on the CPU; on a GPU one or more kernel calls
+    assert n_full - n_kept == 7 if jax.default_backend() == "cpu" else n_full - n_kept >= 7, (n_full, n_kept)
 
 
 def test_full_save_weights_memory_prediction_adds_the_layers_weights():
