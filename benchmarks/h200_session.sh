@@ -30,8 +30,6 @@
 #                also sets MXPREC_SM90_BLOCKWISE_TILE_N), interleaved,
 #                LLAMA_PAIRS rounds (default 2)
 #   rounds:ARMS  the arms interleaved, LLAMA_PAIRS rounds (default 2), one process each
-#   remat-rounds:ARMS each arm with --remat full and --remat full_save_weights (the quantized weights kept for the
-#                recomputation), interleaved, LLAMA_PAIRS rounds (default 2), one process each
 #   llama-ab:ARMS each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so), same call
 #   kmajor:ARMS  Wgrad's K-major quantize kernel: its GPU tests, cuda_quantize.py against quantize + code transpose,
 #                then each arm with MXPREC_TRANSPOSED_QUANTIZE=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
@@ -334,15 +332,6 @@ for stage in "$@"; do
       IFS=, read -r -a arms <<< "${stage#rounds:}"
       for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
         for arm in "${arms[@]}"; do llama_step "llama_${arm}_r$round${TAG:-}" "$arm"; done
-      done ;;
-    remat-rounds:*)  # remat-rounds:ARMS: each arm with --remat full, then full_save_weights, interleaved, LLAMA_PAIRS
-      # (default 2) rounds, one process each (llama_ARM_full_rROUND, llama_ARM_sw_rROUND)
-      IFS=, read -r -a arms <<< "${stage#remat-rounds:}"
-      for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
-        for arm in "${arms[@]}"; do
-          llama_step "llama_${arm}_full_r$round${TAG:-}" "$arm" --remat full
-          llama_step "llama_${arm}_sw_r$round${TAG:-}" "$arm" --remat full_save_weights
-        done
       done ;;
     llama-ab:*)  # llama-ab:ARMS: each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so)
       IFS=, read -r -a arms <<< "${stage#llama-ab:}"

@@ -106,14 +106,3 @@ def test_llama_flops_close_to_6N():
 
 def test_mfu():
     assert flops.mfu(1e15, 1.0, 2, 1e15) == 0.5
-
-
-def test_llama_memory_full_save_weights_adds_the_kept_weights():
-    kw = dict(n_params=1e6, n_layers=4, d_model=8, d_ff=16, seq=5, batch=2, fsdp=2)
-    full = memory.llama_memory(recipe_name="fp8", **kw)
-    kept = memory.llama_memory(recipe_name="fp8", remat="full_save_weights", layer_weight_values=1000, **kw)
-    assert kept.saved_activation_bytes - full.saved_activation_bytes == pytest.approx(4 * 1000 * 1.0)
-    assert kept.persistent_bytes == full.persistent_bytes  # whole on every GPU: not divided by fsdp
-    mx = memory.llama_memory(recipe_name="fp8", remat="full_save_weights", layer_weight_values=1000,
-                             weight_format="mxfp4", **kw)
-    assert mx.saved_activation_bytes - full.saved_activation_bytes == pytest.approx(4 * 1000 * 0.53125)

@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lowered_ops import QUANTIZE_OPS, count_ops
 from mxprec.bench import llama as bench
 from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
 from mxprec.models import llama as L
@@ -423,35 +422,3 @@ def test_a_profiler_that_cannot_trace_leaves_the_row_with_profile_error(monkeypa
                         compiler_options=bench.FAST_COMPILE, profile_dir=str(tmp_path))
     assert "error" not in row and row["step_s_mean"] > 0
     assert row["profile_error"] == "RuntimeError: no CUPTI here" and "profile" not in row
-
-
-@pytest.mark.parametrize("arm", ["fp8_current", "fp8_delayed+fused_mlp"])
-def test_full_save_weights_remat_quantizes_each_weight_once_with_the_same_bits(arm):
-    """``remat="full_save_weights"``: the scanned, rematerialized layers keep their quantized weights, so the
-    recomputed forward quantizes none of the 7 projection weights again; gradients (and the delayed state's
-    update) are the bits of full remat."""
-    out = {}
-    for remat in ("full", "full_save_weights"):
-        model, cfg, _ = bench.build_model(L.micro(n_layers=2, remat=remat), arm)
-        v = bench.init_variables(model, cfg, batch=BATCH, seed=0)
-        tokens = bench.synthetic_batch(cfg, BATCH, seed=0)["inputs"]
-        f = jax.jit(jax.value_and_grad(lambda v: jnp.mean(model.apply(v, tokens).astype(jnp.float32) ** 2)))
-        out[remat] = (f(v), count_ops(QUANTIZE_OPS, f, v))
-    (full, n_full), (kept, n_kept) = out["full"], out["full_save_weights"]
-    for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(kept), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    # query, key, value, out, wi_0, wi_1, wo: one XLA convert each on the CPU; on a GPU one or more kernel calls
-    assert n_full - n_kept == 7 if jax.default_backend() == "cpu" else n_full - n_kept >= 7, (n_full, n_kept)
-
-
-def test_full_save_weights_memory_prediction_adds_the_layers_weights():
-    cfg = L.micro(n_layers=2)
-    full = bench.predicted_mem_gb(cfg, BATCH, "fp8", weight_format="fp8")
-    kept = bench.predicted_mem_gb(cfg.replace(remat="full_save_weights"), BATCH, "fp8", weight_format="fp8")
-    layer = sum(g["K"] * g["N"] for g in bench.projection_gemms(cfg, BATCH) if g["per_layer"])
-    assert kept - full == pytest.approx(cfg.n_layers * layer * 1.0 / 1e9)  # one byte per FP8 weight value
-    bf16 = bench.predicted_mem_gb(cfg.replace(remat="full_save_weights"), BATCH, "bf16", weight_format="bf16")
-    assert bf16 - bench.predicted_mem_gb(cfg, BATCH, "bf16", weight_format="bf16") == pytest.approx(
-        cfg.n_layers * layer * 2.0 / 1e9)
-    peer = bench.predicted_mem_gb(cfg.replace(remat="full_save_weights"), BATCH, "bf16", weight_format=None)
-    assert peer == pytest.approx(bench.predicted_mem_gb(cfg, BATCH, "bf16"))  # no mxprec tags: nothing kept

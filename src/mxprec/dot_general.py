@@ -26,10 +26,8 @@ times in a differentiated function (a layer applied twice, ``lax.scan`` gradient
 wrap it once at the top of that function with :func:`max_combining`: its leaves then travel in
 Flax's ``fp32_max_grad`` dtype and the per-use updates combine by ``max``, not by sum.
 
-Remat: the output is tagged ``checkpoint_name(y, "mxprec_gemm")``, and W's GEMM-ready copies (its quantized
-codes, scales and amax; an unquantized recipe's W in its compute dtype) ``checkpoint_name(.., "mxprec_weight")``:
-a policy that saves only the latter recomputes every activation but not the weights' quantization (the weights do
-not change between the forward pass and its recomputation); see :func:`mxprec.training.remat_policy`.
+Remat: the output is tagged ``checkpoint_name(y, "mxprec_gemm")``; see
+:func:`mxprec.training.remat_policy`.
 """
 
 from __future__ import annotations
@@ -51,11 +49,9 @@ from mxprec.recipes import Recipe
 from mxprec.recipes import get as get_recipe
 from mxprec.scaling import DelayedScaling, DelayedScalingState, TensorScaling, TileScaling, update_delayed_state
 
-__all__ = ["CHECKPOINT_NAME", "WEIGHT_CHECKPOINT_NAME", "DotGeneralState", "canonicalize", "dot_general",
-           "max_combining"]
+__all__ = ["CHECKPOINT_NAME", "DotGeneralState", "canonicalize", "dot_general", "max_combining"]
 
-CHECKPOINT_NAME = "mxprec_gemm"  # every GEMM output
-WEIGHT_CHECKPOINT_NAME = "mxprec_weight"  # W as its GEMMs read it (codes, scales, amax; or the compute-dtype cast)
+CHECKPOINT_NAME = "mxprec_gemm"
 
 
 @jax.tree_util.register_dataclass
@@ -158,30 +154,6 @@ def max_combining(tree):
 
 def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, key=None, backend="xla",
        weight: bool = False):
-    """Quantize ``t`` along ``axis`` per ``spec`` (:func:`_quantize_operand`); a ``weight`` operand's every leaf is
-    tagged ``checkpoint_name(.., WEIGHT_CHECKPOINT_NAME)`` for remat policies that keep the quantized weights."""
-    q = _quantize_operand(t, spec, axis, recipe, state, key, backend, weight)
-    return _tag_weight(q) if weight else q
-
-
-def _tag_weight(q):
-    return jax.tree.map(_name_weight_leaf, q)
-
-
-def _name_weight_leaf(a):
-    """``checkpoint_name(a, WEIGHT_CHECKPOINT_NAME)``; one-byte floats (FP8 codes, E8M0 scales) travel as uint8
-    bits: jax lowers a saved named value through ``reduce_precision`` to its format's exponent / mantissa widths,
-    which for float8_e4m3fn (IEEE-style, with infinities) turns every code of exponent field 1111 (256..448) into
-    NaN (seen with jax 0.10.2 on the CPU)."""
-    dt = jnp.dtype(a.dtype)
-    if jnp.issubdtype(dt, jnp.floating) and dt.itemsize == 1:
-        bits = checkpoint_name(lax.bitcast_convert_type(a, jnp.uint8), WEIGHT_CHECKPOINT_NAME)
-        return lax.bitcast_convert_type(bits, dt)
-    return checkpoint_name(a, WEIGHT_CHECKPOINT_NAME)
-
-
-def _quantize_operand(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, key=None,
-                      backend="xla", weight: bool = False):
     """Quantize ``t`` along ``axis`` per ``spec``; an unquantized role is cast to compute_dtype.
 
     With ``backend="ffi"`` the ``mxprec_quantize`` custom call runs where a quantize kernel exists
@@ -465,8 +437,7 @@ def dot_general(
         # Dgrad/Wgrad GEMMs as FP32 x BF16 -> FP32 GEMMs (measured: a 1.63x slower Llama step).
         cd = recipe.compute_dtype
         l, r_ = (lhs, rhs) if cd is None else (lhs.astype(cd), rhs.astype(cd))
-        y = lax.dot_general(l, _tag_weight(r_), dimension_numbers, precision=precision,
-                            preferred_element_type=out_dtype)
+        y = lax.dot_general(l, r_, dimension_numbers, precision=precision, preferred_element_type=out_dtype)
         return _finish(y, out_sharding)
 
     desc = f"lhs {lhs.dtype}{tuple(lhs.shape)}, rhs {rhs.dtype}{tuple(rhs.shape)}, dimension_numbers {dimension_numbers}"

@@ -162,8 +162,6 @@ def llama_memory(
     fsdp: int,
     recipe_name: str,
     remat: str = "full",
-    layer_weight_values: float = 0.0,
-    weight_format: str | None = None,
 ) -> MemoryEstimate:
     """Predicted per-GPU peak for a Llama decoder under FSDP.
 
@@ -176,9 +174,6 @@ def llama_memory(
     * ``remat="full"``: one layer input per layer in the compute dtype (BF16,
       ``2 · n_layers · batch · seq · d_model`` bytes) plus the working set of the one layer being
       recomputed in the backward pass (:func:`llama_layer_saved_values`).
-    * ``remat="full_save_weights"``: as ``"full"``, plus every layer's GEMM-ready weights
-      (``n_layers · layer_weight_values`` values in ``weight_format``, default the recipe's saved
-      format), whole on every GPU: under FSDP the saved copy is the all-gathered one.
     * ``remat="none"``: the working set of every layer (``n_layers ×``), no checkpoints.
 
     Not modelled: FSDP all-gather buffers of the current layer's weights, the logits / loss
@@ -190,17 +185,14 @@ def llama_memory(
         raise ValueError(f"unknown recipe {recipe_name!r}; known: {sorted(RECIPE_SAVED_FORMAT)}")
     tokens = batch * seq
     a_h_layer, a_e_layer = llama_layer_saved_values(d_model, d_ff, tokens)
-    weight_bytes = 0.0
-    if remat in ("full", "full_save_weights"):
+    if remat == "full":
         a_high = n_layers * tokens * d_model + a_h_layer
         a_low = a_e_layer
-        if remat == "full_save_weights":
-            fmt = weight_format or RECIPE_SAVED_FORMAT[recipe_name]
-            weight_bytes = n_layers * layer_weight_values * format_bytes_per_value(fmt)
     elif remat == "none":
         a_high = n_layers * a_h_layer
         a_low = n_layers * a_e_layer
     else:
-        raise ValueError(f"remat must be 'full', 'full_save_weights' or 'none', got {remat!r}")
-    est = seed_memory(n_params, fsdp, a_high=a_high, a_low=a_low, low_format=RECIPE_SAVED_FORMAT[recipe_name])
-    return dataclasses.replace(est, saved_activation_bytes=est.saved_activation_bytes + weight_bytes)
+        raise ValueError(f"remat must be 'full' or 'none', got {remat!r}")
+    return seed_memory(
+        n_params, fsdp, a_high=a_high, a_low=a_low, low_format=RECIPE_SAVED_FORMAT[recipe_name]
+    )

@@ -398,7 +398,7 @@ def measure_gemm_seconds(cfg, batch: int, reps: int = 5, dtype: Any = None) -> d
         out[f"{part}_fprop_s"] = _time_fn(fprop, (ops,), reps)
         out[f"{part}_bwd_s"] = _time_fn(bwd, (ops,), reps)
         del ops
-    n_fprop = 2 if cfg.remat in ("full", "full_save_weights") else 1
+    n_fprop = 2 if cfg.remat == "full" else 1
     out["n_fprop"] = n_fprop
     out["total_s"] = (cfg.n_layers * (out["layer_fprop_s"] * n_fprop + out["layer_bwd_s"])
                       + out["head_fprop_s"] + out["head_bwd_s"])
@@ -429,24 +429,18 @@ def _peak_mem_gb() -> float | None:
     return stats["peak_bytes_in_use"] / 1e9
 
 
-def predicted_mem_gb(cfg, batch: int, saved: str, mu_dtype: Any = None, weight_format: str | None = None
-                     ) -> float | None:
-    """:func:`mxprec.analysis.llama_memory` for one device (FSDP 1), in GB (1e9 bytes). ``weight_format``: the
-    format of the weights ``remat="full_save_weights"`` keeps (the layers' projections in ``cfg.quantize``;
-    None: none kept, as for the Flax peers, whose weights carry no mxprec tag)."""
+def predicted_mem_gb(cfg, batch: int, saved: str, mu_dtype: Any = None) -> float | None:
+    """:func:`mxprec.analysis.llama_memory` for one device (FSDP 1), in GB (1e9 bytes)."""
     import jax.numpy as jnp
 
     from mxprec.analysis import llama_memory
     from mxprec.models.llama import count_params
 
-    if cfg.remat not in ("full", "full_save_weights", "none"):
+    if cfg.remat not in ("full", "none"):
         return None
     P = count_params(cfg)
-    layer_weights = 0 if weight_format is None else sum(g["K"] * g["N"] for g in projection_gemms(cfg, batch)
-                                                        if g["per_layer"] and g["group"] in cfg.quantize)
     est = llama_memory(n_params=P, n_layers=cfg.n_layers, d_model=cfg.d_model, d_ff=cfg.d_ff, seq=cfg.seq,
-                       batch=batch, fsdp=1, recipe_name=saved, remat=cfg.remat,
-                       layer_weight_values=layer_weights, weight_format=weight_format)
+                       batch=batch, fsdp=1, recipe_name=saved, remat=cfg.remat)
     total = est.total_bytes
     if mu_dtype is not None:  # the model assumes FP32 mu
         total -= P * (4 - jnp.dtype(mu_dtype).itemsize)
@@ -574,8 +568,7 @@ def run_arm(arm: str, cfg, *, batch: int, steps: int, warmup: int, lr: float = 3
         "expected_speedup": None,
         "speedup_vs_bf16": None,
         "peak_mem_gb": _peak_mem_gb(),
-        "predicted_mem_gb": predicted_mem_gb(acfg, batch, info["saved"], mu_dtype,
-                                             weight_format=info["fmt"] if info["recipe"] is not None else None),
+        "predicted_mem_gb": predicted_mem_gb(acfg, batch, info["saved"], mu_dtype),
         "compile_s": compile_s,
         "backend": info["backend"],
         "format": info["fmt"],
@@ -759,7 +752,7 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--mu-dtype", default="float32", help="AdamW first-moment dtype (float32 | bfloat16)")
     p.add_argument("--quantize", default="mlp,attn,logits", help="projection groups that run the recipe")
-    p.add_argument("--remat", default="full", choices=("full", "full_save_weights", "save_gemm", "none"))
+    p.add_argument("--remat", default="full", choices=("full", "save_gemm", "none"))
     p.add_argument("--no-scan", action="store_true", help="unroll the layers instead of nn.scan")
     p.add_argument("--attention", default="auto", choices=("auto", "cudnn", "jax", "xla"),
                    help="attention core (LlamaConfig.attention_impl; auto: cuDNN on GPU, XLA elsewhere)")

@@ -33,11 +33,6 @@ its own amax history). ``remat``:
   GEMMs* (their Fprop, with its operand quantization, runs twice per step). ``prevent_cse`` is
   off under ``nn.scan`` (scan already prevents the CSE that remat guards against) and on for an
   unrolled stack.
-* ``"full_save_weights"`` — full remat of every activation, but the weights as mxprec's GEMMs read
-  them (``checkpoint_name(.., "mxprec_weight")``: FP8 codes + scales and the weight amax of a
-  quantized recipe, the compute-dtype cast of an unquantized one) are saved, so the recomputation
-  does not quantize (or cast) the weights again. Costs ``params of the mxprec layers × bytes per
-  weight value`` (1 byte for FP8) of memory. Projections not run through mxprec recompute theirs.
 * ``"save_gemm"`` — ``jax.checkpoint_policies.save_only_these_names("mxprec_gemm")``: mxprec
   tags every projection output ``checkpoint_name(y, "mxprec_gemm")``, so the GEMM outputs are
   saved and only the cheap element-wise work is recomputed (more memory, no second Fprop).
@@ -80,9 +75,10 @@ __all__ = [
 ]
 
 GROUPS = ("mlp", "attn", "logits")
-REMAT_POLICIES = ("full", "full_save_weights", "save_gemm", "none")
+REMAT_POLICIES = ("full", "save_gemm", "none")
 ATTENTION_IMPLS = ("auto", "cudnn", "jax", "xla")
 LOSS_PICKS = ("select", "gather")  # how cross_entropy_loss takes the target log-probability
+GEMM_CHECKPOINT_NAME = "mxprec_gemm"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,7 +95,7 @@ class LlamaConfig:
     seq: int = 128
     dtype: Any = jnp.bfloat16  # activation / compute dtype
     param_dtype: Any = jnp.float32  # master weights
-    remat: str = "full"  # "full" | "full_save_weights" | "save_gemm" | "none"
+    remat: str = "full"  # "full" | "save_gemm" | "none"
     scan_layers: bool = True
     quantize: tuple[str, ...] = GROUPS  # projection groups that run the recipe
     rope_theta: float = 10000.0
@@ -363,11 +359,11 @@ class DecoderLayer(nn.Module):
 
 
 def _remat_policy(name: str):
-    from mxprec.training import remat_policy
-
-    if name == "none":
-        return None
-    return remat_policy(save_gemm_outputs=name == "save_gemm", save_weights=name == "full_save_weights")
+    if name == "full":
+        return jax.checkpoint_policies.nothing_saveable
+    if name == "save_gemm":
+        return jax.checkpoint_policies.save_only_these_names(GEMM_CHECKPOINT_NAME)
+    return None
 
 
 class Llama(nn.Module):
