@@ -75,6 +75,7 @@
 #include <string>
 #include <type_traits>
 
+#include "cuda_status.h"
 #include "ffi_helpers.h"
 #include "formats.h"
 #include "fp8_codes.cuh"
@@ -1773,9 +1774,7 @@ __global__ void empty_kernel(Args a, int64_t nscale) {
 
 // ------------------------------------------------------------------------------------ host
 
-ffi::Error cuda_error(const char* what, cudaError_t e) {
-  return ffi::Error::Internal(std::string(kOp) + ": " + what + ": " + cudaGetErrorString(e));
-}
+ffi::Error cuda_error(const char* what, cudaError_t e) { return cuda_status(kOp, what, e); }
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 

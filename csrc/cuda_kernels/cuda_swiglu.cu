@@ -49,6 +49,7 @@
 #include <utility>
 
 #include "byte_transpose.cuh"
+#include "cuda_status.h"
 #include "ffi_helpers.h"
 #include "fp8_codes.cuh"
 #include "quantize_math.h"
@@ -285,12 +286,6 @@ Dims3 matrix_dims(ffi::AnyBuffer::Dimensions d) {
 }
 
 bool is_fp8(ffi::DataType t) { return t == ffi::DataType::F8E4M3FN || t == ffi::DataType::F8E5M2; }
-
-// Success, or an Internal error naming the op, the step (`what`) and the CUDA runtime's error.
-ffi::Error cuda_status(const char* op, const char* what, cudaError_t e) {
-  if (e == cudaSuccess) return ffi::Error::Success();
-  return ffi::Error::Internal(std::string(op) + ": " + what + ": " + cudaGetErrorString(e));
-}
 
 // The amax words zeroed before the kernel's atomicMax (stream-ordered).
 ffi::Error zero_amax(const char* op, uint32_t* amax, int n, cudaStream_t stream) {

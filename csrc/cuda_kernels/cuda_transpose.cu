@@ -21,6 +21,7 @@
 #include <string>
 
 #include "byte_transpose.cuh"
+#include "cuda_status.h"
 #include "ffi_helpers.h"
 
 namespace mxprec {
@@ -136,9 +137,7 @@ ffi::Error TransposeBytesImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result
                      reinterpret_cast<uintptr_t>(dst) % 16 == 0;
   if (whole) transpose_bytes_kernel<true><<<grid, kThreads, 0, stream>>>(src, dst, rows, cols);
   else transpose_bytes_kernel<false><<<grid, kThreads, 0, stream>>>(src, dst, rows, cols);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": kernel launch: " + cudaGetErrorString(e));
-  return ffi::Error::Success();
+  return cuda_status(kOp, "kernel launch", cudaGetLastError());
 }
 
 }  // namespace
