@@ -122,8 +122,9 @@ def torch_rows(m, k, n, iters, forms=("tensor", "row", "2d")):
         run("torch._scaled_mm rowwise", "fp8_rowwise", torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda"))
     # DeepSeek-style 1x128 activations / 128x128 weights (torch >= 2.9 blockwise API; outer-dim-major scales)
     sa = torch.ones(k // 128, m, device="cuda").t()
-    if "2d" in forms:
-        sb = torch.ones(n // 128, k // 128, device="cuda").t()
+    if "2d" in forms:  # B scales' pitch padded to 16 bytes: cuBLASLt is wrong without it (gemm_steady.pitched_block_scales)
+        kb4 = -(-(k // 128) // 4) * 4
+        sb = torch.ones(n // 128, kb4, device="cuda")[:, : k // 128].t()
         run("torch._scaled_mm blockwise 1x128/128x128", "fp8_block", sa, sb)
     if "1d" in forms:  # b.t() (N, K) with 1x128 scales: (N, K / 128), N-major
         run("torch._scaled_mm blockwise 1x128/1x128", "fp8_block_1d", sa, torch.ones(k // 128, n, device="cuda"))

@@ -19,6 +19,8 @@
 #                cast and amax, kernel-timed)
 #   dg-ffi       tests/test_dot_general.py oracle suite with backend="ffi" on the GPU
 #   gemm:SHAPES  benchmarks/gemm.py (every recipe, both backends), one process per shape, e.g. gemm:8192x8192x8192
+#   gemm-steady  benchmarks/gemm_steady.py: ours against torch._scaled_mm on the same FP8 bytes, interleaved
+#                long windows, SM clock and power per row (GS_ARGS, e.g. "--shapes 8192x8192x8192 --rounds 6")
 #   ncu-gemm     Nsight Compute sections of our per-tensor CUTLASS GEMM and of cuBLASLt's (via torch) at 8192^3
 #   quant        benchmarks/cuda_quantize.py (all kinds)
 #   quant-ab     cuda_quantize.py per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so;
@@ -235,6 +237,8 @@ for stage in "$@"; do
         step "gemm_$shape" env ${GEMM_XLA_FLAGS:+XLA_FLAGS=$GEMM_XLA_FLAGS} "$PY" benchmarks/gemm.py --recipes "${GEMM_RECIPES:-fp8_current,fp8_rowwise,fp8_block,mxfp8,mxfp6,mxfp4,nvfp4}" \
           --backend both --iters 20 --shapes "$shape" --out "$R/gemm_$shape"
       done ;;
+    gemm-steady)
+      step gemm_steady "$PY" benchmarks/gemm_steady.py --out "$R/gemm_steady" --torch-own-operands ${GS_ARGS:-} ;;
     ncu-gemm)  # Nsight Compute on one 8192^3 e4m3 x e4m3 GEMM: our CUTLASS per-tensor kernel, then cuBLASLt (torch)
       for who in "mxprec device_kernel" "torch_scaled_mm nvjet"; do
         read -r op kernel <<< "$who"
