@@ -20,7 +20,9 @@ script removes those differences from the ratio:
 
 Families: ``tensor`` (E4M3 x E4M3 per-tensor), ``tensor_e5m2xe4m3``, ``tensor_e4m3xe5m2`` (the HYBRID pairs),
 ``row`` (row-wise), ``block`` (1x128 activations x 128x128 weights). ``--torch-own-operands`` adds, for
-``tensor``, torch on its own operands as gemm.py builds them (impl ``torch._scaled_mm, randn operands``).
+``tensor``, torch on its own operands as gemm.py builds them (impl ``torch, randn operands``); ``--variants``
+times our other kernel choices as well (impl ``mxprec KERNEL:CLUSTER:TILE_N``, the family's
+``MXPREC_SM90_*_{KERNEL,CLUSTER,TILE_N}`` set for their windows; plain ``mxprec`` is the default, "auto").
 Writes ``DIR/h200_gemm_steady.{json,md}`` (``<device>_gemm_steady`` off an H200): an object with device,
 command, date and rows ``{op, recipe, family, backend, impl, m, k, n, tflops, tflops_rounds, sm_mhz, power_w,
 ratio_vs_torch, rel_diff_vs_torch, rel_err_vs_reference}``.
@@ -145,21 +147,37 @@ class SmiLog:
             self.proc.wait()
 
 
-def measure_shape(m, k, n, families, rounds, window_s, smi, torch_own):
+def measure_shape(m, k, n, families, rounds, window_s, smi, torch_own, variants=()):
     kx, kw = jax.random.split(jax.random.key(0))
     x = jax.random.normal(kx, (m, k), jnp.float32).astype(jnp.bfloat16)
     w = (jax.random.normal(kw, (n, k), jnp.float32) * 0.02).astype(jnp.bfloat16)
     rows = []
     for fam in families:
         try:
-            rows += measure_family(m, k, n, x, w, fam, rounds, window_s, smi, torch_own)
+            rows += measure_family(m, k, n, x, w, fam, rounds, window_s, smi, torch_own, variants)
         except Exception as e:  # noqa: BLE001 - a family that fails is reported, the run goes on
             rows.append(dict(op="gemm", recipe=FAMILIES[fam][0], family=fam, m=m, k=k, n=n, error=str(e)[:300]))
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
-def measure_family(m, k, n, x, w, fam, rounds, window_s, smi, torch_own):
+def kernel_env(fam: str, variant: str | None) -> dict:
+    """MXPREC_SM90_<FAMILY>_{KERNEL,CLUSTER,TILE_N} for "KERNEL[:CLUSTER[:TILE_N]]" (None: all unset, "auto")."""
+    prefix = {"row": "MXPREC_SM90_ROWWISE", "block": "MXPREC_SM90_BLOCKWISE"}.get(fam, "MXPREC_SM90_TENSORWISE")
+    fields = (variant or "").split(":")
+    return {f"{prefix}_{name}": (fields[i] if i < len(fields) and fields[i] else None)
+            for i, name in enumerate(("KERNEL", "CLUSTER", "TILE_N"))}
+
+
+def apply_env(env: dict):
+    for var, value in env.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+
+
+def measure_family(m, k, n, x, w, fam, rounds, window_s, smi, torch_own, variants=()):
     import torch
 
     recipe, form, lhs, rhs = FAMILIES[fam]
@@ -170,6 +188,8 @@ def measure_family(m, k, n, x, w, fam, rounds, window_s, smi, torch_own):
                                                    out_dtype=jnp.bfloat16, backend="ffi"))
     bx, bw = gemm_bench._b(qx), gemm_bench._b(qw)
     a, b, sa, sb = torch_operands(qx, qw, form)
+    # name -> (call, sync); our variants' kernel choice is set before their windows (the FFI handler reads it per
+    # call, on the host; a window ends synchronised, so no call of another variant is still pending then)
     impls = {
         "mxprec": (lambda: ours(bx, bw), jax.block_until_ready),
         "torch": (lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16),
@@ -182,15 +202,23 @@ def measure_family(m, k, n, x, w, fam, rounds, window_s, smi, torch_own):
         impls["torch, randn operands"] = (
             lambda: torch._scaled_mm(ra, rb, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
             lambda _: torch.cuda.synchronize())
+    envs = {name: kernel_env(fam, None) for name in impls}
+    for v in variants:
+        impls[f"mxprec {v}"] = (lambda: ours(bx, bw), jax.block_until_ready)
+        envs[f"mxprec {v}"] = kernel_env(fam, v)
     # Every output against the FP32 oracle of the same operands, and ours against torch's.
     exact = torch.from_dlpack(reference_scaled_gemm(bx, bw, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32)[0])
-    outs = {name: (torch.from_dlpack(fn()[0]) if name == "mxprec" else fn()).float() for name, (fn, _) in impls.items()}
+    outs = {}
+    for name, (fn, _) in impls.items():
+        apply_env(envs[name])
+        out = fn()
+        outs[name] = (torch.from_dlpack(out[0]) if name.startswith("mxprec") else out).float()
 
     def rel(u, v):
         return round(float(torch.linalg.norm(u - v) / torch.linalg.norm(v)), 6)
 
-    diff_vs_torch = rel(outs["mxprec"], outs["torch"])
-    err = {name: rel(outs[name], exact) for name in ("mxprec", "torch")}
+    diff_vs_torch = {name: rel(outs[name], outs["torch"]) for name in impls if name.startswith("mxprec")}
+    err = {name: rel(outs[name], exact) for name in impls if name.startswith("mxprec") or name == "torch"}
     del outs, exact
     names = list(impls)
     windows = {name: [] for name in names}
@@ -198,17 +226,19 @@ def measure_family(m, k, n, x, w, fam, rounds, window_s, smi, torch_own):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
             fn, sync = impls[name]
+            apply_env(envs[name])
             windows[name].append(timed_window(fn, sync, window_s))
+    apply_env(kernel_env(fam, None))
     t_torch = statistics.median(wd["t"] for wd in windows["torch"])
     for name in names:
         t = statistics.median(wd["t"] for wd in windows[name])
         rows.append(dict(
-            op="gemm", recipe=recipe, family=fam, backend="mxprec-ffi" if name == "mxprec" else "torch",
+            op="gemm", recipe=recipe, family=fam, backend="mxprec-ffi" if name.startswith("mxprec") else "torch",
             impl=name, m=m, k=k, n=n, tflops=round(gemm_bench.tflops(m, k, n, t), 1),
             tflops_rounds=[round(gemm_bench.tflops(m, k, n, wd["t"]), 1) for wd in windows[name]],
             calls_per_round=[wd["calls"] for wd in windows[name]],
             ratio_vs_torch=round(t_torch / t, 3),
-            rel_diff_vs_torch=diff_vs_torch if name == "mxprec" else None,
+            rel_diff_vs_torch=diff_vs_torch.get(name),
             rel_err_vs_reference=err.get(name),
             **smi.summary(windows[name])))
         print(json.dumps(rows[-1]), flush=True)
@@ -243,6 +273,8 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--window-ms", type=float, default=400.0)
     p.add_argument("--torch-own-operands", action="store_true")
+    p.add_argument("--variants", default="", help="our kernel choices timed as well, KERNEL[:CLUSTER[:TILE_N]] "
+                   "comma-separated, e.g. persistent:2x1:192,cutlass (the family's MXPREC_SM90_* variables)")
     args = p.parse_args(argv)
     try:
         import torch
@@ -266,7 +298,7 @@ def main(argv=None):
         for spec in args.shapes.split(","):
             m, k, n = (int(v) for v in spec.split("x"))
             result["rows"] += measure_shape(m, k, n, families, args.rounds, args.window_ms / 1e3, smi,
-                                            args.torch_own_operands)
+                                            args.torch_own_operands, [v for v in args.variants.split(",") if v])
             with open(path, "w") as f:  # a run cut short keeps every finished shape
                 json.dump(result, f, indent=1)
             with open(path.replace(".json", ".md"), "w") as f:
