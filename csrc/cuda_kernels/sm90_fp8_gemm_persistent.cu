@@ -168,11 +168,13 @@ const char* launch_tile(const std::string& tile, const BlockwiseGemmArgs& p, con
 }
 
 // The per-tensor and row-wise families: A, B, D, bias and extents as BlockwiseGemmArgs, scales in `es`.
-// TILE_N auto (twenty-second session, benchmarks/results/h200_persistent_tensorwise.md, 2x1 clusters): per-tensor,
-// 192 columns where N >= 8192 or K >= 14336 on outputs of 2^25 elements or more (+1-4 % at 8192^3,
-// 16384x4096x32000, 16384x14336x4096, 4096x16384x14336, 14336x16384x4096; a tie at 16384x4096x14336), else 128
-// (192 is 3 % slower at 16384x4096x4096, 8-9 % at 4096^3 and 16384x4096x1024). Row-wise: 128 (192 is 4-18 %
-// slower except at K = 14336).
+// TILE_N auto, 2x1 clusters: per-tensor, 192 columns where K >= 14336 on outputs of 2^25 elements or more, else 128.
+// Thirty-seventh session (benchmarks/results/h200_gemm_steady.md, interleaved 400 ms windows at the power cap):
+// 192 ahead by 4.7 % at 8192x28672x8192 and 1.2 % at 16384x14336x4096; level (within 1 %) at 8192^3,
+// 8192x8192x28672 and 16384x11008x4096; 128 ahead by 1.5 % at 16384x4096x14336 and 2.5 % at 16384x4096x11008, where
+// the twenty-second session's rule (192 also where N >= 8192; h200_persistent_tensorwise.md, 20-call bursts) took
+// 192; 192 is 7-8 % slower at 4096^3, 1024x8192x8192, 2048x8192x8192. Row-wise: 128 (192 is 4-18 % slower except at
+// K = 14336).
 template <int kPair, int kOut>
 const char* run_epilogue_scaled(const BlockwiseGemmArgs& p, const EpilogueScales& es, const FamilyEnv& env,
                                 cudaStream_t stream) {
@@ -182,7 +184,7 @@ const char* run_epilogue_scaled(const BlockwiseGemmArgs& p, const EpilogueScales
   std::string tile_n = env_or(env.tile_var, "auto");
   if (tile_n == "auto") {
     const bool per_tensor = es.row == nullptr, large = static_cast<int64_t>(p.m) * p.n >= (int64_t{1} << 25);
-    tile_n = per_tensor && large && (p.n >= 8192 || p.k >= 14336) ? "192" : "128";
+    tile_n = per_tensor && large && p.k >= 14336 ? "192" : "128";
   }
   return launch_tile<kPair, kOut, 0>(tile_n, p, es, env, stream);
 }
