@@ -3,7 +3,6 @@ The timing itself needs torch and a GPU (benchmarks/results/h200_gemm_steady.md)
 
 from __future__ import annotations
 
-import datetime
 import importlib.util
 import os
 import pathlib
@@ -40,9 +39,15 @@ def test_apply_env_sets_and_unsets(monkeypatch):
     assert "MXPREC_SM90_ROWWISE_KERNEL" not in os.environ
 
 
+_clock_spec = importlib.util.spec_from_file_location("test_gpu_clocks",
+                                                     pathlib.Path(__file__).with_name("test_gpu_clocks.py"))
+_clock_tests = importlib.util.module_from_spec(_clock_spec)
+_clock_spec.loader.exec_module(_clock_tests)
+
+
 def _line(t: float, mhz: int, watts: float) -> str:
-    stamp = datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
-    return f"{stamp}, {mhz} MHz, 3201 MHz, {watts} W, 60, 0x0000000000000004"
+    """An nvidia-smi CSV sample (test_gpu_clocks.py's writer), capped by power."""
+    return _clock_tests._line(t, mhz, watts, "0x0000000000000004")
 
 
 def test_smi_summary_keeps_busy_samples_inside_the_windows(tmp_path):

@@ -173,8 +173,9 @@ const char* launch_tile(const std::string& tile, const BlockwiseGemmArgs& p, con
 // 192 ahead by 4.7 % at 8192x28672x8192 and 1.2 % at 16384x14336x4096; level (within 1 %) at 8192^3,
 // 8192x8192x28672 and 16384x11008x4096; 128 ahead by 1.5 % at 16384x4096x14336 and 2.5 % at 16384x4096x11008, where
 // the twenty-second session's rule (192 also where N >= 8192; h200_persistent_tensorwise.md, 20-call bursts) took
-// 192; 192 is 7-8 % slower at 4096^3, 1024x8192x8192, 2048x8192x8192. Row-wise: 128 (192 is 4-18 % slower except at
-// K = 14336).
+// 192; 192 is 7-8 % slower at 4096^3, 1024x8192x8192, 2048x8192x8192. Not re-measured: 16384x4096x32000 (the logits
+// head), where the old rule's bursts had 192 ahead by 1-4 % with 9 % between two runs. Row-wise: 128 (192 is 4-18 %
+// slower except at K = 14336).
 template <int kPair, int kOut>
 const char* run_epilogue_scaled(const BlockwiseGemmArgs& p, const EpilogueScales& es, const FamilyEnv& env,
                                 cudaStream_t stream) {
