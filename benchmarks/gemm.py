@@ -122,7 +122,9 @@ def torch_rows(m, k, n, iters, forms=("tensor", "row", "2d")):
         run("torch._scaled_mm rowwise", "fp8_rowwise", torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda"))
     # DeepSeek-style 1x128 activations / 128x128 weights (torch >= 2.9 blockwise API; outer-dim-major scales)
     sa = torch.ones(k // 128, m, device="cuda").t()
-    if "2d" in forms:  # B scales' pitch padded to 16 bytes: cuBLASLt is wrong without it (gemm_steady.pitched_block_scales)
+    # B scales' pitch padded to 16 bytes: unpadded, torch 2.11 is silently wrong where K/128 % 4 != 0, and it refuses
+    # the padded form there, so such K gives an error row, not the timing of a wrong product (gemm_steady.py)
+    if "2d" in forms:
         kb4 = -(-(k // 128) // 4) * 4
         sb = torch.ones(n // 128, kb4, device="cuda")[:, : k // 128].t()
         run("torch._scaled_mm blockwise 1x128/128x128", "fp8_block", sa, sb)

@@ -16,7 +16,8 @@ script removes those differences from the ratio:
   the FP32 oracle of the same operands (``rel_err_vs_reference``, ``mxprec.kernels.scaled_gemm.reference_scaled_gemm``);
 * per round, each implementation runs back to back for ``--window-ms`` (after 3 warmups), the order alternating
   between rounds; the row's time is the median of its rounds' means;
-* ``nvidia-smi`` samples the SM clock and power every 50 ms; each row carries the median of its windows' samples.
+* ``nvidia-smi`` samples the SM clock and power every 50 ms; each row carries the median of its windows' samples
+  (``power.draw`` is averaged by the driver over a longer span than a window, so its column is only indicative).
 
 Families: ``tensor`` (E4M3 x E4M3 per-tensor), ``tensor_e5m2xe4m3``, ``tensor_e4m3xe5m2`` (the HYBRID pairs),
 ``row`` (row-wise), ``block`` (1x128 activations x 128x128 weights). ``--torch-own-operands`` adds, for
@@ -69,8 +70,10 @@ DEFAULT_SHAPES = ",".join("x".join(map(str, s)) for s in
 
 def pitched_block_scales(s, pad: bool = True):
     """torch._scaled_mm's 128x128-tile B scales from mxprec's (N/128, K/128) ones: the (K/128, N/128) view of an
-    (N/128, P) buffer, P = K/128 rounded up to a multiple of 4 (16 bytes) when pad. cuBLASLt (torch 2.11) returns wrong
-    values without an error when the pitch is not a multiple of 4 (benchmarks/check_torch_block_scales.py)."""
+    (N/128, P) buffer, P = K/128 rounded up to a multiple of 4 (16 bytes) when pad. Where K/128 % 4 != 0, torch 2.11
+    returns wrong values without an error for the unpadded view and refuses the padded one ("Invalid scaling
+    configuration"), so it has no correct form there (benchmarks/check_torch_block_scales.py); padded, the row is an
+    error row instead of the timing of a wrong product."""
     import torch
 
     kb = s.shape[1]
