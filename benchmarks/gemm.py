@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import sys
 import time
@@ -39,8 +40,32 @@ DN = (((1,), (0,)), ((), ()))
 DN_TN = (((1,), (1,)), ((), ()))  # x (M, K) . w (N, K)
 
 
-def bench(fn, *args, iters: int, warmup: int = 3) -> float:
-    """Mean seconds per call of a jitted fn (block_until_ready around a batch of calls)."""
+def timed_window(fn, sync, window_s: float) -> dict:
+    """3 warmups, a 5-call estimate, then back-to-back calls of fn() for about window_s, ended by sync(last output):
+    mean seconds per call, the call count and the window's wall-clock bounds (benchmarks/gemm_steady.py)."""
+    for _ in range(3):
+        out = fn()
+    sync(out)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        out = fn()
+    sync(out)
+    n = max(5, math.ceil(window_s / ((time.perf_counter() - t0) / 5)))
+    start = time.time()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        out = fn()
+    sync(out)
+    dt = time.perf_counter() - t0
+    return dict(t=dt / n, calls=n, start=start, end=start + dt)
+
+
+def bench(fn, *args, iters: int, warmup: int = 3, window_s: float = 0.0) -> float:
+    """Mean seconds per call of a jitted fn (block_until_ready around a batch of calls): iters calls after warmup,
+    or, with window_s, calls for about that long (at the H200's power cap a 20-call burst after an idle gap runs at
+    a higher clock than a sustained load: benchmarks/results/h200_gemm_steady.md)."""
+    if window_s:
+        return timed_window(lambda: fn(*args), jax.block_until_ready, window_s)["t"]
     for _ in range(warmup):
         jax.block_until_ready(fn(*args))
     t0 = time.perf_counter()
@@ -54,12 +79,12 @@ def tflops(m, k, n, s):
     return 2.0 * m * k * n / s / 1e12
 
 
-def peer_rows(m, k, n, x, w, iters, all_peers=True):
+def peer_rows(m, k, n, x, w, iters, all_peers=True, window_s=0.0):
     """XLA bf16 (the speedup baseline), then, with all_peers, XLA FP8, jax.nn MXFP8 and torch."""
     rows = []
     f_bf16 = jax.jit(lambda a, b: lax.dot_general(a, b, DN, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
     xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
-    t = bench(f_bf16, xb, wb, iters=iters)
+    t = bench(f_bf16, xb, wb, iters=iters, window_s=window_s)
     rows.append(dict(op="gemm", recipe="bf16", backend="xla", impl="xla bf16", t=t))
     _log(m, k, n, "xla bf16")
     if not all_peers:
@@ -70,17 +95,17 @@ def peer_rows(m, k, n, x, w, iters, all_peers=True):
         sa, sb = jnp.float32(1.0), jnp.float32(1.0)
         f = jax.jit(lambda a, b, sa, sb: (lax.dot_general(a, b, DN_TN, preferred_element_type=jnp.float32)
                                           * (sa * sb)).astype(jnp.bfloat16))
-        t = bench(f, x.astype(da), wt.astype(db), sa, sb, iters=iters)
+        t = bench(f, x.astype(da), wt.astype(db), sa, sb, iters=iters, window_s=window_s)
         rows.append(dict(op="gemm", recipe="fp8_current", backend="xla", impl=name, t=t))
         _log(m, k, n, name)
     try:
         f = jax.jit(lambda a, b: jax.nn.scaled_dot_general(a, b, DN, preferred_element_type=jnp.bfloat16))
-        t = bench(f, xb, wb, iters=iters)
+        t = bench(f, xb, wb, iters=iters, window_s=window_s)
         rows.append(dict(op="gemm", recipe="mxfp8", backend="jax.nn", impl="jax.nn.scaled_dot_general mxfp8", t=t))
     except Exception as e:  # noqa: BLE001 - a peer that fails is reported, not fatal
         rows.append(dict(op="gemm", recipe="mxfp8", backend="jax.nn", impl="jax.nn.scaled_dot_general", error=str(e)[:200]))
     _log(m, k, n, "jax.nn.scaled_dot_general")
-    rows += torch_rows(m, k, n, iters)
+    rows += torch_rows(m, k, n, iters, window_s=window_s)
     return rows
 
 
@@ -88,7 +113,7 @@ def _log(m, k, n, what):
     print(f"  {m}x{k}x{n} {what}: done at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
 
 
-def torch_rows(m, k, n, iters, forms=("tensor", "row", "2d")):
+def torch_rows(m, k, n, iters, forms=("tensor", "row", "2d"), window_s=0.0):
     """torch._scaled_mm rows (cuBLASLt) of the scaling forms asked for: "tensor", "row", "2d" (1x128 activations x
     128x128 weights) and "1d" (1x128 x 1x128 along K, the Wgrad pair; recipe name "fp8_block_1d")."""
     try:
@@ -104,14 +129,18 @@ def torch_rows(m, k, n, iters, forms=("tensor", "row", "2d")):
     def run(name, recipe, sa, sb):
         try:
             f = lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
-            for _ in range(3):
-                f()
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                f()
-            torch.cuda.synchronize()
-            rows.append(dict(op="gemm", recipe=recipe, backend="torch", impl=name, t=(time.perf_counter() - t0) / iters))
+            if window_s:
+                t = timed_window(f, lambda _: torch.cuda.synchronize(), window_s)["t"]
+            else:
+                for _ in range(3):
+                    f()
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    f()
+                torch.cuda.synchronize()
+                t = (time.perf_counter() - t0) / iters
+            rows.append(dict(op="gemm", recipe=recipe, backend="torch", impl=name, t=t))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(op="gemm", recipe=recipe, backend="torch", impl=name, error=str(e)[:200]))
 
@@ -133,7 +162,7 @@ def torch_rows(m, k, n, iters, forms=("tensor", "row", "2d")):
     return rows
 
 
-def mxprec_rows(m, k, n, x, w, iters, backend, recipes=RECIPES):
+def mxprec_rows(m, k, n, x, w, iters, backend, recipes=RECIPES, window_s=0.0):
     """The weight is quantized once, outside the timed region, as (N, K) (K contiguous, rhs_contract 2)."""
     rows = []
     for name in recipes:
@@ -150,12 +179,12 @@ def mxprec_rows(m, k, n, x, w, iters, backend, recipes=RECIPES):
                     continue  # no sm_90a kernel for this pair (docs/backends/cuda.md): not timed
             gemm = jax.jit(lambda qx, qw, be=be: mxprec.scaled_gemm(_b(qx), _b(qw), lhs_contract=2,
                                                             rhs_contract=2, out_dtype=jnp.bfloat16, backend=be))
-            t = bench(gemm, qx, qw, iters=iters)
+            t = bench(gemm, qx, qw, iters=iters, window_s=window_s)
             with_q = jax.jit(lambda x, qw, r=r, be=be: mxprec.scaled_gemm(_b(mxprec.quantize(x, r.fprop_lhs, axis=1)),
                                                                           _b(qw),
                                                               lhs_contract=2, rhs_contract=2,
                                                               out_dtype=jnp.bfloat16, backend=be))
-            tq = bench(with_q, x.astype(jnp.bfloat16), qw, iters=iters)
+            tq = bench(with_q, x.astype(jnp.bfloat16), qw, iters=iters, window_s=window_s)
             rows.append(dict(op="gemm", recipe=name, backend=f"mxprec-{be}", impl=f"mxprec {name}", t=t, tq=tq))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(op="gemm", recipe=name, backend=f"mxprec-{backend}", impl=f"mxprec {name}", error=str(e)[:300]))
@@ -185,6 +214,8 @@ def main(argv=None):
     p.add_argument("--recipes", default=",".join(RECIPES), help="mxprec recipes to time (default: %(default)s)")
     p.add_argument("--backend", default="both", choices=["auto", "xla", "ffi", "both"])
     p.add_argument("--iters", type=int, default=0)
+    p.add_argument("--window-ms", type=float, default=0.0,
+                   help="time each implementation for about this long instead of --iters calls (steady clocks)")
     p.add_argument("--bf16-only", action="store_true",
                    help="of the peers, time only XLA bf16 (A/B runs of mxprec builds; peers once elsewhere)")
     p.add_argument("--out", default="benchmarks/results")
@@ -212,10 +243,10 @@ def main(argv=None):
         w = (jax.random.normal(kw, (k, n), jnp.float32) * 0.02).astype(jnp.bfloat16)
         backends = ["xla", "ffi"] if args.backend == "both" else [args.backend]
         t_start = time.perf_counter()
-        shape_rows = peer_rows(m, k, n, x, w, iters, all_peers=not args.bf16_only)
+        shape_rows = peer_rows(m, k, n, x, w, iters, all_peers=not args.bf16_only, window_s=args.window_ms / 1e3)
         print(f"  {m}x{k}x{n} peers: {time.perf_counter() - t_start:.1f} s incl. compile", file=sys.stderr, flush=True)
         for be in backends:
-            shape_rows += mxprec_rows(m, k, n, x, w, iters, be, recipes)
+            shape_rows += mxprec_rows(m, k, n, x, w, iters, be, recipes, window_s=args.window_ms / 1e3)
         t_bf16 = shape_rows[0]["t"]
         for r in shape_rows:
             r.update(m=m, k=k, n=n)

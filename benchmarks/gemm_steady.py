@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import shutil
 import statistics
@@ -47,7 +46,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(__file__))
-import gemm as gemm_bench  # noqa: E402  (tflops, _b, shape lists)
+import gemm as gemm_bench  # noqa: E402  (tflops, _b, timed_window, shape lists)
 import gpu_clocks  # noqa: E402  (nvidia-smi log reader)
 
 import mxprec  # noqa: E402
@@ -99,26 +98,6 @@ def torch_operands(qx, qw, form, pad_block_scales: bool = True):
         return a, b, sx.reshape(-1, 1), sw.reshape(1, -1)
     # block: A's (M, K/128) scales M-contiguous, B's (N/128, K/128) viewed as (K/128, N/128) (torch >= 2.9's layout)
     return a, b, sx.t().contiguous().t(), pitched_block_scales(sw, pad_block_scales)
-
-
-def timed_window(fn, sync, window_s: float) -> dict:
-    """3 warmups, a 5-call estimate, then back-to-back calls for about window_s: mean seconds per call and the
-    window's wall-clock bounds."""
-    for _ in range(3):
-        out = fn()
-    sync(out)
-    t0 = time.perf_counter()
-    for _ in range(5):
-        out = fn()
-    sync(out)
-    n = max(5, math.ceil(window_s / ((time.perf_counter() - t0) / 5)))
-    start = time.time()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        out = fn()
-    sync(out)
-    dt = time.perf_counter() - t0
-    return dict(t=dt / n, calls=n, start=start, end=start + dt)
 
 
 class SmiLog:
@@ -230,7 +209,7 @@ def measure_family(m, k, n, x, w, fam, rounds, window_s, smi, torch_own, variant
         for name in order:
             fn, sync = impls[name]
             apply_env(envs[name])
-            windows[name].append(timed_window(fn, sync, window_s))
+            windows[name].append(gemm_bench.timed_window(fn, sync, window_s))
     apply_env(kernel_env(fam, None))
     t_torch = statistics.median(wd["t"] for wd in windows["torch"])
     for name in names:

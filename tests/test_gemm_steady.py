@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 import pathlib
 import sys
 
@@ -85,3 +86,17 @@ def test_markdown_has_a_line_per_row_and_error_rows():
     assert all(line.count("|") == 11 for line in table)
     assert "| 0.99 | 1400 | 690.0 | 0.0 | 0.001 |" in table[0]
     assert "error: Invalid scaling configuration." in table[2]
+
+
+def test_timed_window_runs_about_the_window():
+    calls, synced = [], []
+
+    def fn():
+        time.sleep(0.002)
+        calls.append(1)
+        return len(calls)
+
+    got = steady.gemm_bench.timed_window(fn, synced.append, 0.05)
+    assert got["calls"] >= 5 and len(calls) == 3 + 5 + got["calls"]
+    assert synced == [3, 8, len(calls)]  # each phase ends synchronised on its last output
+    assert 0.002 <= got["t"] < 0.05 and got["end"] - got["start"] >= 0.04
