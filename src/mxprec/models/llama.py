@@ -78,7 +78,6 @@ GROUPS = ("mlp", "attn", "logits")
 REMAT_POLICIES = ("full", "save_gemm", "none")
 ATTENTION_IMPLS = ("auto", "cudnn", "jax", "xla")
 LOSS_PICKS = ("select", "gather")  # how cross_entropy_loss takes the target log-probability
-GEMM_CHECKPOINT_NAME = "mxprec_gemm"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -359,11 +358,9 @@ class DecoderLayer(nn.Module):
 
 
 def _remat_policy(name: str):
-    if name == "full":
-        return jax.checkpoint_policies.nothing_saveable
-    if name == "save_gemm":
-        return jax.checkpoint_policies.save_only_these_names(GEMM_CHECKPOINT_NAME)
-    return None
+    from mxprec.training import remat_policy
+
+    return None if name == "none" else remat_policy(save_gemm_outputs=name == "save_gemm")
 
 
 class Llama(nn.Module):
