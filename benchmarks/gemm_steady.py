@@ -144,11 +144,13 @@ def measure_shape(m, k, n, families, rounds, window_s, smi, torch_own, variants=
 
 
 def kernel_env(fam: str, variant: str | None) -> dict:
-    """MXPREC_SM90_<FAMILY>_{KERNEL,CLUSTER,TILE_N} for "KERNEL[:CLUSTER[:TILE_N]]" (None: all unset, "auto")."""
+    """MXPREC_SM90_<FAMILY>_{KERNEL,CLUSTER,TILE_N,SPLIT_TAIL} for "KERNEL[:CLUSTER[:TILE_N[:SPLIT_TAIL]]]" (None,
+    or an empty field: unset, "auto"; SPLIT_TAIL is not a variable of the block-scaled family)."""
     prefix = {"row": "MXPREC_SM90_ROWWISE", "block": "MXPREC_SM90_BLOCKWISE"}.get(fam, "MXPREC_SM90_TENSORWISE")
+    names = ("KERNEL", "CLUSTER", "TILE_N") + (() if fam == "block" else ("SPLIT_TAIL",))
     fields = (variant or "").split(":")
     return {f"{prefix}_{name}": (fields[i] if i < len(fields) and fields[i] else None)
-            for i, name in enumerate(("KERNEL", "CLUSTER", "TILE_N"))}
+            for i, name in enumerate(names)}
 
 
 def apply_env(env: dict):
@@ -257,8 +259,9 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--window-ms", type=float, default=400.0)
     p.add_argument("--torch-own-operands", action="store_true")
-    p.add_argument("--variants", default="", help="our kernel choices timed as well, KERNEL[:CLUSTER[:TILE_N]] "
-                   "comma-separated, e.g. persistent:2x1:192,cutlass (the family's MXPREC_SM90_* variables)")
+    p.add_argument("--variants", default="", help="our kernel choices timed as well, KERNEL[:CLUSTER[:TILE_N[:SPLIT_TAIL]]] "
+                   "comma-separated, e.g. persistent:2x1:192,cutlass,persistent:::off (the family's MXPREC_SM90_* "
+                   "variables; empty fields: the default)")
     args = p.parse_args(argv)
     try:
         import torch

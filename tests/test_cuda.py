@@ -557,6 +557,76 @@ def test_persistent_epilogue_scaled_shapes(monkeypatch, family, shape):
     np.testing.assert_array_equal(np.asarray(ours.astype(jnp.float32)), np.asarray(theirs.astype(jnp.float32)))
 
 
+# MXPREC_SM90_{TENSORWISE,ROWWISE}_SPLIT_TAIL: auto (default: the last wave split into k pieces when it holds at
+# most half the clusters), off, or a piece count that forces the split of the last wave (SplitTail in
+# sm90_fp8_gemm_persistent.cuh). A split tile sums its pieces' FP32 partial sums in piece order: the same terms
+# as the one-pass k loop, associated differently, so within FP32 rounding of it and not bit-identical.
+SPLIT_RTOL = 2.0**-18  # |split - one pass| <= SPLIT_RTOL * (|A| @ |B|): (pieces + k blocks) * 2**-24, with room
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["tensor", "row"])
+@pytest.mark.parametrize("cluster,tile_n", [("2x1", "128"), ("1x2", "192"), ("1x1", "160")])
+@pytest.mark.parametrize("pieces", ["2", "3", "7", "64"])
+def test_split_tail_within_rounding_of_one_pass(monkeypatch, family, cluster, tile_n, pieces):
+    """Forced split of every tile (20 or fewer cluster tiles: all in the last wave) into 2 / 3 / 7 pieces of 9 k
+    blocks (pieces of one k block: the pipelined loop's shortest path), or 64 (more than the k blocks: one per
+    piece, 9 pieces): within the reference bound and within SPLIT_RTOL of the unsplit kernel; f32 output with a
+    bias, two batch entries, M = 333 (a 2x1 partner tile beyond M), N = 640 (a partial 192 tile)."""
+    b, m, n, k = 2, 333, 640, 1152
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(71 + int(pieces)), b, m, n, k, "e4m3", "e4m3")
+    bias = jax.random.normal(jax.random.PRNGKey(72), (n,), jnp.float32) * 4.0
+    var = _EPI_VAR[family]
+    monkeypatch.setenv(f"{var}_SPLIT_TAIL", "off")
+    whole = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.float32, bias, cluster, tile_n)
+    monkeypatch.setenv(f"{var}_SPLIT_TAIL", pieces)
+    split = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.float32, bias, cluster, tile_n)
+    _check(split, lhs, rhs, 2, 2, jnp.float32, bias=bias)
+    mag = jax.lax.dot_general(jnp.abs(mxprec.dequantize(lhs)), jnp.abs(mxprec.dequantize(rhs)),
+                              (((2,), (2,)), ((0,), (0,))), precision=jax.lax.Precision.HIGHEST)
+    diff = np.abs(np.asarray(split) - np.asarray(whole))
+    assert np.all(diff <= SPLIT_RTOL * (np.asarray(mag) + np.abs(np.asarray(bias)))), float(diff.max())
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["tensor", "row"])
+@pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32])
+def test_split_tail_leaves_the_full_waves_alone(monkeypatch, family, out_dtype):
+    """4096 x 4096 outputs (1024 CTA tiles, 512 cluster tiles of the default 2x1 cluster): forced 3 pieces split
+    only the last wave (512 mod the clusters); every other tile is the unsplit kernel's bit for bit, so at most
+    one cluster tile per cluster (<= the SM count of CTA tiles) differs, and all within the bound."""
+    b, m, n, k = 1, 4096, 4096, 1024
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(73), b, m, n, k, "e4m3", "e4m3")
+    var = _EPI_VAR[family]
+    monkeypatch.setenv(f"{var}_SPLIT_TAIL", "off")
+    whole = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, out_dtype, None)
+    monkeypatch.setenv(f"{var}_SPLIT_TAIL", "3")
+    split = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, out_dtype, None)
+    _check(split, lhs, rhs, 2, 2, out_dtype)
+    differs = np.asarray(split.astype(jnp.float32)) != np.asarray(whole.astype(jnp.float32))
+    tiles = differs[0].reshape(m // 128, 128, n // 128, 128).any(axis=(1, 3))
+    sms = getattr(jax.devices()[0], "core_count", 132)
+    assert 0 < tiles.sum() <= sms, int(tiles.sum())
+
+
+@needs_gpu
+@pytest.mark.parametrize("family", ["tensor", "row"])
+def test_split_tail_auto_is_within_the_bound(monkeypatch, family):
+    """auto (the default) at M = N = 8192, K = 2048 (2048 cluster tiles: a last wave of 2 on the H200's 66
+    clusters, split into 4 pieces of 4 k blocks): within the reference bound and SPLIT_RTOL of the unsplit kernel."""
+    b, m, n, k = 1, 8192, 8192, 2048
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(74), b, m, n, k, "e4m3", "e4m3")
+    var = _EPI_VAR[family]
+    monkeypatch.setenv(f"{var}_SPLIT_TAIL", "off")
+    whole = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.float32, None)
+    monkeypatch.delenv(f"{var}_SPLIT_TAIL")
+    auto = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.float32, None)
+    _check(auto, lhs, rhs, 2, 2, jnp.float32)
+    mag = jax.lax.dot_general(jnp.abs(mxprec.dequantize(lhs)), jnp.abs(mxprec.dequantize(rhs)),
+                              (((2,), (2,)), ((0,), (0,))), precision=jax.lax.Precision.HIGHEST)
+    assert np.all(np.abs(np.asarray(auto) - np.asarray(whole)) <= SPLIT_RTOL * np.asarray(mag))
+
+
 @needs_gpu
 @pytest.mark.parametrize("family", ["tensor", "row"])
 def test_persistent_epilogue_scaled_kernel_needs_128_multiples(monkeypatch, family):
@@ -604,7 +674,10 @@ def test_epilogue_scaled_default_kernel_is_auto(monkeypatch, family, m, n, k, pe
 
 @needs_gpu
 @pytest.mark.parametrize("family", ["tensor", "row"])
-@pytest.mark.parametrize("var,value", [("KERNEL", "fastest"), ("CLUSTER", "2x2"), ("TILE_N", "256")])
+@pytest.mark.parametrize(
+    "var,value",
+    [("KERNEL", "fastest"), ("CLUSTER", "2x2"), ("TILE_N", "256"), ("SPLIT_TAIL", "1"), ("SPLIT_TAIL", "on")],
+)
 def test_epilogue_scaled_kernel_choice_rejects_unknown_values(monkeypatch, family, var, value):
     """An unknown kernel, cluster or tile name is an error from the FFI call, not a silent fallback."""
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(62), 1, 128, 128, 128, "e4m3", "e4m3")

@@ -21,6 +21,13 @@ def test_kernel_env_names_the_family_variables():
         "MXPREC_SM90_TENSORWISE_KERNEL": "persistent",
         "MXPREC_SM90_TENSORWISE_CLUSTER": "2x1",
         "MXPREC_SM90_TENSORWISE_TILE_N": "192",
+        "MXPREC_SM90_TENSORWISE_SPLIT_TAIL": None,
+    }
+    assert steady.kernel_env("row", "persistent:::off") == {
+        "MXPREC_SM90_ROWWISE_KERNEL": "persistent",
+        "MXPREC_SM90_ROWWISE_CLUSTER": None,
+        "MXPREC_SM90_ROWWISE_TILE_N": None,
+        "MXPREC_SM90_ROWWISE_SPLIT_TAIL": "off",
     }
     assert steady.kernel_env("block", "cutlass") == {
         "MXPREC_SM90_BLOCKWISE_KERNEL": "cutlass",

@@ -45,9 +45,39 @@ bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, uin
                 swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Split tail (SplitTail in sm90_fp8_gemm_persistent.cuh): "off", "auto" or a piece count >= 2 (forced: the last wave,
+// however full, in min(count, k blocks) pieces; for tests). auto splits the last wave's `tail` = tiles % clusters
+// cluster tiles when it holds at most half the clusters and full waves precede it, into
+// min(clusters / tail, k blocks / kMinSplitKBlocks) pieces (at least 2). Returns the pieces (0: no split) and sets
+// *tail, or -1 for a mode it does not know.
+constexpr int64_t kMinSplitKBlocks = 4;
+int split_tail_pieces(const std::string& mode, int64_t tiles, int64_t clusters, int64_t kb, int64_t* tail) {
+  *tail = 0;
+  if (mode == "off") return 0;
+  const int64_t rem = tiles % clusters;
+  if (mode == "auto") {
+    if (tiles < clusters || rem == 0 || 2 * rem > clusters) return 0;
+    const int64_t by_clusters = clusters / rem, by_k = kb / kMinSplitKBlocks;
+    const int64_t pieces = by_clusters < by_k ? by_clusters : by_k;
+    if (pieces < 2) return 0;
+    *tail = rem;
+    return static_cast<int>(pieces);
+  }
+  char* end = nullptr;
+  const long forced = std::strtol(mode.c_str(), &end, 10);
+  if (end == mode.c_str() || *end != '\0' || forced < 2 || forced > 4096) return -1;
+  const int64_t pieces = forced < kb ? forced : kb;
+  if (pieces < 2) return 0;
+  *tail = rem != 0 ? rem : (tiles < clusters ? tiles : clusters);
+  return static_cast<int>(pieces);
+}
+
 // p.sfa / p.sfb: the mainloop's block scales (kRowsB 128 or 1); unused with kRowsB == 0, whose scales are `es`.
+// split_mode: the split tail's mode (kRowsB == 0 only; "off" for the block-scaled family), split_error the message
+// for a mode split_tail_pieces does not know.
 template <int kPair, int kOut, int kRowsB, int kBlockN, int kClusterM, int kClusterN>
-const char* launch(const BlockwiseGemmArgs& p, const EpilogueScales& es, cudaStream_t stream) {
+const char* launch(const BlockwiseGemmArgs& p, const EpilogueScales& es, const std::string& split_mode,
+                   const char* split_error, DeviceScratch& scratch, cudaStream_t stream) {
   constexpr int kStages = stages_for(kBlockN);
   using Smem = SmemLayout<kBlockN, kRowsB, kStages, kOut == 0 && MXPREC_PERSISTENT_TMA_STORE>;
   static_assert(Smem::kAlloc <= 227 * 1024, "shared memory per CTA");
@@ -112,11 +142,32 @@ const char* launch(const BlockwiseGemmArgs& p, const EpilogueScales& es, cudaStr
   const int64_t num_m = (p.m + kBlockM - 1) / kBlockM, num_n = (p.n + kBlockN - 1) / kBlockN;
   const int64_t cluster_tiles =
       ((num_m + kClusterM - 1) / kClusterM) * ((num_n + kClusterN - 1) / kClusterN) * static_cast<int64_t>(p.l);
-  const int64_t clusters = cluster_tiles < max_clusters ? cluster_tiles : max_clusters;
+  SplitTail split{nullptr, 0, 1};
+  if (kRowsB == 0) {
+    int64_t tail = 0;
+    const int pieces = split_tail_pieces(split_mode, cluster_tiles, max_clusters, static_cast<int64_t>(kb), &tail);
+    if (pieces < 0) return split_error;
+    if (pieces > 0) {
+      const size_t bytes = static_cast<size_t>(tail) * pieces * kClusterSize * kBlockM * kBlockN * sizeof(float);
+      split.partials = static_cast<float*>(scratch.allocate(bytes));
+      if (split.partials == nullptr) return "persistent FP8 GEMM: no device scratch for the split tail's partial sums";
+      split.tail_tiles = static_cast<int>(tail);
+      split.pieces = pieces;
+    }
+  }
+  const int64_t work = cluster_tiles + static_cast<int64_t>(split.tail_tiles) * (split.pieces - 1);
+  const int64_t clusters = work < max_clusters ? work : max_clusters;
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * kClusterSize), 1, 1);
   if (cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_sfa, map_sfb, map_d, p.sfb, p.bias, p.d, p.m, p.n, p.k,
-                         p.l, es) != cudaSuccess) {
+                         p.l, es, split) != cudaSuccess) {
+    (void)cudaGetLastError();
     return "persistent FP8 GEMM: kernel launch failed";
+  }
+  if (split.tail_tiles > 0) {
+    const dim3 grid(static_cast<unsigned>(split.tail_tiles * kClusterSize), kBlockN / 2 / (4 * kReduceGroups), 1);
+    split_tail_reduce_kernel<kOut, kBlockN, kClusterM, kClusterN><<<grid, 256, 0, stream>>>(split, p.d, p.bias, p.m,
+                                                                                           p.n, p.l, es);
+    if (cudaGetLastError() != cudaSuccess) return "persistent FP8 GEMM: split-tail reduce kernel launch failed";
   }
   return nullptr;
 }
@@ -132,27 +183,37 @@ struct FamilyEnv {
   const char* cluster_error;
   const char* tile_var;
   const char* tile_error;
+  const char* split_var;  // the split tail's mode (nullptr: never split, the block-scaled family)
+  const char* split_error;
 };
 constexpr FamilyEnv kBlockEnv{"MXPREC_SM90_BLOCKWISE_CLUSTER", "MXPREC_SM90_BLOCKWISE_CLUSTER must be 1x2 or 1x1",
                               "MXPREC_SM90_BLOCKWISE_TILE_N",
-                              "MXPREC_SM90_BLOCKWISE_TILE_N must be auto, 128, 160 or 192"};
+                              "MXPREC_SM90_BLOCKWISE_TILE_N must be auto, 128, 160 or 192", nullptr, nullptr};
 constexpr FamilyEnv kTensorEnv{"MXPREC_SM90_TENSORWISE_CLUSTER",
                                "MXPREC_SM90_TENSORWISE_CLUSTER must be 1x2, 1x1 or 2x1", "MXPREC_SM90_TENSORWISE_TILE_N",
-                               "MXPREC_SM90_TENSORWISE_TILE_N must be auto, 128, 160 or 192"};
+                               "MXPREC_SM90_TENSORWISE_TILE_N must be auto, 128, 160 or 192",
+                               "MXPREC_SM90_TENSORWISE_SPLIT_TAIL",
+                               "MXPREC_SM90_TENSORWISE_SPLIT_TAIL must be auto, off or a piece count 2 .. 4096"};
 constexpr FamilyEnv kRowEnv{"MXPREC_SM90_ROWWISE_CLUSTER", "MXPREC_SM90_ROWWISE_CLUSTER must be 1x2, 1x1 or 2x1",
-                            "MXPREC_SM90_ROWWISE_TILE_N", "MXPREC_SM90_ROWWISE_TILE_N must be auto, 128, 160 or 192"};
+                            "MXPREC_SM90_ROWWISE_TILE_N", "MXPREC_SM90_ROWWISE_TILE_N must be auto, 128, 160 or 192",
+                            "MXPREC_SM90_ROWWISE_SPLIT_TAIL",
+                            "MXPREC_SM90_ROWWISE_SPLIT_TAIL must be auto, off or a piece count 2 .. 4096"};
 
 // Clusters: 1x2 and 1x1 for every family, the default 1x2 for the block-scaled ones; 2x1 (the two CTAs share the
 // B tile), the default, for the epilogue-scaled ones (+1-11 % over 1x2 at three of four shapes, twenty-second
 // session).
 template <int kPair, int kOut, int kRowsB, int kBlockN>
 const char* launch_cluster(const BlockwiseGemmArgs& p, const EpilogueScales& es, const FamilyEnv& env,
-                           cudaStream_t stream) {
+                           DeviceScratch& scratch, cudaStream_t stream) {
   const std::string cluster = env_or(env.cluster_var, kRowsB == 0 ? "2x1" : "1x2");
-  if (cluster == "1x1") return launch<kPair, kOut, kRowsB, kBlockN, 1, 1>(p, es, stream);
-  if (cluster == "1x2") return launch<kPair, kOut, kRowsB, kBlockN, 1, 2>(p, es, stream);
+  const std::string split = env.split_var != nullptr ? env_or(env.split_var, "auto") : "off";
+  const char* split_error = env.split_error;
+  if (cluster == "1x1") return launch<kPair, kOut, kRowsB, kBlockN, 1, 1>(p, es, split, split_error, scratch, stream);
+  if (cluster == "1x2") return launch<kPair, kOut, kRowsB, kBlockN, 1, 2>(p, es, split, split_error, scratch, stream);
   if constexpr (kRowsB == 0) {
-    if (cluster == "2x1") return launch<kPair, kOut, kRowsB, kBlockN, 2, 1>(p, es, stream);
+    if (cluster == "2x1") {
+      return launch<kPair, kOut, kRowsB, kBlockN, 2, 1>(p, es, split, split_error, scratch, stream);
+    }
   }
   return env.cluster_error;
 }
@@ -160,10 +221,10 @@ const char* launch_cluster(const BlockwiseGemmArgs& p, const EpilogueScales& es,
 // tile: "128", "160" or "192" columns per CTA tile.
 template <int kPair, int kOut, int kRowsB>
 const char* launch_tile(const std::string& tile, const BlockwiseGemmArgs& p, const EpilogueScales& es,
-                        const FamilyEnv& env, cudaStream_t stream) {
-  if (tile == "128") return launch_cluster<kPair, kOut, kRowsB, 128>(p, es, env, stream);
-  if (tile == "160") return launch_cluster<kPair, kOut, kRowsB, 160>(p, es, env, stream);
-  if (tile == "192") return launch_cluster<kPair, kOut, kRowsB, 192>(p, es, env, stream);
+                        const FamilyEnv& env, DeviceScratch& scratch, cudaStream_t stream) {
+  if (tile == "128") return launch_cluster<kPair, kOut, kRowsB, 128>(p, es, env, scratch, stream);
+  if (tile == "160") return launch_cluster<kPair, kOut, kRowsB, 160>(p, es, env, scratch, stream);
+  if (tile == "192") return launch_cluster<kPair, kOut, kRowsB, 192>(p, es, env, scratch, stream);
   return env.tile_error;
 }
 
@@ -178,7 +239,7 @@ const char* launch_tile(const std::string& tile, const BlockwiseGemmArgs& p, con
 // slower except at K = 14336).
 template <int kPair, int kOut>
 const char* run_epilogue_scaled(const BlockwiseGemmArgs& p, const EpilogueScales& es, const FamilyEnv& env,
-                                cudaStream_t stream) {
+                                DeviceScratch& scratch, cudaStream_t stream) {
   if (!sm90_blockwise_aligned(p.m, p.n, p.k) || p.m <= 0 || p.l <= 0) {
     return "persistent per-tensor / row-wise FP8 GEMM: needs N, K > 0 multiples of 128 and M, L > 0";
   }
@@ -187,7 +248,7 @@ const char* run_epilogue_scaled(const BlockwiseGemmArgs& p, const EpilogueScales
     const bool per_tensor = es.row == nullptr, large = static_cast<int64_t>(p.m) * p.n >= (int64_t{1} << 25);
     tile_n = per_tensor && large && p.k >= 14336 ? "192" : "128";
   }
-  return launch_tile<kPair, kOut, 0>(tile_n, p, es, env, stream);
+  return launch_tile<kPair, kOut, 0>(tile_n, p, es, env, scratch, stream);
 }
 
 }  // namespace
@@ -199,7 +260,7 @@ const char* run_epilogue_scaled(const BlockwiseGemmArgs& p, const EpilogueScales
 // MXPREC_SM90_BLOCKWISE_TILE_N = CTA tile columns: auto (default), 128, 160 or 192 (the wider tiles: no second
 // partial sum, a partial last column tile when N % tile != 0, two B scale tiles per CTA tile).
 template <int kPair, int kOut, int kRowsB>
-const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, cudaStream_t stream) {
+const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, DeviceScratch& scratch, cudaStream_t stream) {
   using namespace persistent;
   static_assert(kBlockK == kBlockwiseK, "k blocks = the scale blocks sm90_blockwise_aligned checks");
   if (!sm90_blockwise_aligned(p.m, p.n, p.k) || p.m <= 0 || p.l <= 0) {
@@ -209,31 +270,34 @@ const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, cudaStream
   if (tile_n == "auto") {  // 1x128 B scales on large outputs: 192 columns (+1-8 % measured); else 128
     tile_n = kRowsB == 1 && static_cast<int64_t>(p.m) * p.n >= (int64_t{1} << 25) ? "192" : "128";
   }
-  return launch_tile<kPair, kOut, kRowsB>(tile_n, p, EpilogueScales{}, kBlockEnv, stream);
+  return launch_tile<kPair, kOut, kRowsB>(tile_n, p, EpilogueScales{}, kBlockEnv, scratch, stream);
 }
 
 // MXPREC_SM90_TENSORWISE_CLUSTER / _TILE_N and MXPREC_SM90_ROWWISE_CLUSTER / _TILE_N: as the block-scaled
 // family's, plus the 2x1 cluster (their default); TILE_N auto: run_epilogue_scaled.
 template <int kPair, int kOut>
-const char* sm90_tensorwise_persistent_run(const TensorwiseGemmArgs& p, cudaStream_t stream) {
+const char* sm90_tensorwise_persistent_run(const TensorwiseGemmArgs& p, DeviceScratch& scratch, cudaStream_t stream) {
   using namespace persistent;
   const BlockwiseGemmArgs a{p.a, p.b, p.d, nullptr, nullptr, p.bias, p.m, p.n, p.k, p.l, p.m, p.sm_count};
-  return run_epilogue_scaled<kPair, kOut>(a, EpilogueScales{p.alpha, nullptr, nullptr}, kTensorEnv, stream);
+  return run_epilogue_scaled<kPair, kOut>(a, EpilogueScales{p.scale_a, p.scale_b, nullptr, nullptr}, kTensorEnv,
+                                          scratch, stream);
 }
 template <int kPair, int kOut>
-const char* sm90_rowwise_persistent_run(const RowwiseGemmArgs& p, cudaStream_t stream) {
+const char* sm90_rowwise_persistent_run(const RowwiseGemmArgs& p, DeviceScratch& scratch, cudaStream_t stream) {
   using namespace persistent;
   const BlockwiseGemmArgs a{p.a, p.b, p.d, nullptr, nullptr, p.bias, p.m, p.n, p.k, p.l, p.m, p.sm_count};
-  return run_epilogue_scaled<kPair, kOut>(a, EpilogueScales{nullptr, p.scale_a, p.scale_b}, kRowEnv, stream);
+  return run_epilogue_scaled<kPair, kOut>(a, EpilogueScales{nullptr, nullptr, p.scale_a, p.scale_b}, kRowEnv,
+                                          scratch, stream);
 }
 
-#define MXPREC_INSTANTIATE_PERSISTENT(P, O)                                                                   \
-  template const char* sm90_blockwise_persistent_run<P, O, kBlockwiseRowsB>(const BlockwiseGemmArgs&,        \
-                                                                             cudaStream_t);                  \
-  template const char* sm90_blockwise_persistent_run<P, O, kBlockwiseRowsB1D>(const BlockwiseGemmArgs&,       \
-                                                                               cudaStream_t);                 \
-  template const char* sm90_tensorwise_persistent_run<P, O>(const TensorwiseGemmArgs&, cudaStream_t);         \
-  template const char* sm90_rowwise_persistent_run<P, O>(const RowwiseGemmArgs&, cudaStream_t);
+#define MXPREC_INSTANTIATE_PERSISTENT(P, O)                                                                       \
+  template const char* sm90_blockwise_persistent_run<P, O, kBlockwiseRowsB>(const BlockwiseGemmArgs&,            \
+                                                                             DeviceScratch&, cudaStream_t);      \
+  template const char* sm90_blockwise_persistent_run<P, O, kBlockwiseRowsB1D>(const BlockwiseGemmArgs&,           \
+                                                                               DeviceScratch&, cudaStream_t);    \
+  template const char* sm90_tensorwise_persistent_run<P, O>(const TensorwiseGemmArgs&, DeviceScratch&,            \
+                                                            cudaStream_t);                                       \
+  template const char* sm90_rowwise_persistent_run<P, O>(const RowwiseGemmArgs&, DeviceScratch&, cudaStream_t);
 MXPREC_INSTANTIATE_PERSISTENT(0, 0)
 MXPREC_INSTANTIATE_PERSISTENT(1, 0)
 MXPREC_INSTANTIATE_PERSISTENT(2, 0)

@@ -447,10 +447,13 @@ __device__ __forceinline__ void promote_column_scales(float* acc, const float* p
 // The epilogue's scales when kRowsB == 0. Per-tensor (row == nullptr): D = alpha * acc, or fma(alpha, acc,
 // bias[n]). Row-wise: D = (acc * row[l, m]) * col[l, n], or fma(acc * row[l, m], col[l, n], bias[n]). The same
 // expressions as the CUTLASS kernels' epilogues, so for the same acc the outputs agree bit for bit.
+// Per-tensor: alpha = scale_a * scale_b is formed in the kernel (one FP32 product, as the CUTLASS path's
+// scale_product_kernel forms it), so the call needs no kernel before the GEMM.
 struct EpilogueScales {
-  const float* alpha;  // per-tensor: one float (scale_a * scale_b); unused when row != nullptr
-  const float* row;    // row-wise: (L, M) scales of A's rows, or nullptr (per-tensor)
-  const float* col;    // row-wise: (L, N) scales of B's rows (the output columns)
+  const float* scale_a;  // per-tensor: A's one float scale; unused when row != nullptr
+  const float* scale_b;  // per-tensor: B's one float scale
+  const float* row;      // row-wise: (L, M) scales of A's rows, or nullptr (per-tensor)
+  const float* col;      // row-wise: (L, N) scales of B's rows (the output columns)
 };
 
 // D values of one thread's accumulators (rows r0 and r0 + 8, columns n0 + 8 j, + 1) under EpilogueScales, in
@@ -459,7 +462,7 @@ template <int kAcc, bool kWide>
 __device__ __forceinline__ void apply_epilogue_scales(float* acc, const EpilogueScales& es, const float* bias,
                                                       int l, int m, int n, int r0, int n0) {
   if (es.row == nullptr) {
-    const float alpha = __ldg(es.alpha);
+    const float alpha = __ldg(es.scale_a) * __ldg(es.scale_b);
 #pragma unroll
     for (int j = 0; j < kAcc / 4; ++j) {
       if (bias != nullptr) {
@@ -501,6 +504,32 @@ __device__ __forceinline__ void apply_epilogue_scales(float* acc, const Epilogue
   }
 }
 
+// Split tail (the per-tensor and row-wise families only). A persistent grid of C clusters over T cluster tiles runs
+// ceil(T / C) waves; when the last one holds few tiles (T % C small: e.g. 2 of 66 at 8192^3) most clusters idle
+// through it. Instead its `tail_tiles` cluster tiles are each cut into `pieces` k ranges (whole k blocks), one work
+// unit each, taken by the clusters after their full tiles; a unit stores its FP32 sum, unscaled, to `partials` and
+// split_tail_reduce_kernel (launched after this kernel) adds each tile's pieces in piece order and applies the
+// epilogue. Deterministic (no atomics, a fixed order); the association differs from the one-pass k loop's (each
+// piece starts from zero), so those tiles are not bit-identical to an unsplit run.
+struct SplitTail {
+  float* partials;  // [tail_tiles * pieces units][kClusterSize CTAs][2 warpgroups][kBlockN / 2 registers][128 threads]
+  int tail_tiles;   // 0: no split (every tile in one pass)
+  int pieces;
+};
+
+// Work item w of a cluster: the full cluster tile w (w < num_full), or unit u = w - num_full of the split tail:
+// k blocks [kb_begin, kb_end) of cluster tile num_full + u / pieces.
+struct WorkItem {
+  int tile;
+  int kb_begin, kb_end;
+  int unit;  // -1: a full tile
+};
+__device__ __forceinline__ WorkItem work_item(int w, int num_full, int num_kb, const SplitTail& split) {
+  if (w < num_full) return WorkItem{w, 0, num_kb, -1};
+  const int u = w - num_full, piece = u % split.pieces;
+  return WorkItem{num_full + u / split.pieces, piece * num_kb / split.pieces, (piece + 1) * num_kb / split.pieces, u};
+}
+
 // Consumer state of one k block between its WGMMA issue and its promotion.
 struct KBlockScales {
   float sa0, sa1;  // A scales of this thread's two rows
@@ -527,7 +556,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                           const __grid_constant__ CUtensorMap map_sfa, const __grid_constant__ CUtensorMap map_sfb,
                           const __grid_constant__ CUtensorMap map_d, const float* __restrict__ sfb,
                           const float* __restrict__ bias, void* __restrict__ d, int m, int n, int k, int l,
-                          const EpilogueScales epi_scales) {
+                          const EpilogueScales epi_scales, const SplitTail split) {
   constexpr bool kTmaStore = MXPREC_PERSISTENT_TMA_STORE && kOut == 0;
   using Smem = SmemLayout<kBlockN, kRowsB, kStages, kTmaStore>;
   constexpr int kAcc = kBlockN / 2;  // accumulator floats per thread (64 x kBlockN over 128 threads)
@@ -555,6 +584,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int num_kb = k / kBlockK;
   const int num_cm = (num_m + kClusterM - 1) / kClusterM, num_cn = (num_n + kClusterN - 1) / kClusterN;
   const int num_cluster_tiles = num_cm * num_cn * l;
+  // Full tiles, then the split tail's units (kEpilogueScaled only; the host sends tail_tiles 0 otherwise).
+  const int num_full = num_cluster_tiles - split.tail_tiles;
+  const int num_work = num_full + split.tail_tiles * split.pieces;
   const int cluster_id = blockIdx.x / kClusterSize, num_clusters = gridDim.x / kClusterSize;
   const uint32_t rank = kClusterSize > 1 ? cluster_cta_rank() : 0;
   const int m_rank = rank % kClusterM, n_rank = rank / kClusterM;
@@ -596,11 +628,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t b_part = base + Smem::kB + m_rank * kBRows * kBlockK;
       int s = 0;
       uint32_t phase = 0;
-      for (int t = cluster_id; t < num_cluster_tiles; t += num_clusters) {
-        const TileCoord c = cta_tile(t);
+      for (int w = cluster_id; w < num_work; w += num_clusters) {
+        const WorkItem wk = work_item(w, num_full, num_kb, split);
+        const TileCoord c = cta_tile(wk.tile);
         const int m_blk = c.m_blk, n_blk = c.n_blk;
         const int a_row = m_blk * kBlockM + n_rank * kARows, b_row = n_blk * kBlockN + m_rank * kBRows;
-        for (int kb = 0; kb < num_kb; ++kb) {
+        for (int kb = wk.kb_begin; kb < wk.kb_end; ++kb) {
           const uint32_t full = full0 + 8 * s;
           mbar_wait(empty0 + 8 * s, phase ^ 1);
           mbar_arrive_expect_tx(full, Smem::kStageTx);
@@ -641,10 +674,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t epi = base + Smem::kEpi + cw * Smem::kEpiBufs * kEpiBufBytes;
         named_barrier_arrive(5 + cw, kStoreThreads);
         bool first = true;
-        for (int t = cluster_id; t < num_cluster_tiles; t += num_clusters) {
-          const TileCoord c = cta_tile(t);
+        for (int w = cluster_id; w < num_work; w += num_clusters) {
+          const WorkItem wk = work_item(w, num_full, num_kb, split);
+          const TileCoord c = cta_tile(wk.tile);
           const int m_blk = c.m_blk, n_blk = c.n_blk;
-          if (n_blk >= num_n) continue;  // not stored (the consumers skip it too)
+          // Not stored here: beyond N, or a split-tail unit (the consumers store its partial sum themselves).
+          if (n_blk >= num_n || wk.unit >= 0) continue;
           if (!first) named_barrier_arrive(5 + cw, kStoreThreads);  // the previous tile's buffers are free
           first = false;
           named_barrier_sync(3 + cw, kStoreThreads);
@@ -687,8 +722,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     int s = 0;
     uint32_t phase = 0;
-    for (int t = cluster_id; t < num_cluster_tiles; t += num_clusters) {
-      const TileCoord c = cta_tile(t);
+    for (int w = cluster_id; w < num_work; w += num_clusters) {
+      const WorkItem wk = work_item(w, num_full, num_kb, split);
+      const int nk = wk.kb_end - wk.kb_begin;  // k blocks in this item (num_kb but for split-tail units), >= 1
+      const TileCoord c = cta_tile(wk.tile);
       const int m_blk = c.m_blk, n_blk = c.n_blk;
       const bool n_valid = n_blk < num_n;  // a cluster's last column block may lie beyond N (zero B, not stored)
 #pragma unroll
@@ -797,7 +834,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         KBlockScales sc_cur = issue(0, part0);
         advance();
         int kb = 0;
-        for (; kb + 2 < num_kb; kb += 2) {
+        for (; kb + 2 < nk; kb += 2) {
           const KBlockScales sc_nxt = issue(kb + 1, part1);
           advance();
           wgmma_wait<1>();
@@ -807,7 +844,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_wait<1>();
           promote(sc_nxt, part1);
         }
-        if (kb + 1 < num_kb) {
+        if (kb + 1 < nk) {
           const KBlockScales sc_nxt = issue(kb + 1, part1);
           advance();
           wgmma_wait<1>();
@@ -850,7 +887,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // Two groups in flight across a loop's back edge, or issued while the other half of the previous k block is
         // still running, make ptxas serialize every WGMMA (C7514), so each k block's groups complete within its
         // iteration: only lo's promotion runs under the warpgroup's own WGMMAs (hi's).
-        for (int kb = 0; kb < num_kb; ++kb) {
+        for (int kb = 0; kb < nk; ++kb) {
           KBlockScales sc;
           take_b_scales(kb, sc);
           wait_stage(sc);
@@ -868,7 +905,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       } else {
-        for (int kb = 0; kb < num_kb; ++kb) {
+        for (int kb = 0; kb < nk; ++kb) {
           const KBlockScales sc = issue(kb, part0);
           wgmma_wait<0>();
           promote(sc, part0);
@@ -882,6 +919,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) sum += acc[i];
         if (sum == 1.2345e-30f) static_cast<float*>(d)[0] = sum;
+      } else if (kEpilogueScaled && wk.unit >= 0) {
+        // A split-tail unit: its sum, unscaled, for split_tail_reduce_kernel (thread-major: coalesced per register).
+        const size_t warpgroup = (static_cast<size_t>(wk.unit) * kClusterSize + rank) * 2 + cw;
+        float* dst = split.partials + warpgroup * kAcc * 128 + tid;
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) dst[static_cast<size_t>(i) * 128] = acc[i];
       } else if (n_valid) {
         const int n0 = n_blk * kBlockN + col0;
         if constexpr (kEpilogueScaled) {
@@ -950,6 +993,55 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // No CTA may leave while a peer can still multicast into its shared memory or arrive on its barriers.
   if constexpr (kClusterSize > 1) cluster_sync();
+}
+
+// The split tail's second pass: CTA (q, chunk) of grid (tail_tiles * kClusterSize, kChunks) takes CTA tile q of the
+// tail (cluster tile num_full + q / kClusterSize, cluster rank q % kClusterSize) and 4-register column groups
+// [chunk * kGroups, + kGroups) of every thread of its two consumer warpgroups (256 threads, the GEMM kernel's
+// register layout): acc = sum of the tile's `pieces` partial sums in piece order, then the GEMM's epilogue
+// (apply_epilogue_scales) and its stores from registers.
+constexpr int kReduceGroups = 4;  // 4-register column groups (32 columns) per thread per CTA
+template <int kOut, int kBlockN, int kClusterM, int kClusterN>
+__global__ void __launch_bounds__(256) split_tail_reduce_kernel(const SplitTail split, void* __restrict__ d,
+                                                                const float* __restrict__ bias, int m, int n, int l,
+                                                                const EpilogueScales epi_scales) {
+  constexpr int kClusterSize = kClusterM * kClusterN;
+  constexpr int kAcc = kBlockN / 2;
+  constexpr bool kWide = kBlockN > 128;
+  constexpr int kChunkAcc = 4 * kReduceGroups;
+  static_assert(kAcc % kChunkAcc == 0, "whole chunks per tile");
+  const int num_m = (m + kBlockM - 1) / kBlockM;
+  const int num_n = kWide ? (n + kBlockN - 1) / kBlockN : n / kBlockN;
+  const int num_cm = (num_m + kClusterM - 1) / kClusterM, num_cn = (num_n + kClusterN - 1) / kClusterN;
+  const int num_full = num_cm * num_cn * l - split.tail_tiles;
+  const int q = blockIdx.x, rank = q % kClusterSize, tail = q / kClusterSize;
+  const TileCoord ct = tile_coord(num_full + tail, num_cm, num_cn);
+  const int m_blk = ct.m_blk * kClusterM + rank % kClusterM, n_blk = ct.n_blk * kClusterN + rank / kClusterM;
+  if (n_blk >= num_n) return;  // a cluster's column block beyond N: never stored
+  const int cw = threadIdx.x / 128, tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int i0 = blockIdx.y * kChunkAcc;
+  float acc[kChunkAcc];
+  const size_t unit_stride = static_cast<size_t>(kClusterSize) * 2 * kAcc * 128;
+  const float* src = split.partials + static_cast<size_t>(tail) * split.pieces * unit_stride +
+                     ((static_cast<size_t>(rank) * 2 + cw) * kAcc + i0) * 128 + tid;
+#pragma unroll
+  for (int i = 0; i < kChunkAcc; ++i) acc[i] = src[static_cast<size_t>(i) * 128];
+  for (int p = 1; p < split.pieces; ++p) {
+    src += unit_stride;
+#pragma unroll
+    for (int i = 0; i < kChunkAcc; ++i) acc[i] += src[static_cast<size_t>(i) * 128];
+  }
+  const int r0 = m_blk * kBlockM + cw * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
+  const int n0 = n_blk * kBlockN + (lane % 4) * 2 + 8 * (i0 / 4);
+  apply_epilogue_scales<kChunkAcc, kWide>(acc, epi_scales, bias, ct.l, m, n, r0, n0);
+  const size_t base_l = static_cast<size_t>(ct.l) * m * n;
+#pragma unroll
+  for (int j = 0; j < kChunkAcc / 4; ++j) {
+    const int col = n0 + 8 * j;
+    if (kWide && col >= n) continue;
+    if (r0 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r0) * n + col, acc[4 * j], acc[4 * j + 1]);
+    if (r1 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r1) * n + col, acc[4 * j + 2], acc[4 * j + 3]);
+  }
 }
 
 }  // namespace persistent

@@ -1,6 +1,7 @@
 // Light interface of mxprec's own persistent FP8 GEMM (sm90_fp8_gemm_persistent.cuh; no CUTLASS). Block-scaled:
 // same arguments, scale layouts and semantics as sm90_blockwise_run (sm90_fp8_gemm_blockwise.h); per-tensor and
-// row-wise: as sm90_tensorwise_run / sm90_rowwise_run, for N and K multiples of 128. None needs a workspace.
+// row-wise: as sm90_tensorwise_run / sm90_rowwise_run, for N and K multiples of 128. The per-tensor and row-wise
+// kernels take device scratch for a split last wave (DeviceScratch).
 // Selected at run time by MXPREC_SM90_{BLOCKWISE,TENSORWISE,ROWWISE}_KERNEL (sm90_fp8_gemm_tensorwise.cu).
 #ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_PERSISTENT_H_
 #define MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_PERSISTENT_H_
@@ -14,13 +15,24 @@
 namespace mxprec {
 namespace cuda {
 
-// Launches the GEMM on `stream`. Returns nullptr on success, else a static error string.
+// Device memory a call asks for only on some shapes (the per-tensor / row-wise split tail's partial sums, see
+// SplitTail in sm90_fp8_gemm_persistent.cuh), valid until the call's kernels have run on its stream.
+class DeviceScratch {
+ public:
+  virtual void* allocate(size_t bytes) = 0;  // 256-byte aligned, or nullptr if it cannot be had
+ protected:
+  ~DeviceScratch() = default;
+};
+
+// Launches the GEMM on `stream`. Returns nullptr on success, else a static error string. The per-tensor family
+// reads TensorwiseGemmArgs::scale_a / scale_b (alpha is formed in the kernel; args.alpha is not read).
 template <int kPair, int kOut, int kRowsB>
-const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& args, cudaStream_t stream);
+const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& args, DeviceScratch& scratch, cudaStream_t stream);
 template <int kPair, int kOut>
-const char* sm90_tensorwise_persistent_run(const TensorwiseGemmArgs& args, cudaStream_t stream);
+const char* sm90_tensorwise_persistent_run(const TensorwiseGemmArgs& args, DeviceScratch& scratch,
+                                           cudaStream_t stream);
 template <int kPair, int kOut>
-const char* sm90_rowwise_persistent_run(const RowwiseGemmArgs& args, cudaStream_t stream);
+const char* sm90_rowwise_persistent_run(const RowwiseGemmArgs& args, DeviceScratch& scratch, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace mxprec

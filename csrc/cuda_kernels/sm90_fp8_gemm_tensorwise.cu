@@ -177,14 +177,15 @@ GemmKernel epilogue_scaled_auto_choice(bool row_wise, int64_t m, int64_t n, int6
   return GemmKernel::kPersistent;
 }
 
-// Runs the chosen kernel of a family: CUTLASS's (with its workspace) or the persistent one; `error` otherwise.
+// Runs the chosen kernel of a family: CUTLASS's (with its workspace) or the persistent one (with device scratch
+// on demand); `error` otherwise.
 template <class Args>
-const char* run_choice(GemmKernel choice, const char* error, const Args& a, void* ws, cudaStream_t s,
-                       const char* (*cutlass)(const Args&, void*, cudaStream_t),
-                       const char* (*persistent)(const Args&, cudaStream_t)) {
+const char* run_choice(GemmKernel choice, const char* error, const Args& a, void* ws, DeviceScratch& scratch,
+                       cudaStream_t s, const char* (*cutlass)(const Args&, void*, cudaStream_t),
+                       const char* (*persistent)(const Args&, DeviceScratch&, cudaStream_t)) {
   switch (choice) {
     case GemmKernel::kCutlass: return cutlass(a, ws, s);
-    case GemmKernel::kPersistent: return persistent(a, s);
+    case GemmKernel::kPersistent: return persistent(a, scratch, s);
     default: return error;
   }
 }
@@ -199,11 +200,17 @@ struct Tensorwise {
   using Args = TensorwiseGemmArgs;
   template <int P, int O>
   static size_t workspace(const Args& a) { return sm90_tensorwise_workspace<P, O>(a); }
+  // CUTLASS's epilogue reads alpha = scale_a * scale_b, formed first by scale_product_kernel; the persistent kernel
+  // forms it itself.
   template <int P, int O>
-  static const char* run(const Args& a, void* ws, cudaStream_t s) {
-    return run_choice<Args>(epilogue_scaled_choice("MXPREC_SM90_TENSORWISE_KERNEL", false, a.m, a.n, a.k),
-                            "MXPREC_SM90_TENSORWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws, s,
-                            sm90_tensorwise_run<P, O>, sm90_tensorwise_persistent_run<P, O>);
+  static const char* run(const Args& a, void* ws, DeviceScratch& scratch, cudaStream_t s) {
+    const GemmKernel choice = epilogue_scaled_choice("MXPREC_SM90_TENSORWISE_KERNEL", false, a.m, a.n, a.k);
+    if (choice == GemmKernel::kCutlass &&
+        launch_scale_product(a.scale_a, a.scale_b, const_cast<float*>(a.alpha), s) != cudaSuccess) {
+      return "scale_product_kernel launch failed";
+    }
+    return run_choice<Args>(choice, "MXPREC_SM90_TENSORWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws,
+                            scratch, s, sm90_tensorwise_run<P, O>, sm90_tensorwise_persistent_run<P, O>);
   }
 };
 struct Rowwise {
@@ -211,9 +218,9 @@ struct Rowwise {
   template <int P, int O>
   static size_t workspace(const Args& a) { return sm90_rowwise_workspace<P, O>(a); }
   template <int P, int O>
-  static const char* run(const Args& a, void* ws, cudaStream_t s) {
+  static const char* run(const Args& a, void* ws, DeviceScratch& scratch, cudaStream_t s) {
     return run_choice<Args>(epilogue_scaled_choice("MXPREC_SM90_ROWWISE_KERNEL", true, a.m, a.n, a.k),
-                            "MXPREC_SM90_ROWWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws, s,
+                            "MXPREC_SM90_ROWWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws, scratch, s,
                             sm90_rowwise_run<P, O>, sm90_rowwise_persistent_run<P, O>);
   }
 };
@@ -236,11 +243,11 @@ struct Blockwise {
   template <int P, int O>
   static size_t workspace(const Args& a) { return sm90_blockwise_workspace<P, O, kRowsB>(a); }
   template <int P, int O>
-  static const char* run(const Args& a, void* ws, cudaStream_t s) {
+  static const char* run(const Args& a, void* ws, DeviceScratch& scratch, cudaStream_t s) {
     GemmKernel choice = kernel_choice("MXPREC_SM90_BLOCKWISE_KERNEL");
     if (choice == GemmKernel::kAuto) choice = blockwise_auto_choice<kRowsB>(a);
-    return run_choice<Args>(choice, "MXPREC_SM90_BLOCKWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws, s,
-                            sm90_blockwise_run<P, O, kRowsB>, sm90_blockwise_persistent_run<P, O, kRowsB>);
+    return run_choice<Args>(choice, "MXPREC_SM90_BLOCKWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws,
+                            scratch, s, sm90_blockwise_run<P, O, kRowsB>, sm90_blockwise_persistent_run<P, O, kRowsB>);
   }
 };
 using Blockwise2D = Blockwise<kBlockwiseRowsB>;    // B in 128x128 tiles
@@ -259,17 +266,32 @@ size_t workspace_for(int pair, GemmOut out, const typename F::Args& a) {
   }
 }
 template <class F, int P>
-const char* run_out(GemmOut out, const typename F::Args& a, void* ws, cudaStream_t s) {
-  return out == GemmOut::kBF16 ? F::template run<P, 0>(a, ws, s) : F::template run<P, 1>(a, ws, s);
+const char* run_out(GemmOut out, const typename F::Args& a, void* ws, DeviceScratch& sc, cudaStream_t s) {
+  return out == GemmOut::kBF16 ? F::template run<P, 0>(a, ws, sc, s) : F::template run<P, 1>(a, ws, sc, s);
 }
 template <class F>
-const char* run_for(int pair, GemmOut out, const typename F::Args& a, void* ws, cudaStream_t s) {
+const char* run_for(int pair, GemmOut out, const typename F::Args& a, void* ws, DeviceScratch& sc, cudaStream_t s) {
   switch (pair) {
-    case 0: return run_out<F, 0>(out, a, ws, s);
-    case 1: return run_out<F, 1>(out, a, ws, s);
-    default: return run_out<F, 2>(out, a, ws, s);
+    case 0: return run_out<F, 0>(out, a, ws, sc, s);
+    case 1: return run_out<F, 1>(out, a, ws, sc, s);
+    default: return run_out<F, 2>(out, a, ws, sc, s);
   }
 }
+
+// DeviceScratch over the call's XLA scratch allocator (freed when the handler returns; stream-ordered for XLA), with
+// the 256-byte alignment done by hand (the allocator accepts at most 16).
+class FfiDeviceScratch final : public DeviceScratch {
+ public:
+  explicit FfiDeviceScratch(ffi::ScratchAllocator& scratch) : scratch_(scratch) {}
+  void* allocate(size_t bytes) override {
+    auto mem = scratch_.Allocate(bytes + 256, 16);
+    if (!mem.has_value()) return nullptr;
+    return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(*mem) + 255) & ~static_cast<uintptr_t>(255));
+  }
+
+ private:
+  ffi::ScratchAllocator& scratch_;
+};
 
 enum class Family { kTensor, kRow, kBlock };
 
@@ -396,7 +418,9 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
       ta.a = ld.untyped_data();
       ta.b = rd.untyped_data();
       ta.d = out->untyped_data();
-      ta.alpha = nullptr;  // set below, once the scratch is allocated
+      ta.alpha = nullptr;  // set below, once the scratch is allocated (CUTLASS's kernel reads it)
+      ta.scale_a = lsp;
+      ta.scale_b = rsp;
       ta.bias = biasp;
       ta.m = static_cast<int>(M);
       ta.n = static_cast<int>(N);
@@ -454,17 +478,16 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
     }
   } async_free{async_raw, stream};
 
+  FfiDeviceScratch device_scratch(scratch);
   cudaError_t ce = cudaSuccess;
   const char* msg = nullptr;
   switch (fam) {
     case Family::kTensor:
       ta.alpha = alpha;
-      ce = launch_scale_product(lsp, rsp, alpha, stream);
-      if (ce != cudaSuccess) return ffi::Error::Internal(std::string(op) + ": scale kernel: " + cudaGetErrorString(ce));
-      msg = run_for<Tensorwise>(pair, gout, ta, workspace, stream);
+      msg = run_for<Tensorwise>(pair, gout, ta, workspace, device_scratch, stream);
       break;
     case Family::kRow:
-      msg = run_for<Rowwise>(pair, gout, ra, workspace, stream);
+      msg = run_for<Rowwise>(pair, gout, ra, workspace, device_scratch, stream);
       break;
     case Family::kBlock:
       ba.sfa = sfa;
@@ -473,8 +496,8 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
       if (ce != cudaSuccess) {
         return ffi::Error::Internal(std::string(op) + ": scale layout kernel: " + cudaGetErrorString(ce));
       }
-      msg = rows_b_1d ? run_for<Blockwise1D>(pair, gout, ba, workspace, stream)
-                      : run_for<Blockwise2D>(pair, gout, ba, workspace, stream);
+      msg = rows_b_1d ? run_for<Blockwise1D>(pair, gout, ba, workspace, device_scratch, stream)
+                      : run_for<Blockwise2D>(pair, gout, ba, workspace, device_scratch, stream);
       break;
   }
   if (msg != nullptr) return ffi::Error::Internal(std::string(op) + ": " + msg);

@@ -26,7 +26,9 @@ struct TensorwiseGemmArgs {
   const void* a;        // (L, M, K) FP8, K contiguous
   const void* b;        // (L, N, K) FP8, K contiguous
   void* d;              // (L, M, N) bf16 | f32, N contiguous
-  const float* alpha;   // device pointer to one float (scale_a * scale_b)
+  const float* alpha;   // device pointer to one float (scale_a * scale_b): the CUTLASS kernel's
+  const float* scale_a; // device pointers to the two scales: the persistent kernel's (alpha formed in the kernel)
+  const float* scale_b;
   const float* bias;    // device pointer to N floats, or nullptr (no bias)
   int m, n, k, l;
   int sm_count;         // multiprocessors of the stream's device
