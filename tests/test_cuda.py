@@ -594,7 +594,8 @@ def test_split_tail_within_rounding_of_one_pass(monkeypatch, family, cluster, ti
 def test_split_tail_leaves_the_full_waves_alone(monkeypatch, family, out_dtype):
     """4096 x 4096 outputs (1024 CTA tiles, 512 cluster tiles of the default 2x1 cluster): forced 3 pieces split
     only the last wave (512 mod the clusters); every other tile is the unsplit kernel's bit for bit, so at most
-    one cluster tile per cluster (<= the SM count of CTA tiles) differs, and all within the bound."""
+    one cluster tile per cluster (<= the SM count of CTA tiles) differs, and all within the bound. With f32
+    output some split tile differs (the reassociation is seen); bf16 output can round every difference away."""
     b, m, n, k = 1, 4096, 4096, 1024
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(73), b, m, n, k, "e4m3", "e4m3")
     var = _EPI_VAR[family]
@@ -606,7 +607,9 @@ def test_split_tail_leaves_the_full_waves_alone(monkeypatch, family, out_dtype):
     differs = np.asarray(split.astype(jnp.float32)) != np.asarray(whole.astype(jnp.float32))
     tiles = differs[0].reshape(m // 128, 128, n // 128, 128).any(axis=(1, 3))
     sms = getattr(jax.devices()[0], "core_count", 132)
-    assert 0 < tiles.sum() <= sms, int(tiles.sum())
+    assert tiles.sum() <= sms, int(tiles.sum())
+    if out_dtype == jnp.float32:
+        assert tiles.sum() > 0
 
 
 @needs_gpu
