@@ -49,7 +49,10 @@ bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, uin
 // however full, in min(count, k blocks) pieces; for tests). auto splits the last wave's `tail` = tiles % clusters
 // cluster tiles when it holds at most half the clusters and full waves precede it, into
 // min(clusters / tail, k blocks / kMinSplitKBlocks) pieces (at least 2). Returns the pieces (0: no split) and sets
-// *tail, or -1 for a mode it does not know.
+// *tail, or -1 for a mode it does not know. Thirty-eighth session (benchmarks/results/h200_gemm_split_tail.md, 66
+// clusters of 2): +0.7 to +2.9 % against the unsplit kernel with a last wave of 2 (8192^3, 16384x11008x4096; 16 / 21
+// pieces) or 22 (16384x14336x4096, 192-column tiles; 3 pieces); 26 of 66 in 2 pieces (16384x4096x11008): -0.5 /
+// -0.1 %, within the method's noise (median +0.6 %, 0.992-1.041, between two identical configurations).
 constexpr int64_t kMinSplitKBlocks = 4;
 int split_tail_pieces(const std::string& mode, int64_t tiles, int64_t clusters, int64_t kb, int64_t* tail) {
   *tail = 0;
