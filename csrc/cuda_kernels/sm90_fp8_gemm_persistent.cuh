@@ -363,6 +363,21 @@ __device__ __forceinline__ void store_pair(void* d, size_t idx, float x, float y
   }
 }
 
+// Stores kAcc accumulators of one thread (rows r0 and r0 + 8, columns n0 + 8 j and + 1) into D[l] from registers;
+// rows >= m and, in a partial last column tile (kWide), columns >= n are not stored.
+template <int kOut, int kAcc, bool kWide>
+__device__ __forceinline__ void store_registers(void* d, const float* acc, int l, int m, int n, int r0, int n0) {
+  const int r1 = r0 + 8;
+  const size_t base_l = static_cast<size_t>(l) * m * n;
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; ++j) {
+    const int col = n0 + 8 * j;
+    if (kWide && col >= n) continue;
+    if (r0 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r0) * n + col, acc[4 * j], acc[4 * j + 1]);
+    if (r1 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r1) * n + col, acc[4 * j + 2], acc[4 * j + 3]);
+  }
+}
+
 // Writes 32-column slice `slice` of a consumer warpgroup's accumulators (this thread: rows r_lo and r_lo + 8 of
 // the warpgroup's 64, columns 2 * (lane % 4) and + 1 of each 8-column group) as bf16 into the 64 x 32 staging
 // buffer `buf`, with TMA's 64-byte swizzle: 16-byte chunk c of row r at c ^ ((r >> 1) & 3), conflict-free.
@@ -973,17 +988,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
           }
         } else {
-          const int r0 = m_blk * kBlockM + row0, r1 = r0 + 8;
-          const size_t base_l = static_cast<size_t>(c.l) * m * n;
-#pragma unroll
-          for (int j = 0; j < kAcc / 4; ++j) {
-            const int col = n0 + 8 * j;
-            if (kWide && col >= n) continue;
-            if (r0 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r0) * n + col, acc[4 * j], acc[4 * j + 1]);
-            if (r1 < m) {
-              store_pair<kOut>(d, base_l + static_cast<size_t>(r1) * n + col, acc[4 * j + 2], acc[4 * j + 3]);
-            }
-          }
+          store_registers<kOut, kAcc, kWide>(d, acc, c.l, m, n, m_blk * kBlockM + row0, n0);
         }
       }
     }
@@ -1031,17 +1036,10 @@ __global__ void __launch_bounds__(256) split_tail_reduce_kernel(const SplitTail 
 #pragma unroll
     for (int i = 0; i < kChunkAcc; ++i) acc[i] += src[static_cast<size_t>(i) * 128];
   }
-  const int r0 = m_blk * kBlockM + cw * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
+  const int r0 = m_blk * kBlockM + cw * 64 + warp * 16 + lane / 4;
   const int n0 = n_blk * kBlockN + (lane % 4) * 2 + 8 * (i0 / 4);
   apply_epilogue_scales<kChunkAcc, kWide>(acc, epi_scales, bias, ct.l, m, n, r0, n0);
-  const size_t base_l = static_cast<size_t>(ct.l) * m * n;
-#pragma unroll
-  for (int j = 0; j < kChunkAcc / 4; ++j) {
-    const int col = n0 + 8 * j;
-    if (kWide && col >= n) continue;
-    if (r0 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r0) * n + col, acc[4 * j], acc[4 * j + 1]);
-    if (r1 < m) store_pair<kOut>(d, base_l + static_cast<size_t>(r1) * n + col, acc[4 * j + 2], acc[4 * j + 3]);
-  }
+  store_registers<kOut, kChunkAcc, kWide>(d, acc, ct.l, m, n, r0, n0);
 }
 
 }  // namespace persistent
