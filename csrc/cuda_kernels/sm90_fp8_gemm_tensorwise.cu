@@ -206,7 +206,7 @@ struct Tensorwise {
   static const char* run(const Args& a, void* ws, DeviceScratch& scratch, cudaStream_t s) {
     const GemmKernel choice = epilogue_scaled_choice("MXPREC_SM90_TENSORWISE_KERNEL", false, a.m, a.n, a.k);
     if (choice == GemmKernel::kCutlass &&
-        launch_scale_product(a.scale_a, a.scale_b, const_cast<float*>(a.alpha), s) != cudaSuccess) {
+        launch_scale_product(a.scale_a, a.scale_b, a.alpha, s) != cudaSuccess) {
       return "scale_product_kernel launch failed";
     }
     return run_choice<Args>(choice, "MXPREC_SM90_TENSORWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws,

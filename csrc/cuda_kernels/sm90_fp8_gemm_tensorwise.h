@@ -26,7 +26,8 @@ struct TensorwiseGemmArgs {
   const void* a;        // (L, M, K) FP8, K contiguous
   const void* b;        // (L, N, K) FP8, K contiguous
   void* d;              // (L, M, N) bf16 | f32, N contiguous
-  const float* alpha;   // device pointer to one float (scale_a * scale_b): the CUTLASS kernel's
+  float* alpha;         // device pointer to one float, alpha = scale_a * scale_b (formed by Tensorwise::run for the
+                        // CUTLASS kernel, which reads it)
   const float* scale_a; // device pointers to the two scales: the persistent kernel's (alpha formed in the kernel)
   const float* scale_b;
   const float* bias;    // device pointer to N floats, or nullptr (no bias)
