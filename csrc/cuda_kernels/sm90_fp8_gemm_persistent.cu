@@ -45,36 +45,6 @@ bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, uin
                 swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Split tail (SplitTail in sm90_fp8_gemm_persistent.cuh): "off", "auto" or a piece count >= 2 (forced: the last wave,
-// however full, in min(count, k blocks) pieces; for tests). auto splits the last wave's `tail` = tiles % clusters
-// cluster tiles when it holds at most half the clusters and full waves precede it, into
-// min(clusters / tail, k blocks / kMinSplitKBlocks) pieces (at least 2). Returns the pieces (0: no split) and sets
-// *tail, or -1 for a mode it does not know. Thirty-eighth session (benchmarks/results/h200_gemm_split_tail.md, 66
-// clusters of 2): +0.7 to +2.9 % against the unsplit kernel with a last wave of 2 (8192^3, 16384x11008x4096; 16 / 21
-// pieces) or 22 (16384x14336x4096, 192-column tiles; 3 pieces); 26 of 66 in 2 pieces (16384x4096x11008): -0.5 /
-// -0.1 %, within the method's noise (median +0.6 %, 0.992-1.041, between two identical configurations).
-constexpr int64_t kMinSplitKBlocks = 4;
-int split_tail_pieces(const std::string& mode, int64_t tiles, int64_t clusters, int64_t kb, int64_t* tail) {
-  *tail = 0;
-  if (mode == "off") return 0;
-  const int64_t rem = tiles % clusters;
-  if (mode == "auto") {
-    if (tiles < clusters || rem == 0 || 2 * rem > clusters) return 0;
-    const int64_t by_clusters = clusters / rem, by_k = kb / kMinSplitKBlocks;
-    const int64_t pieces = by_clusters < by_k ? by_clusters : by_k;
-    if (pieces < 2) return 0;
-    *tail = rem;
-    return static_cast<int>(pieces);
-  }
-  char* end = nullptr;
-  const long forced = std::strtol(mode.c_str(), &end, 10);
-  if (end == mode.c_str() || *end != '\0' || forced < 2 || forced > 4096) return -1;
-  const int64_t pieces = forced < kb ? forced : kb;
-  if (pieces < 2) return 0;
-  *tail = rem != 0 ? rem : (tiles < clusters ? tiles : clusters);
-  return static_cast<int>(pieces);
-}
-
 // p.sfa / p.sfb: the mainloop's block scales (kRowsB 128 or 1); unused with kRowsB == 0, whose scales are `es`.
 // split_mode: the split tail's mode (kRowsB == 0 only; "off" for the block-scaled family), split_error the message
 // for a mode split_tail_pieces does not know.

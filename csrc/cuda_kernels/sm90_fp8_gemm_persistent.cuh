@@ -35,6 +35,7 @@
 #include <type_traits>
 
 #include "sm90_fp8_gemm_blockwise.h"
+#include "split_tail.h"
 
 namespace mxprec {
 namespace cuda {
@@ -519,31 +520,7 @@ __device__ __forceinline__ void apply_epilogue_scales(float* acc, const Epilogue
   }
 }
 
-// Split tail (the per-tensor and row-wise families only). A persistent grid of C clusters over T cluster tiles runs
-// ceil(T / C) waves; when the last one holds few tiles (T % C small: e.g. 2 of 66 at 8192^3) most clusters idle
-// through it. Instead its `tail_tiles` cluster tiles are each cut into `pieces` k ranges (whole k blocks), one work
-// unit each, taken by the clusters after their full tiles; a unit stores its FP32 sum, unscaled, to `partials` and
-// split_tail_reduce_kernel (launched after this kernel) adds each tile's pieces in piece order and applies the
-// epilogue. Deterministic (no atomics, a fixed order); the association differs from the one-pass k loop's (each
-// piece starts from zero), so those tiles are not bit-identical to an unsplit run.
-struct SplitTail {
-  float* partials;  // [tail_tiles * pieces units][kClusterSize CTAs][2 warpgroups][kBlockN / 2 registers][128 threads]
-  int tail_tiles;   // 0: no split (every tile in one pass)
-  int pieces;
-};
-
-// Work item w of a cluster: the full cluster tile w (w < num_full), or unit u = w - num_full of the split tail:
-// k blocks [kb_begin, kb_end) of cluster tile num_full + u / pieces.
-struct WorkItem {
-  int tile;
-  int kb_begin, kb_end;
-  int unit;  // -1: a full tile
-};
-__device__ __forceinline__ WorkItem work_item(int w, int num_full, int num_kb, const SplitTail& split) {
-  if (w < num_full) return WorkItem{w, 0, num_kb, -1};
-  const int u = w - num_full, piece = u % split.pieces;
-  return WorkItem{num_full + u / split.pieces, piece * num_kb / split.pieces, (piece + 1) * num_kb / split.pieces, u};
-}
+// Split tail (the per-tensor and row-wise families only): SplitTail and work_item in split_tail.h.
 
 // Consumer state of one k block between its WGMMA issue and its promotion.
 struct KBlockScales {
