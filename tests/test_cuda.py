@@ -582,7 +582,7 @@ def test_persistent_epilogue_scaled_shapes(monkeypatch, family, shape):
 
 # MXPREC_SM90_{TENSORWISE,ROWWISE}_SPLIT_TAIL: auto (default: the last wave split into k pieces when it holds at
 # most half the clusters), off, or a piece count that forces the split of the last wave (SplitTail in
-# sm90_fp8_gemm_persistent.cuh). A split tile sums its pieces' FP32 partial sums in piece order: the same terms
+# split_tail.h). A split tile sums its pieces' FP32 partial sums in piece order: the same terms
 # as the one-pass k loop, associated differently, so within FP32 rounding of it and not bit-identical.
 SPLIT_RTOL = 2.0**-18  # |split - one pass| <= SPLIT_RTOL * (|A| @ |B|): (pieces + k blocks) * 2**-24, with room
 

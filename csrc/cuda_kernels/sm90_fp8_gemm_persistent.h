@@ -16,7 +16,7 @@ namespace mxprec {
 namespace cuda {
 
 // Device memory a call asks for only on some shapes (the per-tensor / row-wise split tail's partial sums, see
-// SplitTail in sm90_fp8_gemm_persistent.cuh), valid until the call's kernels have run on its stream.
+// SplitTail in split_tail.h), valid until the call's kernels have run on its stream.
 class DeviceScratch {
  public:
   virtual void* allocate(size_t bytes) = 0;  // 256-byte aligned, or nullptr if it cannot be had
