@@ -705,7 +705,7 @@ def test_epilogue_scaled_default_kernel_is_auto(monkeypatch, family, m, n, k, pe
     [("KERNEL", "fastest"), ("CLUSTER", "2x2"), ("TILE_N", "256"), ("SPLIT_TAIL", "1"), ("SPLIT_TAIL", "on")],
 )
 def test_epilogue_scaled_kernel_choice_rejects_unknown_values(monkeypatch, family, var, value):
-    """An unknown kernel, cluster or tile name is an error from the FFI call, not a silent fallback."""
+    """An unknown kernel, cluster, tile or split-tail value is an error from the FFI call, not a silent fallback."""
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(62), 1, 128, 128, 128, "e4m3", "e4m3")
     name = f"{_EPI_VAR[family]}_{var}"
     monkeypatch.setenv(f"{_EPI_VAR[family]}_KERNEL", "persistent")
