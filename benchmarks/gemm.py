@@ -60,19 +60,40 @@ def timed_window(fn, sync, window_s: float) -> dict:
     return dict(t=dt / n, calls=n, start=start, end=start + dt)
 
 
+def timed_burst(fn, sync, iters: int, warmup: int = 3) -> float:
+    """Mean seconds per call of fn() over iters back-to-back calls after warmup ones, ended by sync(last output)."""
+    for _ in range(warmup):
+        out = fn()
+    sync(out)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        out = fn()
+    sync(out)
+    return (time.perf_counter() - t0) / iters
+
+
 def bench(fn, *args, iters: int, warmup: int = 3, window_s: float = 0.0) -> float:
     """Mean seconds per call of a jitted fn (block_until_ready around a batch of calls): iters calls after warmup,
     or, with window_s, calls for about that long (at the H200's power cap a 20-call burst after an idle gap runs at
     a higher clock than a sustained load: benchmarks/results/h200_gemm_steady.md)."""
     if window_s:
         return timed_window(lambda: fn(*args), jax.block_until_ready, window_s)["t"]
-    for _ in range(warmup):
-        jax.block_until_ready(fn(*args))
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    return (time.perf_counter() - t0) / iters
+    return timed_burst(lambda: fn(*args), jax.block_until_ready, iters, warmup)
+
+
+def pitched_block_scales(s, pad: bool = True):
+    """torch._scaled_mm's 128x128-tile B scales from (N/128, K/128) ones: the (K/128, N/128) view of an (N/128, P)
+    buffer, P = K/128 rounded up to a multiple of 4 (16 bytes) when pad. Where K/128 % 4 != 0, torch 2.11 returns
+    wrong values without an error for the unpadded view and refuses the padded one ("Invalid scaling
+    configuration"), so it has no correct form there (benchmarks/check_torch_block_scales.py); padded, the row is an
+    error row instead of the timing of a wrong product."""
+    import torch
+
+    kb = s.shape[1]
+    p = -(-kb // 4) * 4 if pad else kb
+    buf = torch.zeros(s.shape[0], p, dtype=s.dtype, device=s.device)
+    buf[:, :kb] = s
+    return buf[:, :kb].t()
 
 
 def tflops(m, k, n, s):
@@ -129,17 +150,8 @@ def torch_rows(m, k, n, iters, forms=("tensor", "row", "2d"), window_s=0.0):
     def run(name, recipe, sa, sb):
         try:
             f = lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
-            if window_s:
-                t = timed_window(f, lambda _: torch.cuda.synchronize(), window_s)["t"]
-            else:
-                for _ in range(3):
-                    f()
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    f()
-                torch.cuda.synchronize()
-                t = (time.perf_counter() - t0) / iters
+            sync = lambda _: torch.cuda.synchronize()
+            t = timed_window(f, sync, window_s)["t"] if window_s else timed_burst(f, sync, iters)
             rows.append(dict(op="gemm", recipe=recipe, backend="torch", impl=name, t=t))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(op="gemm", recipe=recipe, backend="torch", impl=name, error=str(e)[:200]))
@@ -151,11 +163,9 @@ def torch_rows(m, k, n, iters, forms=("tensor", "row", "2d"), window_s=0.0):
         run("torch._scaled_mm rowwise", "fp8_rowwise", torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda"))
     # DeepSeek-style 1x128 activations / 128x128 weights (torch >= 2.9 blockwise API; outer-dim-major scales)
     sa = torch.ones(k // 128, m, device="cuda").t()
-    # B scales' pitch padded to 16 bytes: unpadded, torch 2.11 is silently wrong where K/128 % 4 != 0, and it refuses
-    # the padded form there, so such K gives an error row, not the timing of a wrong product (gemm_steady.py)
+    # B scales' pitch padded to 16 bytes (pitched_block_scales): such K gives an error row, not a wrong product's time
     if "2d" in forms:
-        kb4 = -(-(k // 128) // 4) * 4
-        sb = torch.ones(n // 128, kb4, device="cuda")[:, : k // 128].t()
+        sb = pitched_block_scales(torch.ones(n // 128, k // 128, device="cuda"))
         run("torch._scaled_mm blockwise 1x128/128x128", "fp8_block", sa, sb)
     if "1d" in forms:  # b.t() (N, K) with 1x128 scales: (N, K / 128), N-major
         run("torch._scaled_mm blockwise 1x128/1x128", "fp8_block_1d", sa, torch.ones(k // 128, n, device="cuda"))

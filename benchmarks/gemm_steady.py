@@ -40,13 +40,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(__file__))
-import gemm as gemm_bench  # noqa: E402  (tflops, _b, timed_window, shape lists)
+import gemm as gemm_bench  # noqa: E402  (tflops, _b, timed_window, pitched_block_scales, shape lists)
 import gpu_clocks  # noqa: E402  (nvidia-smi log reader)
 
 import mxprec  # noqa: E402
@@ -67,21 +66,6 @@ DEFAULT_SHAPES = ",".join("x".join(map(str, s)) for s in
                           gemm_bench.PAPER_SHAPES + gemm_bench.LLAMA_SHAPES + gemm_bench.SMALL_M)
 
 
-def pitched_block_scales(s, pad: bool = True):
-    """torch._scaled_mm's 128x128-tile B scales from mxprec's (N/128, K/128) ones: the (K/128, N/128) view of an
-    (N/128, P) buffer, P = K/128 rounded up to a multiple of 4 (16 bytes) when pad. Where K/128 % 4 != 0, torch 2.11
-    returns wrong values without an error for the unpadded view and refuses the padded one ("Invalid scaling
-    configuration"), so it has no correct form there (benchmarks/check_torch_block_scales.py); padded, the row is an
-    error row instead of the timing of a wrong product."""
-    import torch
-
-    kb = s.shape[1]
-    p = -(-kb // 4) * 4 if pad else kb
-    buf = torch.zeros(s.shape[0], p, dtype=s.dtype, device=s.device)
-    buf[:, :kb] = s
-    return buf[:, :kb].t()
-
-
 def torch_operands(qx, qw, form, pad_block_scales: bool = True):
     """(a, b, scale_a, scale_b) for torch._scaled_mm from 2-D QTensors qx (M, K) and qw (N, K): the same bytes."""
     import torch
@@ -97,7 +81,7 @@ def torch_operands(qx, qw, form, pad_block_scales: bool = True):
     if form == "row":
         return a, b, sx.reshape(-1, 1), sw.reshape(1, -1)
     # block: A's (M, K/128) scales M-contiguous, B's (N/128, K/128) viewed as (K/128, N/128) (torch >= 2.9's layout)
-    return a, b, sx.t().contiguous().t(), pitched_block_scales(sw, pad_block_scales)
+    return a, b, sx.t().contiguous().t(), gemm_bench.pitched_block_scales(sw, pad_block_scales)
 
 
 class SmiLog:

@@ -118,18 +118,21 @@ def _raw_attrs(lhs, rhs):
     return {k: np.int32(v) for k, v in attrs.items()}
 
 
+def _magnitude(lhs, rhs, lc=2, rc=2):
+    """(|A| @ |B|)[b, m, n] of the dequantized operands in FP32: the scale of the tests' error bounds."""
+    a = jnp.abs(mxprec.dequantize(lhs))
+    b = jnp.abs(mxprec.dequantize(rhs))
+    dims = (((lc,), (rc,)), ((0,), (0,)))
+    return jax.lax.dot_general(a, b, dims, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+
+
 def _check(out, lhs, rhs, lc, rc, out_dtype, bias=None):
     out_dtype = jnp.dtype(out_dtype)
     assert out.dtype == out_dtype
     ref = reference_scaled_gemm(lhs, rhs, lhs_contract=lc, rhs_contract=rc, out_dtype=jnp.float32)
     if bias is not None:
         ref = ref + bias[None, None, :]
-    a = jnp.abs(mxprec.dequantize(lhs))
-    b = jnp.abs(mxprec.dequantize(rhs))
-    dims = (((lc,), (rc,)), ((0,), (0,)))
-    mag = jax.lax.dot_general(
-        a, b, dims, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32
-    )
+    mag = _magnitude(lhs, rhs, lc, rc)
     if bias is not None:
         mag = mag + jnp.abs(bias)[None, None, :]
     o = np.asarray(out.astype(jnp.float32))
@@ -605,8 +608,7 @@ def test_split_tail_within_rounding_of_one_pass(monkeypatch, family, cluster, ti
     monkeypatch.setenv(f"{var}_SPLIT_TAIL", pieces)
     split = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.float32, bias, cluster, tile_n)
     _check(split, lhs, rhs, 2, 2, jnp.float32, bias=bias)
-    mag = jax.lax.dot_general(jnp.abs(mxprec.dequantize(lhs)), jnp.abs(mxprec.dequantize(rhs)),
-                              (((2,), (2,)), ((0,), (0,))), precision=jax.lax.Precision.HIGHEST)
+    mag = _magnitude(lhs, rhs)
     diff = np.abs(np.asarray(split) - np.asarray(whole))
     assert np.all(diff <= SPLIT_RTOL * (np.asarray(mag) + np.abs(np.asarray(bias)))), float(diff.max())
 
@@ -648,8 +650,7 @@ def test_split_tail_auto_is_within_the_bound(monkeypatch, family):
     monkeypatch.delenv(f"{var}_SPLIT_TAIL")
     auto = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.float32, None)
     _check(auto, lhs, rhs, 2, 2, jnp.float32)
-    mag = jax.lax.dot_general(jnp.abs(mxprec.dequantize(lhs)), jnp.abs(mxprec.dequantize(rhs)),
-                              (((2,), (2,)), ((0,), (0,))), precision=jax.lax.Precision.HIGHEST)
+    mag = _magnitude(lhs, rhs)
     assert np.all(np.abs(np.asarray(auto) - np.asarray(whole)) <= SPLIT_RTOL * np.asarray(mag))
 
 
