@@ -355,6 +355,13 @@ __device__ __forceinline__ TileCoord tile_coord(int t, int num_m, int num_n) {
   return c;
 }
 
+// CTA tile of cluster rank (m_rank = rank % kClusterM, n_rank = rank / kClusterM) in cluster tile t.
+template <int kClusterM, int kClusterN>
+__device__ __forceinline__ TileCoord cta_tile_coord(int t, int num_cm, int num_cn, int m_rank, int n_rank) {
+  const TileCoord c = tile_coord(t, num_cm, num_cn);
+  return TileCoord{c.l, c.m_blk * kClusterM + m_rank, c.n_blk * kClusterN + n_rank};
+}
+
 template <int kOut>
 __device__ __forceinline__ void store_pair(void* d, size_t idx, float x, float y) {
   if constexpr (kOut == 0) {
@@ -584,10 +591,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int m_rank = rank % kClusterM, n_rank = rank / kClusterM;
   // This CTA's tile in cluster tile t: its batch entry and row / column blocks (the producer, the consumers and the
   // store warps walk the same sequence). n_blk may lie beyond N in a cluster's last column block.
-  auto cta_tile = [&](int t) {
-    const TileCoord c = tile_coord(t, num_cm, num_cn);
-    return TileCoord{c.l, c.m_blk * kClusterM + m_rank, c.n_blk * kClusterN + n_rank};
-  };
+  auto cta_tile = [&](int t) { return cta_tile_coord<kClusterM, kClusterN>(t, num_cm, num_cn, m_rank, n_rank); };
   // Warp-uniform by construction; the shuffle lets the compiler see it (CUTLASS's canonical_warp_group_idx), so the
   // descriptor and barrier arithmetic below stays in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
@@ -997,8 +1001,9 @@ __global__ void __launch_bounds__(256) split_tail_reduce_kernel(const SplitTail 
   const int num_cm = (num_m + kClusterM - 1) / kClusterM, num_cn = (num_n + kClusterN - 1) / kClusterN;
   const int num_full = num_cm * num_cn * l - split.tail_tiles;
   const int q = blockIdx.x, rank = q % kClusterSize, tail = q / kClusterSize;
-  const TileCoord ct = tile_coord(num_full + tail, num_cm, num_cn);
-  const int m_blk = ct.m_blk * kClusterM + rank % kClusterM, n_blk = ct.n_blk * kClusterN + rank / kClusterM;
+  const TileCoord ct =
+      cta_tile_coord<kClusterM, kClusterN>(num_full + tail, num_cm, num_cn, rank % kClusterM, rank / kClusterM);
+  const int m_blk = ct.m_blk, n_blk = ct.n_blk;
   if (n_blk >= num_n) return;  // a cluster's column block beyond N: never stored
   const int cw = threadIdx.x / 128, tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   const int i0 = blockIdx.y * kChunkAcc;
