@@ -129,9 +129,9 @@ def measure_shape(m, k, n, families, rounds, window_s, smi, torch_own, variants=
 
 def kernel_env(fam: str, variant: str | None) -> dict:
     """MXPREC_SM90_<FAMILY>_{KERNEL,CLUSTER,TILE_N,SPLIT_TAIL} for "KERNEL[:CLUSTER[:TILE_N[:SPLIT_TAIL]]]" (None,
-    or an empty field: unset, "auto"; SPLIT_TAIL is not a variable of the block-scaled family)."""
+    or an empty field: unset, "auto")."""
     prefix = {"row": "MXPREC_SM90_ROWWISE", "block": "MXPREC_SM90_BLOCKWISE"}.get(fam, "MXPREC_SM90_TENSORWISE")
-    names = ("KERNEL", "CLUSTER", "TILE_N") + (() if fam == "block" else ("SPLIT_TAIL",))
+    names = ("KERNEL", "CLUSTER", "TILE_N", "SPLIT_TAIL")
     fields = (variant or "").split(":")
     return {f"{prefix}_{name}": (fields[i] if i < len(fields) and fields[i] else None)
             for i, name in enumerate(names)}

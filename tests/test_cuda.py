@@ -510,10 +510,12 @@ def test_persistent_wide_tiles_match_the_128_column_tile(
         ("MXPREC_SM90_BLOCKWISE_KERNEL", "fastest"),
         ("MXPREC_SM90_BLOCKWISE_CLUSTER", "2x2"),
         ("MXPREC_SM90_BLOCKWISE_TILE_N", "256"),
+        ("MXPREC_SM90_BLOCKWISE_SPLIT_TAIL", "1"),
+        ("MXPREC_SM90_BLOCKWISE_SPLIT_TAIL", "on"),
     ],
 )
 def test_block_kernel_choice_rejects_unknown_values(monkeypatch, var, value):
-    """An unknown kernel or cluster name is an error from the FFI call, not a silent fallback."""
+    """An unknown kernel, cluster, tile or split-tail value is an error from the FFI call, not a silent fallback."""
     lhs, rhs = _family_operands("block", jax.random.PRNGKey(33), 1, 128, 128, 128, "e4m3", "e4m3")
     monkeypatch.setenv("MXPREC_SM90_BLOCKWISE_KERNEL", "persistent")
     monkeypatch.setenv(var, value)
@@ -583,30 +585,45 @@ def test_persistent_epilogue_scaled_shapes(monkeypatch, family, shape):
     np.testing.assert_array_equal(np.asarray(ours.astype(jnp.float32)), np.asarray(theirs.astype(jnp.float32)))
 
 
-# MXPREC_SM90_{TENSORWISE,ROWWISE}_SPLIT_TAIL: auto (default: the last wave split into k pieces when it holds at
-# most half the clusters), off, or a piece count that forces the split of the last wave (SplitTail in
-# split_tail.h). A split tile sums its pieces' FP32 partial sums in piece order: the same terms
-# as the one-pass k loop, associated differently, so within FP32 rounding of it and not bit-identical.
+# MXPREC_SM90_{TENSORWISE,ROWWISE,BLOCKWISE}_SPLIT_TAIL: auto (default: the last wave split into k pieces when it
+# holds at most half the clusters), off, or a piece count that forces the split of the last wave (SplitTail in
+# split_tail.h). A split tile sums its pieces' FP32 partial sums in piece order (block-scaled: each piece's sum of
+# scaled promotions): the same terms as the one-pass k loop, associated differently, so within FP32 rounding of it
+# and not bit-identical.
 SPLIT_RTOL = 2.0**-18  # |split - one pass| <= SPLIT_RTOL * (|A| @ |B|): (pieces + k blocks) * 2**-24, with room
+_SPLIT_VAR = dict(_EPI_VAR, block="MXPREC_SM90_BLOCKWISE", block1d="MXPREC_SM90_BLOCKWISE")
+_SPLIT_FAMILIES = ["tensor", "row", "block", "block1d"]
+
+
+def _persistent_gemm(monkeypatch, family, split_tail, lhs, rhs, out_dtype, bias, cluster=None, tile_n=None):
+    """The persistent kernel of any family with its _SPLIT_TAIL set (None: unset, "auto")."""
+    var = _SPLIT_VAR[family]
+    if split_tail is None:
+        monkeypatch.delenv(f"{var}_SPLIT_TAIL", raising=False)
+    else:
+        monkeypatch.setenv(f"{var}_SPLIT_TAIL", split_tail)
+    return _kernel_gemm(monkeypatch, var, "persistent", lhs, rhs, out_dtype, bias, cluster, tile_n)
 
 
 @needs_gpu
-@pytest.mark.parametrize("family", ["tensor", "row"])
-@pytest.mark.parametrize("cluster,tile_n", [("2x1", "128"), ("1x2", "192"), ("1x1", "160")])
+@pytest.mark.parametrize("family", _SPLIT_FAMILIES)
+@pytest.mark.parametrize("cluster,tile_n", [("2x1", "128"), ("1x2", "192"), ("1x1", "160"), ("1x2", "128")])
 @pytest.mark.parametrize("pieces", ["2", "3", "7", "64"])
 def test_split_tail_within_rounding_of_one_pass(monkeypatch, family, cluster, tile_n, pieces):
     """Forced split of every tile (20 or fewer cluster tiles: all in the last wave) into 2 / 3 / 7 pieces of 9 k
     blocks (pieces of one k block: the pipelined loop's shortest path), or 64 (more than the k blocks: one per
     piece, 9 pieces): within the reference bound and within SPLIT_RTOL of the unsplit kernel; f32 output with a
-    bias, two batch entries, M = 333 (a 2x1 partner tile beyond M), N = 640 (a partial 192 tile)."""
+    bias, two batch entries, M = 333 (a 2x1 partner tile beyond M), N = 640 (a partial 192 tile, a 1x2 partner
+    beyond N). Block-scaled: each piece's 128x128 B scale ring starts at its first k block (1x128: TMA loads)."""
+    if family.startswith("block") and cluster == "2x1":
+        pytest.skip("the block-scaled families have no 2x1 cluster")
+    if not family.startswith("block") and (cluster, tile_n) == ("1x2", "128"):
+        pytest.skip("covered for the epilogue-scaled families by the 2x1 / 128 case")
     b, m, n, k = 2, 333, 640, 1152
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(71 + int(pieces)), b, m, n, k, "e4m3", "e4m3")
     bias = jax.random.normal(jax.random.PRNGKey(72), (n,), jnp.float32) * 4.0
-    var = _EPI_VAR[family]
-    monkeypatch.setenv(f"{var}_SPLIT_TAIL", "off")
-    whole = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.float32, bias, cluster, tile_n)
-    monkeypatch.setenv(f"{var}_SPLIT_TAIL", pieces)
-    split = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.float32, bias, cluster, tile_n)
+    whole = _persistent_gemm(monkeypatch, family, "off", lhs, rhs, jnp.float32, bias, cluster, tile_n)
+    split = _persistent_gemm(monkeypatch, family, pieces, lhs, rhs, jnp.float32, bias, cluster, tile_n)
     _check(split, lhs, rhs, 2, 2, jnp.float32, bias=bias)
     mag = _magnitude(lhs, rhs)
     diff = np.abs(np.asarray(split) - np.asarray(whole))
@@ -614,20 +631,17 @@ def test_split_tail_within_rounding_of_one_pass(monkeypatch, family, cluster, ti
 
 
 @needs_gpu
-@pytest.mark.parametrize("family", ["tensor", "row"])
+@pytest.mark.parametrize("family", _SPLIT_FAMILIES)
 @pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32])
 def test_split_tail_leaves_the_full_waves_alone(monkeypatch, family, out_dtype):
-    """4096 x 4096 outputs (1024 CTA tiles, 512 cluster tiles of the default 2x1 cluster): forced 3 pieces split
-    only the last wave (512 mod the clusters); every other tile is the unsplit kernel's bit for bit, so at most
-    one cluster tile per cluster (<= the SM count of CTA tiles) differs, and all within the bound. With f32
+    """4096 x 4096 outputs (1024 CTA tiles, 512 cluster tiles of the default 2x1 / 1x2 cluster): forced 3 pieces
+    split only the last wave (512 mod the clusters); every other tile is the unsplit kernel's bit for bit, so at
+    most one cluster tile per cluster (<= the SM count of CTA tiles) differs, and all within the bound. With f32
     output some split tile differs (the reassociation is seen); bf16 output can round every difference away."""
     b, m, n, k = 1, 4096, 4096, 1024
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(73), b, m, n, k, "e4m3", "e4m3")
-    var = _EPI_VAR[family]
-    monkeypatch.setenv(f"{var}_SPLIT_TAIL", "off")
-    whole = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, out_dtype, None)
-    monkeypatch.setenv(f"{var}_SPLIT_TAIL", "3")
-    split = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, out_dtype, None)
+    whole = _persistent_gemm(monkeypatch, family, "off", lhs, rhs, out_dtype, None)
+    split = _persistent_gemm(monkeypatch, family, "3", lhs, rhs, out_dtype, None)
     _check(split, lhs, rhs, 2, 2, out_dtype)
     differs = np.asarray(split.astype(jnp.float32)) != np.asarray(whole.astype(jnp.float32))
     tiles = differs[0].reshape(m // 128, 128, n // 128, 128).any(axis=(1, 3))
@@ -638,20 +652,20 @@ def test_split_tail_leaves_the_full_waves_alone(monkeypatch, family, out_dtype):
 
 
 @needs_gpu
-@pytest.mark.parametrize("family", ["tensor", "row"])
+@pytest.mark.parametrize("family", _SPLIT_FAMILIES)
 def test_split_tail_auto_is_within_the_bound(monkeypatch, family):
-    """auto (the default) at M = N = 8192, K = 2048 (2048 cluster tiles: a last wave of 2 on the H200's 66
-    clusters, split into 4 pieces of 4 k blocks): within the reference bound and SPLIT_RTOL of the unsplit kernel."""
+    """auto (the default) at M = N = 8192, K = 2048 (2048 cluster tiles of 128-column tiles: a last wave of 2 on
+    the H200's 66 clusters, split into 4 pieces of 4 k blocks; 1x128 B scales take 192-column tiles there, 1408
+    cluster tiles, a last wave of 22 in 3 pieces): within the reference bound and SPLIT_RTOL of the unsplit kernel,
+    and not bit-identical to it (the split ran)."""
     b, m, n, k = 1, 8192, 8192, 2048
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(74), b, m, n, k, "e4m3", "e4m3")
-    var = _EPI_VAR[family]
-    monkeypatch.setenv(f"{var}_SPLIT_TAIL", "off")
-    whole = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.float32, None)
-    monkeypatch.delenv(f"{var}_SPLIT_TAIL")
-    auto = _epilogue_scaled_gemm(monkeypatch, family, "persistent", lhs, rhs, jnp.float32, None)
+    whole = _persistent_gemm(monkeypatch, family, "off", lhs, rhs, jnp.float32, None)
+    auto = _persistent_gemm(monkeypatch, family, None, lhs, rhs, jnp.float32, None)
     _check(auto, lhs, rhs, 2, 2, jnp.float32)
     mag = _magnitude(lhs, rhs)
     assert np.all(np.abs(np.asarray(auto) - np.asarray(whole)) <= SPLIT_RTOL * np.asarray(mag))
+    assert not np.array_equal(np.asarray(auto), np.asarray(whole))
 
 
 @needs_gpu

@@ -33,6 +33,7 @@ def test_kernel_env_names_the_family_variables():
         "MXPREC_SM90_BLOCKWISE_KERNEL": "cutlass",
         "MXPREC_SM90_BLOCKWISE_CLUSTER": None,
         "MXPREC_SM90_BLOCKWISE_TILE_N": None,
+        "MXPREC_SM90_BLOCKWISE_SPLIT_TAIL": None,
     }
     assert set(steady.kernel_env("row", None).values()) == {None}  # the default: every variable unset ("auto")
 

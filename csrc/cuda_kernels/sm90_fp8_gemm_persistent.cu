@@ -46,8 +46,7 @@ bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, uin
 }
 
 // p.sfa / p.sfb: the mainloop's block scales (kRowsB 128 or 1); unused with kRowsB == 0, whose scales are `es`.
-// split_mode: the split tail's mode (kRowsB == 0 only; "off" for the block-scaled family), split_error the message
-// for a mode split_tail_pieces does not know.
+// split_mode: the split tail's mode, split_error the message for a mode split_tail_pieces does not know.
 template <int kPair, int kOut, int kRowsB, int kBlockN, int kClusterM, int kClusterN>
 const char* launch(const BlockwiseGemmArgs& p, const EpilogueScales& es, const std::string& split_mode,
                    const char* split_error, DeviceScratch& scratch, cudaStream_t stream) {
@@ -116,17 +115,15 @@ const char* launch(const BlockwiseGemmArgs& p, const EpilogueScales& es, const s
   const int64_t cluster_tiles =
       ((num_m + kClusterM - 1) / kClusterM) * ((num_n + kClusterN - 1) / kClusterN) * static_cast<int64_t>(p.l);
   SplitTail split{nullptr, 0, 1};
-  if (kRowsB == 0) {
-    int64_t tail = 0;
-    const int pieces = split_tail_pieces(split_mode, cluster_tiles, max_clusters, static_cast<int64_t>(kb), &tail);
-    if (pieces < 0) return split_error;
-    if (pieces > 0) {
-      const size_t bytes = static_cast<size_t>(tail) * pieces * kClusterSize * kBlockM * kBlockN * sizeof(float);
-      split.partials = static_cast<float*>(scratch.allocate(bytes));
-      if (split.partials == nullptr) return "persistent FP8 GEMM: no device scratch for the split tail's partial sums";
-      split.tail_tiles = static_cast<int>(tail);
-      split.pieces = pieces;
-    }
+  int64_t tail = 0;
+  const int pieces = split_tail_pieces(split_mode, cluster_tiles, max_clusters, static_cast<int64_t>(kb), &tail);
+  if (pieces < 0) return split_error;
+  if (pieces > 0) {
+    const size_t bytes = static_cast<size_t>(tail) * pieces * kClusterSize * kBlockM * kBlockN * sizeof(float);
+    split.partials = static_cast<float*>(scratch.allocate(bytes));
+    if (split.partials == nullptr) return "persistent FP8 GEMM: no device scratch for the split tail's partial sums";
+    split.tail_tiles = static_cast<int>(tail);
+    split.pieces = pieces;
   }
   const int64_t work = cluster_tiles + static_cast<int64_t>(split.tail_tiles) * (split.pieces - 1);
   const int64_t clusters = work < max_clusters ? work : max_clusters;
@@ -138,8 +135,8 @@ const char* launch(const BlockwiseGemmArgs& p, const EpilogueScales& es, const s
   }
   if (split.tail_tiles > 0) {
     const dim3 grid(static_cast<unsigned>(split.tail_tiles * kClusterSize), kBlockN / 2 / (4 * kReduceGroups), 1);
-    split_tail_reduce_kernel<kOut, kBlockN, kClusterM, kClusterN><<<grid, 256, 0, stream>>>(split, p.d, p.bias, p.m,
-                                                                                           p.n, p.l, es);
+    split_tail_reduce_kernel<kOut, kBlockN, kClusterM, kClusterN, kRowsB == 0>
+        <<<grid, 256, 0, stream>>>(split, p.d, p.bias, p.m, p.n, p.l, es);
     if (cudaGetLastError() != cudaSuccess) return "persistent FP8 GEMM: split-tail reduce kernel launch failed";
   }
   return nullptr;
@@ -156,12 +153,14 @@ struct FamilyEnv {
   const char* cluster_error;
   const char* tile_var;
   const char* tile_error;
-  const char* split_var;  // the split tail's mode (nullptr: never split, the block-scaled family)
+  const char* split_var;  // the split tail's mode: auto (unset), off or a forced piece count
   const char* split_error;
 };
 constexpr FamilyEnv kBlockEnv{"MXPREC_SM90_BLOCKWISE_CLUSTER", "MXPREC_SM90_BLOCKWISE_CLUSTER must be 1x2 or 1x1",
                               "MXPREC_SM90_BLOCKWISE_TILE_N",
-                              "MXPREC_SM90_BLOCKWISE_TILE_N must be auto, 128, 160 or 192", nullptr, nullptr};
+                              "MXPREC_SM90_BLOCKWISE_TILE_N must be auto, 128, 160 or 192",
+                              "MXPREC_SM90_BLOCKWISE_SPLIT_TAIL",
+                              "MXPREC_SM90_BLOCKWISE_SPLIT_TAIL must be auto, off or a piece count 2 .. 4096"};
 constexpr FamilyEnv kTensorEnv{"MXPREC_SM90_TENSORWISE_CLUSTER",
                                "MXPREC_SM90_TENSORWISE_CLUSTER must be 1x2, 1x1 or 2x1", "MXPREC_SM90_TENSORWISE_TILE_N",
                                "MXPREC_SM90_TENSORWISE_TILE_N must be auto, 128, 160 or 192",
@@ -179,7 +178,7 @@ template <int kPair, int kOut, int kRowsB, int kBlockN>
 const char* launch_cluster(const BlockwiseGemmArgs& p, const EpilogueScales& es, const FamilyEnv& env,
                            DeviceScratch& scratch, cudaStream_t stream) {
   const std::string cluster = env_or(env.cluster_var, kRowsB == 0 ? "2x1" : "1x2");
-  const std::string split = env.split_var != nullptr ? env_or(env.split_var, "auto") : "off";
+  const std::string split = env_or(env.split_var, "auto");
   const char* split_error = env.split_error;
   if (cluster == "1x1") return launch<kPair, kOut, kRowsB, kBlockN, 1, 1>(p, es, split, split_error, scratch, stream);
   if (cluster == "1x2") return launch<kPair, kOut, kRowsB, kBlockN, 1, 2>(p, es, split, split_error, scratch, stream);

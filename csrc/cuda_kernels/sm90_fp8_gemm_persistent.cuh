@@ -527,7 +527,23 @@ __device__ __forceinline__ void apply_epilogue_scales(float* acc, const Epilogue
   }
 }
 
-// Split tail (the per-tensor and row-wise families only): SplitTail and work_item in split_tail.h.
+// The block-scaled families' epilogue: acc += bias[n] in FP32 before the one rounding (without a bias D = acc
+// exactly). Columns >= n of a partial last column tile (kWide) are skipped (N % 128 == 0: both or neither of a pair).
+template <int kAcc, bool kWide>
+__device__ __forceinline__ void add_bias(float* acc, const float* bias, int n, int n0) {
+  if (bias == nullptr) return;
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; ++j) {
+    if (kWide && n0 + 8 * j >= n) continue;
+    const float2 bv = __ldg(reinterpret_cast<const float2*>(bias + n0 + 8 * j));
+    acc[4 * j + 0] += bv.x;
+    acc[4 * j + 1] += bv.y;
+    acc[4 * j + 2] += bv.x;
+    acc[4 * j + 3] += bv.y;
+  }
+}
+
+// Split tail (every family): SplitTail and work_item in split_tail.h; split_tail_reduce_kernel below.
 
 // Consumer state of one k block between its WGMMA issue and its promotion.
 struct KBlockScales {
@@ -583,7 +599,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int num_kb = k / kBlockK;
   const int num_cm = (num_m + kClusterM - 1) / kClusterM, num_cn = (num_n + kClusterN - 1) / kClusterN;
   const int num_cluster_tiles = num_cm * num_cn * l;
-  // Full tiles, then the split tail's units (kEpilogueScaled only; the host sends tail_tiles 0 otherwise).
+  // Full tiles, then the split tail's units (SplitTail; tail_tiles 0: none).
   const int num_full = num_cluster_tiles - split.tail_tiles;
   const int num_work = num_full + split.tail_tiles * split.pieces;
   const int cluster_id = blockIdx.x / kClusterSize, num_clusters = gridDim.x / kClusterSize;
@@ -727,7 +743,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
       const int nb_first = n_valid ? (n_blk * kBlockN) / 128 : 0;
-      const float* sfb_tile = sfb + static_cast<size_t>(c.l) * num_kb * nb_count + nb_first;
+      // A split-tail unit's k blocks start at wk.kb_begin: k block kb of the loop below is kb_begin + kb (the
+      // producer loads the A / 1x128 B scales at the absolute k block; the 128x128 B scale ring starts there).
+      const float* sfb_tile =
+          sfb + (static_cast<size_t>(c.l) * num_kb + wk.kb_begin) * nb_count + nb_first;
       // Wide tiles: the tile's first column lies off_b past a B scale tile boundary; the columns from 128 - off_b on
       // take the next B scale tile's scale (hi_b = 1), or none exists (the rest of the tile lies beyond N).
       const int off_b = kWide ? (n_blk * kBlockN) % 128 : 0;
@@ -738,7 +757,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < kSbAhead; ++i) {
         sb_next[i] = 0.f;
         sb_hi_next[i] = 0.f;
-        if (kRowsB == 128 && i < num_kb) {
+        if (kRowsB == 128 && i < nk) {
           sb_next[i] = __ldg(sfb_tile + static_cast<size_t>(i) * nb_count);
           if (kWide) sb_hi_next[i] = __ldg(sfb_tile + static_cast<size_t>(i) * nb_count + hi_b);
         }
@@ -755,7 +774,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int i = 0; i + 1 < kSbAhead; ++i) sb_hi_next[i] = sb_hi_next[i + 1];
           }
-          if (kb + kSbAhead < num_kb) {
+          if (kb + kSbAhead < nk) {
             sb_next[kSbAhead - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count);
             if (kWide) {
               sb_hi_next[kSbAhead - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count + hi_b);
@@ -915,8 +934,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) sum += acc[i];
         if (sum == 1.2345e-30f) static_cast<float*>(d)[0] = sum;
-      } else if (kEpilogueScaled && wk.unit >= 0) {
-        // A split-tail unit: its sum, unscaled, for split_tail_reduce_kernel (thread-major: coalesced per register).
+      } else if (wk.unit >= 0) {
+        // A split-tail unit: its sum (block-scaled: scaled in the mainloop; else unscaled), without the bias, for
+        // split_tail_reduce_kernel (thread-major: coalesced per register).
         const size_t warpgroup = (static_cast<size_t>(wk.unit) * kClusterSize + rank) * 2 + cw;
         float* dst = split.partials + warpgroup * kAcc * 128 + tid;
 #pragma unroll
@@ -925,16 +945,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int n0 = n_blk * kBlockN + col0;
         if constexpr (kEpilogueScaled) {
           apply_epilogue_scales<kAcc, kWide>(acc, epi_scales, bias, c.l, m, n, m_blk * kBlockM + row0, n0);
-        } else if (bias != nullptr) {  // bias added in FP32 before the one rounding; without it D = acc exactly
-#pragma unroll
-          for (int j = 0; j < kAcc / 4; ++j) {
-            if (kWide && n0 + 8 * j >= n) continue;  // columns beyond N (N % 128 == 0, so both or neither)
-            const float2 bv = __ldg(reinterpret_cast<const float2*>(bias + n0 + 8 * j));
-            acc[4 * j + 0] += bv.x;
-            acc[4 * j + 1] += bv.y;
-            acc[4 * j + 2] += bv.x;
-            acc[4 * j + 3] += bv.y;
-          }
+        } else {
+          add_bias<kAcc, kWide>(acc, bias, n, n0);
         }
         if constexpr (Smem::kStoreWarp) {
           // The warpgroup's whole 64 x kBlockN bf16 tile into its staging buffers (one 64 x 32 buffer per 32-column
@@ -985,9 +997,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 // tail (cluster tile num_full + q / kClusterSize, cluster rank q % kClusterSize) and 4-register column groups
 // [chunk * kGroups, + kGroups) of every thread of its two consumer warpgroups (256 threads, the GEMM kernel's
 // register layout): acc = sum of the tile's `pieces` partial sums in piece order, then the GEMM's epilogue
-// (apply_epilogue_scales) and its stores from registers.
+// (kEpilogueScaled: apply_epilogue_scales; block-scaled, whose partial sums carry their scales: add_bias) and its
+// stores from registers.
 constexpr int kReduceGroups = 4;  // 4-register column groups (32 columns) per thread per CTA
-template <int kOut, int kBlockN, int kClusterM, int kClusterN>
+template <int kOut, int kBlockN, int kClusterM, int kClusterN, bool kEpilogueScaled>
 __global__ void __launch_bounds__(256) split_tail_reduce_kernel(const SplitTail split, void* __restrict__ d,
                                                                 const float* __restrict__ bias, int m, int n, int l,
                                                                 const EpilogueScales epi_scales) {
@@ -1020,7 +1033,11 @@ __global__ void __launch_bounds__(256) split_tail_reduce_kernel(const SplitTail 
   }
   const int r0 = m_blk * kBlockM + cw * 64 + warp * 16 + lane / 4;
   const int n0 = n_blk * kBlockN + (lane % 4) * 2 + 8 * (i0 / 4);
-  apply_epilogue_scales<kChunkAcc, kWide>(acc, epi_scales, bias, ct.l, m, n, r0, n0);
+  if constexpr (kEpilogueScaled) {
+    apply_epilogue_scales<kChunkAcc, kWide>(acc, epi_scales, bias, ct.l, m, n, r0, n0);
+  } else {
+    add_bias<kChunkAcc, kWide>(acc, bias, n, n0);
+  }
   store_registers<kOut, kChunkAcc, kWide>(d, acc, ct.l, m, n, r0, n0);
 }
 

@@ -1,7 +1,7 @@
 // Light interface of mxprec's own persistent FP8 GEMM (sm90_fp8_gemm_persistent.cuh; no CUTLASS). Block-scaled:
 // same arguments, scale layouts and semantics as sm90_blockwise_run (sm90_fp8_gemm_blockwise.h); per-tensor and
-// row-wise: as sm90_tensorwise_run / sm90_rowwise_run, for N and K multiples of 128. The per-tensor and row-wise
-// kernels take device scratch for a split last wave (DeviceScratch).
+// row-wise: as sm90_tensorwise_run / sm90_rowwise_run, for N and K multiples of 128. Every family takes device
+// scratch for a split last wave (DeviceScratch).
 // Selected at run time by MXPREC_SM90_{BLOCKWISE,TENSORWISE,ROWWISE}_KERNEL (sm90_fp8_gemm_tensorwise.cu).
 #ifndef MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_PERSISTENT_H_
 #define MXPREC_CSRC_CUDA_KERNELS_SM90_FP8_GEMM_PERSISTENT_H_
@@ -15,7 +15,7 @@
 namespace mxprec {
 namespace cuda {
 
-// Device memory a call asks for only on some shapes (the per-tensor / row-wise split tail's partial sums, see
+// Device memory a call asks for only on some shapes (the split tail's partial sums, see
 // SplitTail in split_tail.h), valid until the call's kernels have run on its stream.
 class DeviceScratch {
  public:

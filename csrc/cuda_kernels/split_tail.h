@@ -5,8 +5,9 @@
 // A persistent grid of C clusters over T cluster tiles runs ceil(T / C) waves; when the last one holds few tiles
 // (T % C small: e.g. 2 of 66 at 8192^3) most clusters idle through it. Instead its `tail_tiles` cluster tiles are
 // each cut into `pieces` k ranges (whole k blocks), one work unit each, taken by the clusters after their full tiles;
-// a unit stores its FP32 sum, unscaled, to `partials` and split_tail_reduce_kernel (launched after the GEMM kernel)
-// adds each tile's pieces in piece order and applies the epilogue. Deterministic (no atomics, a fixed order); the
+// a unit stores its FP32 sum (per-tensor / row-wise: unscaled; block-scaled: with its mainloop scales) to
+// `partials` and split_tail_reduce_kernel (launched after the GEMM kernel) adds each tile's pieces in piece order
+// and applies the epilogue (the scales, or the bias only). Deterministic (no atomics, a fixed order); the
 // association differs from the one-pass k loop's (each piece starts from zero), so those tiles are not
 // bit-identical to an unsplit run.
 #ifndef MXPREC_CSRC_CUDA_KERNELS_SPLIT_TAIL_H_
