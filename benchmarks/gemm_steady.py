@@ -71,7 +71,7 @@ def torch_operands(qx, qw, form, pad_block_scales: bool = True):
     import torch
 
     def codes(q):
-        u8 = torch.from_dlpack(jax.lax.bitcast_convert_type(q.data, jnp.uint8))
+        u8 = torch.from_dlpack(jax.block_until_ready(jax.lax.bitcast_convert_type(q.data, jnp.uint8)))
         return u8.view(torch.float8_e5m2 if q.data.dtype == jnp.float8_e5m2 else torch.float8_e4m3fn)
 
     a, b = codes(qx), codes(qw).t()  # b: (K, N) column-major, as cuBLASLt's TN GEMM wants it
@@ -175,14 +175,22 @@ def measure_family(m, k, n, x, w, fam, rounds, window_s, smi, torch_own, variant
         impls[f"mxprec {v}"] = (lambda: ours(bx, bw), jax.block_until_ready)
         envs[f"mxprec {v}"] = kernel_env(fam, v)
     # Every output against the FP32 oracle of the same operands, and ours against torch's.
-    exact = torch.from_dlpack(reference_scaled_gemm(bx, bw, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32)[0])
+    # Every JAX result is complete before torch reads it through DLPack (torch reads on its own stream: without the
+    # wait the thirty-ninth session's first check of a 3 ms GEMM read unfinished memory, inf / nan, while the same
+    # kernels' outputs, synchronised, were finite and bit-identical to the other kernel's).
+    exact = torch.from_dlpack(jax.block_until_ready(
+        reference_scaled_gemm(bx, bw, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32)[0]))
     outs = {}
     for name, (fn, _) in impls.items():
         if not (name.startswith("mxprec") or name == "torch"):
             continue  # torch on its own operands: timed only, its product is of other inputs
         apply_env(envs[name])
         out = fn()
-        outs[name] = (torch.from_dlpack(out[0]) if name.startswith("mxprec") else out).float()
+        if name.startswith("mxprec"):
+            outs[name] = torch.from_dlpack(jax.block_until_ready(out[0])).float()
+        else:
+            outs[name] = out.float()
+    torch.cuda.synchronize()
 
     def rel(u, v):
         return round(float(torch.linalg.norm(u - v) / torch.linalg.norm(v)), 6)

@@ -688,13 +688,14 @@ def test_persistent_epilogue_scaled_kernel_needs_128_multiples(monkeypatch, fami
         ("tensor", 64, 200, 512, False),  # N % 128 != 0: CUTLASS's kernel
         ("tensor", 8, 128, 14336, True),
         ("row", 64, 256, 512, True),
-        ("row", 8, 128, 14336, False),  # row-wise with K >= 14336: CUTLASS's kernel
+        ("row", 8, 128, 14336, True),  # row-wise with K >= 14336 too (CUTLASS's until the thirty-ninth session)
+        ("row", 8, 200, 14336, False),
     ],
 )
 @pytest.mark.parametrize("setting", [None, "auto"])
 def test_epilogue_scaled_default_kernel_is_auto(monkeypatch, family, m, n, k, persistent, setting):
     """MXPREC_SM90_{TENSORWISE,ROWWISE}_KERNEL unset or "auto": the persistent kernel where N and K are multiples
-    of 128, except row-wise with K >= 14336; CUTLASS's otherwise. The two give the same bits, so the choice is
+    of 128; CUTLASS's otherwise. The two give the same bits, so the choice is
     observed through the persistent kernel's own setting: an unknown _CLUSTER is an error only when it runs."""
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(63 + m + n), 1, m, n, k, "e4m3", "e4m3")
     var = _EPI_VAR[family]

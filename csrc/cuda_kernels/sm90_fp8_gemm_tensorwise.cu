@@ -168,13 +168,15 @@ GemmKernel kernel_choice(const char* var) {
   if (std::strcmp(v, "cutlass") == 0) return GemmKernel::kCutlass;
   return GemmKernel::kUnknown;
 }
-// "auto" for the per-tensor and row-wise families (twenty-second session, benchmarks/results/
-// h200_persistent_tensorwise.md): the persistent kernel where it runs (N, K multiples of 128), except row-wise
-// with K >= 14336, where CUTLASS's row-wise kernel (128x192 tile, overlapped promotion) was 2.5 % ahead; per-tensor
-// at that K the two tie (-0.6 %), elsewhere ours is 0-8 % (per-tensor) / 2-11 % (row-wise) ahead.
-GemmKernel epilogue_scaled_auto_choice(bool row_wise, int64_t m, int64_t n, int64_t k) {
-  if (!sm90_blockwise_aligned(m, n, k) || (row_wise && k >= 14336)) return GemmKernel::kCutlass;
-  return GemmKernel::kPersistent;
+// "auto" for the per-tensor and row-wise families: the persistent kernel wherever it runs (N, K multiples of 128),
+// CUTLASS's otherwise. Twenty-second session (benchmarks/results/h200_persistent_tensorwise.md): ours 0-8 %
+// (per-tensor) / 2-11 % (row-wise) ahead, except row-wise with K >= 14336, where CUTLASS's row-wise kernel (128x192
+// tile, overlapped promotion) was 2.5 % ahead, so it kept those shapes until the thirty-ninth session: with the
+// split last wave (and the store warps) the persistent kernel led it there in three interleaved measurements
+// (h200_gemm_split_tail.md: +2.7 % at 8192x28672x8192, unsplit; h200_gemm_block_split.md: +0.7 % at
+// 16384x14336x4096, +4.2 % at 8192x28672x8192).
+GemmKernel epilogue_scaled_auto_choice(int64_t m, int64_t n, int64_t k) {
+  return sm90_blockwise_aligned(m, n, k) ? GemmKernel::kPersistent : GemmKernel::kCutlass;
 }
 
 // Runs the chosen kernel of a family: CUTLASS's (with its workspace) or the persistent one (with device scratch
@@ -190,9 +192,9 @@ const char* run_choice(GemmKernel choice, const char* error, const Args& a, void
   }
 }
 // The per-tensor / row-wise kernel the family's variable names, "auto" resolved per shape.
-GemmKernel epilogue_scaled_choice(const char* var, bool row_wise, int64_t m, int64_t n, int64_t k) {
+GemmKernel epilogue_scaled_choice(const char* var, int64_t m, int64_t n, int64_t k) {
   const GemmKernel choice = kernel_choice(var);
-  return choice == GemmKernel::kAuto ? epilogue_scaled_auto_choice(row_wise, m, n, k) : choice;
+  return choice == GemmKernel::kAuto ? epilogue_scaled_auto_choice(m, n, k) : choice;
 }
 
 // The three kernel families behind one dispatch: Args type, workspace query and launch.
@@ -204,7 +206,7 @@ struct Tensorwise {
   // forms it itself.
   template <int P, int O>
   static const char* run(const Args& a, void* ws, DeviceScratch& scratch, cudaStream_t s) {
-    const GemmKernel choice = epilogue_scaled_choice("MXPREC_SM90_TENSORWISE_KERNEL", false, a.m, a.n, a.k);
+    const GemmKernel choice = epilogue_scaled_choice("MXPREC_SM90_TENSORWISE_KERNEL", a.m, a.n, a.k);
     if (choice == GemmKernel::kCutlass &&
         launch_scale_product(a.scale_a, a.scale_b, a.alpha, s) != cudaSuccess) {
       return "scale_product_kernel launch failed";
@@ -219,7 +221,7 @@ struct Rowwise {
   static size_t workspace(const Args& a) { return sm90_rowwise_workspace<P, O>(a); }
   template <int P, int O>
   static const char* run(const Args& a, void* ws, DeviceScratch& scratch, cudaStream_t s) {
-    return run_choice<Args>(epilogue_scaled_choice("MXPREC_SM90_ROWWISE_KERNEL", true, a.m, a.n, a.k),
+    return run_choice<Args>(epilogue_scaled_choice("MXPREC_SM90_ROWWISE_KERNEL", a.m, a.n, a.k),
                             "MXPREC_SM90_ROWWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws, scratch, s,
                             sm90_rowwise_run<P, O>, sm90_rowwise_persistent_run<P, O>);
   }
