@@ -669,6 +669,29 @@ def test_split_tail_auto_is_within_the_bound(monkeypatch, family):
 
 
 @needs_gpu
+@pytest.mark.parametrize("family", ["tensor", "row", "block"])
+def test_long_k_kernels_agree(monkeypatch, family):
+    """K = 28672 (224 k blocks; the 8192 x 28672 x 8192 benchmark shape's K) at M = N = 1024 (no split tail: 64
+    cluster tiles on the H200's 66 clusters): CUTLASS's kernel and the persistent one, each run three times, give
+    finite outputs, the same bits every run and the same bits as each other, within the reference bound. (The
+    thirty-ninth session's first benchmark call showed inf / nan for CUTLASS's kernels at that K: the benchmark read
+    the output through DLPack before JAX had finished it; synchronised, the outputs were these.)"""
+    b, m, n, k = 1, 1024, 1024, 28672
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(81), b, m, n, k, "e4m3", "e4m3")
+    var = _SPLIT_VAR[family]
+    outs = {}
+    for kernel in ("cutlass", "persistent"):
+        runs = [np.asarray(_kernel_gemm(monkeypatch, var, kernel, lhs, rhs, jnp.bfloat16, None).astype(jnp.float32))
+                for _ in range(3)]
+        assert all(np.isfinite(r).all() for r in runs), kernel
+        for r in runs[1:]:
+            np.testing.assert_array_equal(r, runs[0])
+        outs[kernel] = runs[0]
+    np.testing.assert_array_equal(outs["persistent"], outs["cutlass"])
+    _check(jnp.asarray(outs["persistent"]).astype(jnp.bfloat16), lhs, rhs, 2, 2, jnp.bfloat16)
+
+
+@needs_gpu
 @pytest.mark.parametrize("family", ["tensor", "row"])
 def test_persistent_epilogue_scaled_kernel_needs_128_multiples(monkeypatch, family):
     """N = 200 (a multiple of 8, not of 128): CUTLASS's kernel runs it, the persistent one is an error naming the
