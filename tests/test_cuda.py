@@ -605,9 +605,17 @@ def _persistent_gemm(monkeypatch, family, split_tail, lhs, rhs, out_dtype, bias,
     return _kernel_gemm(monkeypatch, var, "persistent", lhs, rhs, out_dtype, bias, cluster, tile_n)
 
 
+# (family, cluster, tile_n): each family's default cluster with 128-column tiles (the block-scaled families have no
+# 2x1 cluster), a 1x2 cluster with 192 and a single CTA with 160.
+_SPLIT_CONFIGS = [
+    (family, cluster, tile_n)
+    for family in _SPLIT_FAMILIES
+    for cluster, tile_n in ((("1x2" if family.startswith("block") else "2x1"), "128"), ("1x2", "192"), ("1x1", "160"))
+]
+
+
 @needs_gpu
-@pytest.mark.parametrize("family", _SPLIT_FAMILIES)
-@pytest.mark.parametrize("cluster,tile_n", [("2x1", "128"), ("1x2", "192"), ("1x1", "160"), ("1x2", "128")])
+@pytest.mark.parametrize("family,cluster,tile_n", _SPLIT_CONFIGS)
 @pytest.mark.parametrize("pieces", ["2", "3", "7", "64"])
 def test_split_tail_within_rounding_of_one_pass(monkeypatch, family, cluster, tile_n, pieces):
     """Forced split of every tile (20 or fewer cluster tiles: all in the last wave) into 2 / 3 / 7 pieces of 9 k
@@ -615,10 +623,6 @@ def test_split_tail_within_rounding_of_one_pass(monkeypatch, family, cluster, ti
     piece, 9 pieces): within the reference bound and within SPLIT_RTOL of the unsplit kernel; f32 output with a
     bias, two batch entries, M = 333 (a 2x1 partner tile beyond M), N = 640 (a partial 192 tile, a 1x2 partner
     beyond N). Block-scaled: each piece's 128x128 B scale ring starts at its first k block (1x128: TMA loads)."""
-    if family.startswith("block") and cluster == "2x1":
-        pytest.skip("the block-scaled families have no 2x1 cluster")
-    if not family.startswith("block") and (cluster, tile_n) == ("1x2", "128"):
-        pytest.skip("covered for the epilogue-scaled families by the 2x1 / 128 case")
     b, m, n, k = 2, 333, 640, 1152
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(71 + int(pieces)), b, m, n, k, "e4m3", "e4m3")
     bias = jax.random.normal(jax.random.PRNGKey(72), (n,), jnp.float32) * 4.0
