@@ -55,6 +55,8 @@ MXPREC_SPLIT_TAIL_HD WorkItem work_item(int w, int num_full, int num_kb, const S
 // clusters of 2): +0.7 to +2.9 % against the unsplit kernel with a last wave of 2 (8192^3, 16384x11008x4096; 16 / 21
 // pieces) or 22 (16384x14336x4096, 192-column tiles; 3 pieces); 26 of 66 in 2 pieces (16384x4096x11008): -0.5 /
 // -0.1 %, within the method's noise (median +0.6 %, 0.992-1.041, between two identical configurations).
+// Thirty-ninth session (h200_gemm_block_split.md): the block-scaled kernels +0.1 to +2.9 % (8192^3 in 2 calls,
+// 16384x14336x4096, 8192x28672x8192); 26 of 66 in 2 pieces again +0.4 / +0.2 / -0.1 % (three families).
 constexpr int64_t kMinSplitKBlocks = 4;
 inline int split_tail_pieces(const std::string& mode, int64_t tiles, int64_t clusters, int64_t kb, int64_t* tail) {
   *tail = 0;
