@@ -745,8 +745,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int nb_first = n_valid ? (n_blk * kBlockN) / 128 : 0;
       // A split-tail unit's k blocks start at wk.kb_begin: k block kb of the loop below is kb_begin + kb (the
       // producer loads the A / 1x128 B scales at the absolute k block; the 128x128 B scale ring starts there).
-      const float* sfb_tile =
-          sfb + (static_cast<size_t>(c.l) * num_kb + wk.kb_begin) * nb_count + nb_first;
+      const float* sfb_tile = sfb + (static_cast<size_t>(c.l) * num_kb + wk.kb_begin) * nb_count + nb_first;
       // Wide tiles: the tile's first column lies off_b past a B scale tile boundary; the columns from 128 - off_b on
       // take the next B scale tile's scale (hi_b = 1), or none exists (the rest of the tile lies beyond N).
       const int off_b = kWide ? (n_blk * kBlockN) % 128 : 0;

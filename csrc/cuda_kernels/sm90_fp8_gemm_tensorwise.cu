@@ -172,9 +172,9 @@ GemmKernel kernel_choice(const char* var) {
 // CUTLASS's otherwise. Twenty-second session (benchmarks/results/h200_persistent_tensorwise.md): ours 0-8 %
 // (per-tensor) / 2-11 % (row-wise) ahead, except row-wise with K >= 14336, where CUTLASS's row-wise kernel (128x192
 // tile, overlapped promotion) was 2.5 % ahead, so it kept those shapes until the thirty-ninth session: with the
-// split last wave (and the store warps) the persistent kernel led it there in three interleaved measurements
-// (h200_gemm_split_tail.md: +2.7 % at 8192x28672x8192, unsplit; h200_gemm_block_split.md: +0.7 % at
-// 16384x14336x4096, +4.2 % at 8192x28672x8192).
+// split last wave (and the store warps) the persistent kernel led it there in each of five interleaved
+// measurements (h200_gemm_split_tail.md: +2.7 % at 8192x28672x8192, unsplit; h200_gemm_block_split.md: +0.7 / +1.9 %
+// at 16384x14336x4096, +4.2 / +4.6 % at 8192x28672x8192).
 GemmKernel epilogue_scaled_auto_choice(int64_t m, int64_t n, int64_t k) {
   return sm90_blockwise_aligned(m, n, k) ? GemmKernel::kPersistent : GemmKernel::kCutlass;
 }
