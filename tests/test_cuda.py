@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -149,25 +147,17 @@ def _check(out, lhs, rhs, lc, rc, out_dtype, bias=None):
 
 # ----------------------------------------------------------------------------- everywhere
 
-CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
 KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc", "cuda_kernels")
 
 
-@pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ / c++ / clang++) on PATH")
-def test_split_tail_plan_and_work_list_on_cpu(tmp_path):
+def test_split_tail_plan_and_work_list_on_cpu(host_cxx_check):
     """The persistent GEMM's split last wave (csrc/cuda_kernels/split_tail.h), compiled for the CPU: the plan per
     mode (auto's thresholds, forced counts, unknown modes) and a work list that covers every (tile, k block) once,
     over 74k (tiles, clusters, k blocks, mode) cases (csrc/cuda_kernels/tests/split_tail_host_test.cc)."""
-    exe = str(tmp_path / "split_tail_host_test")
-    src = os.path.join(KERNELS, "tests", "split_tail_host_test.cc")
-    subprocess.run([CXX, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-I" + KERNELS, src, "-o", exe],
-                   check=True)
-    r = subprocess.run([exe], capture_output=True, text=True, check=False)
-    counts = {ln.split()[0]: (int(ln.split()[1]), int(ln.split()[2]))
-              for ln in r.stdout.splitlines() if not ln.startswith("MISMATCH")}
-    assert set(counts) == {"modes", "plans"}, r.stdout
-    assert counts["plans"][0] > 50_000 and all(bad == 0 for _, bad in counts.values()), r.stdout
-    assert r.returncode == 0, r.stdout
+    counts, out, rc = host_cxx_check(os.path.join(KERNELS, "tests", "split_tail_host_test.cc"), KERNELS)
+    assert set(counts) == {"modes", "plans"}, out
+    assert counts["plans"][0] > 50_000 and all(bad == 0 for _, bad in counts.values()), out
+    assert rc == 0, out
 
 
 def test_supports_logic_without_gpu():

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
-import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +42,6 @@ from mxprec.scaling import (
 
 E4M3, E5M2, E2M3, E3M2, E2M1 = formats.E4M3, formats.E5M2, formats.E2M3, formats.E3M2, formats.E2M1
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
 
 needs_gpu = pytest.mark.skipif(
     not cuda.available(), reason="no GPU or libmxprec_cuda.so not built: " + cuda._load()[1]
@@ -60,25 +57,14 @@ def _sid(spec) -> str:
 # ----------------------------------------------------------------------------- host check (no GPU)
 
 
-@pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ / c++ / clang++) on PATH")
-def test_element_fast_path_matches_exact_functions_on_cpu(tmp_path):
-    exe = str(tmp_path / "cuda_quantize_host_test")
-    src = os.path.join(ROOT, "csrc", "cuda_kernels", "tests", "cuda_quantize_host_test.cc")
-    inc = os.path.join(ROOT, "csrc", "common")
-    subprocess.run(
-        [CXX, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-I" + inc, src, "-o", exe], check=True
-    )
-    r = subprocess.run([exe], capture_output=True, text=True, check=False)
-    counts = {
-        ln.split()[0]: (int(ln.split()[1]), int(ln.split()[2]))
-        for ln in r.stdout.splitlines()
-        if not ln.startswith("MISMATCH")
-    }
+def test_element_fast_path_matches_exact_functions_on_cpu(host_cxx_check):
+    counts, out, rc = host_cxx_check(os.path.join(ROOT, "csrc", "cuda_kernels", "tests", "cuda_quantize_host_test.cc"),
+                                     os.path.join(ROOT, "csrc", "common"))
     assert set(counts) == {
         "encode_rne", "scaled", "mx", "nvfp4", "bf16_pairs", "nvfp4_certificate", "nvfp4_block_certificate"
-    }, r.stdout
-    assert all(cases > 100_000 and bad == 0 for cases, bad in counts.values()), r.stdout
-    assert r.returncode == 0, r.stdout
+    }, out
+    assert all(cases > 100_000 and bad == 0 for cases, bad in counts.values()), out
+    assert rc == 0, out
 
 
 # ----------------------------------------------------------------------------- oracles
