@@ -8,8 +8,8 @@
 # Stages (each bounded by `timeout`; order them by priority):
 #   cuda-tests   tests/test_cuda.py + tests/test_cuda_quantize.py (needs build-cuda/libmxprec_cuda.so), then
 #                the GPU checks of the XLA path (FP8 convert at ties, FP8 GEMMs with FP32 accumulation)
-#   gpu-suite    every GPU test file in one call: six pytest processes at once on the one GPU (no preallocation;
-#                shards: test_cuda.py -k family / persistent / the rest, test_cuda_quantize.py,
+#   gpu-suite    every GPU test file in one call: seven pytest processes at once on the one GPU (no preallocation;
+#                shards: test_cuda.py's test ids in four round-robin parts, test_cuda_quantize.py,
 #                test_cuda_quantize_transposed.py + test_dot_general.py + test_quantize_api.py + test_llama.py,
 #                test_fused_mlp.py),
 #                each bounded by STEP_TIMEOUT; logs $R/suite_*.log
@@ -169,9 +169,16 @@ for stage in "$@"; do
         XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$T" "$PY" -m pytest -q -rfE -p no:cacheprovider "$@" \
           > "$R/suite_$name.log" 2>&1 &
       }
-      suite_shard family tests/test_cuda.py -k family
-      suite_shard persistent tests/test_cuda.py -k "persistent and not family"
-      suite_shard cuda_rest tests/test_cuda.py -k "not persistent and not family"
+      # tests/test_cuda.py in four shards of its test ids, round robin (thirty-ninth session: six such shards ran the
+      # whole file in ~290 s, where -k groups left one shard past the limit)
+      mapfile -t cuda_ids < <("$PY" -m pytest --collect-only -q -p no:cacheprovider tests/test_cuda.py | grep '::')
+      for i in 0 1 2 3; do
+        part=()
+        for j in "${!cuda_ids[@]}"; do
+          if (( j % 4 == i )); then part+=("${cuda_ids[$j]}"); fi
+        done
+        suite_shard "cuda_$i" "${part[@]}"
+      done
       suite_shard quantize tests/test_cuda_quantize.py
       suite_shard rest tests/test_cuda_quantize_transposed.py tests/test_dot_general.py tests/test_quantize_api.py \
         tests/test_llama.py
