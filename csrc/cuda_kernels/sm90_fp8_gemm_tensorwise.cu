@@ -280,15 +280,21 @@ const char* run_for(int pair, GemmOut out, const typename F::Args& a, void* ws, 
   }
 }
 
+constexpr size_t kAlign = 256;
+size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+// The first kAlign-aligned address at or after p (allocations ask for kAlign bytes more than they use).
+void* align_up(void* p) {
+  return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(p) + kAlign - 1) & ~static_cast<uintptr_t>(kAlign - 1));
+}
+
 // DeviceScratch over the call's XLA scratch allocator (freed when the handler returns; stream-ordered for XLA), with
-// the 256-byte alignment done by hand (the allocator accepts at most 16).
+// the kAlign alignment done by hand (the allocator accepts at most 16).
 class FfiDeviceScratch final : public DeviceScratch {
  public:
   explicit FfiDeviceScratch(ffi::ScratchAllocator& scratch) : scratch_(scratch) {}
   void* allocate(size_t bytes) override {
-    auto mem = scratch_.Allocate(bytes + 256, 16);
-    if (!mem.has_value()) return nullptr;
-    return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(*mem) + 255) & ~static_cast<uintptr_t>(255));
+    auto mem = scratch_.Allocate(bytes + kAlign, 16);
+    return mem.has_value() ? align_up(*mem) : nullptr;
   }
 
  private:
@@ -296,9 +302,6 @@ class FfiDeviceScratch final : public DeviceScratch {
 };
 
 enum class Family { kTensor, kRow, kBlock };
-
-constexpr size_t kAlign = 256;
-size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer ld,
                               ffi::AnyBuffer ls, ffi::AnyBuffer lt, ffi::AnyBuffer rd, ffi::AnyBuffer rs,
@@ -447,27 +450,26 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
       break;
   }
   // XLA's FFI scratch allocator accepts alignments up to 16 bytes (kMaxAlignment in
-  // xla/ffi/ffi_api.cc; it rejects more with "Unsupported alignment"): over-allocate and align by
-  // hand. Layout, each piece 256-byte aligned: alpha float (256 bytes), the transposed block
-  // scales (sfa, sfb; block-scaled only), then the CUTLASS workspace. If the scratch allocator is
-  // unavailable, fall back to stream-ordered cudaMallocAsync / cudaFreeAsync.
+  // xla/ffi/ffi_api.cc; it rejects more with "Unsupported alignment"): FfiDeviceScratch
+  // over-allocates and aligns by hand. Layout, each piece 256-byte aligned: alpha float (256 bytes),
+  // the transposed block scales (sfa, sfb; block-scaled only), then the CUTLASS workspace. If the
+  // scratch allocator is unavailable, fall back to stream-ordered cudaMallocAsync / cudaFreeAsync.
   constexpr size_t kAlphaBytes = 256;
-  const size_t bytes = kAlign + kAlphaBytes + sfa_bytes + sfb_bytes + ws;
-  void* raw = nullptr;
+  const size_t bytes = kAlphaBytes + sfa_bytes + sfb_bytes + ws;
+  FfiDeviceScratch device_scratch(scratch);
+  void* aligned = device_scratch.allocate(bytes);
   void* async_raw = nullptr;
-  if (auto mem = scratch.Allocate(bytes, 16); mem.has_value()) {
-    raw = *mem;
-  } else {
-    cudaError_t me = cudaMallocAsync(&async_raw, bytes, stream);
+  if (aligned == nullptr) {
+    cudaError_t me = cudaMallocAsync(&async_raw, kAlign + bytes, stream);
     if (me != cudaSuccess) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted,
-                        std::string(op) + ": could not allocate " + std::to_string(bytes) +
+                        std::string(op) + ": could not allocate " + std::to_string(kAlign + bytes) +
                             " bytes of scratch (XLA scratch allocator and cudaMallocAsync: " +
                             cudaGetErrorString(me) + ")");
     }
-    raw = async_raw;
+    aligned = align_up(async_raw);
   }
-  const uintptr_t base = (reinterpret_cast<uintptr_t>(raw) + kAlign - 1) & ~static_cast<uintptr_t>(kAlign - 1);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(aligned);
   float* alpha = reinterpret_cast<float*>(base);
   float* sfa = reinterpret_cast<float*>(base + kAlphaBytes);
   float* sfb = reinterpret_cast<float*>(base + kAlphaBytes + sfa_bytes);
@@ -480,7 +482,6 @@ ffi::Error ScaledGemmCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch
     }
   } async_free{async_raw, stream};
 
-  FfiDeviceScratch device_scratch(scratch);
   cudaError_t ce = cudaSuccess;
   const char* msg = nullptr;
   switch (fam) {
