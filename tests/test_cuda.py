@@ -405,16 +405,19 @@ def _block_gemm(monkeypatch, kernel, cluster, lhs, rhs, out_dtype, bias):
 
 
 @needs_gpu
-@pytest.mark.parametrize("family", ["block", "block1d"])
-@pytest.mark.parametrize("cluster", ["1x2", "1x1"])
+@pytest.mark.parametrize(
+    "family,cluster",
+    [("block", "2x1"), ("block", "1x2"), ("block", "1x1"), ("block1d", "1x2"), ("block1d", "1x1")],
+)
 @pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_persistent_block_kernel_against_cutlass(monkeypatch, family, cluster, out_dtype, with_bias):
     """Same operands through both kernels. B in 128x128 tiles: the same arithmetic in the same order (per 128 of
     K: acc = fma(partial, sa * sb, acc); D = acc (+ bias), one rounding), so the outputs are bit-identical. B in
-    1x128 tiles: each kernel within the reference bound (the two round sa[m] * sb[n] products differently)."""
-    # M not a multiple of the 128-row tile; 5 column blocks, so a 1x2 cluster's last partner lies beyond N;
-    # 9 K blocks; two batch entries.
+    1x128 tiles: each kernel within the reference bound (the two round sa[m] * sb[n] products differently). The
+    2x1 cluster (the default of 128x128 B scales at 128 columns) exists only there."""
+    # M not a multiple of the 128-row tile (a 2x1 cluster's last partner lies beyond M); 5 column blocks, so a 1x2
+    # cluster's last partner lies beyond N; 9 K blocks; two batch entries.
     b, m, n, k = 2, 333, 640, 1152
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(31 + len(family)), b, m, n, k, "e4m3", "e4m3")
     bias = jax.random.normal(jax.random.PRNGKey(32), (n,), jnp.float32) if with_bias else None
@@ -431,25 +434,26 @@ def test_persistent_block_kernel_against_cutlass(monkeypatch, family, cluster, o
     [
         ("block1d", 256, 384, 1024, "persistent"),  # 1x128 B scales: always (128-column tiles below 2^25 outputs)
         ("block1d", 8192, 4096, 128, "persistent"),  # 2^25 output elements: its 192-column tiles
-        ("block", 256, 384, 1024, "cutlass"),  # N < 8192
-        ("block", 256, 8192, 1024, "cutlass"),  # M < 8192
-        ("block", 8192, 8192, 1024, "persistent"),  # M, N >= 8192, K <= 8192; K = 1024: the pipelined loop's paired tail
+        ("block", 256, 384, 1024, "persistent"),  # 128x128 B scales: always since the fortieth session (small M, N)
+        ("block", 8192, 8192, 1024, "persistent"),  # K = 1024: the pipelined loop's paired tail
+        ("block", 8192, 8192, 8320, "persistent"),  # 65 k blocks: an odd count
         ("block", 8192, 8192, 128, "persistent"),  # one k block
-        ("block", 8192, 16384, 1024, "cutlass"),  # N >= 16384
+        ("block", 8192, 16384, 1024, "persistent"),  # N >= 16384 (CUTLASS's before the fortieth session)
     ],
 )
 @pytest.mark.parametrize("setting", [None, "auto"])
 def test_block_default_kernel_is_auto(monkeypatch, family, m, n, k, expected, setting):
-    """MXPREC_SM90_BLOCKWISE_KERNEL unset or "auto": per shape, the kernel that measured faster (the persistent one
-    for 1x128 B scales, and for 128x128 B scales with M >= 8192, 8192 <= N < 16384 and K <= 8192; CUTLASS's
-    otherwise). The output is that kernel's bit for bit, within the reference bound. With 1x128 B scales the two kernels round
-    sa[m] * sb[n] differently, so the output shows that the persistent kernel ran; with 128x128 B scales they agree
-    bit for bit, so these cases check the output only."""
+    """MXPREC_SM90_BLOCKWISE_KERNEL unset or "auto": the kernel that measured faster, now the persistent one for
+    both B scale shapes (CUTLASS's only when asked for). The output is that kernel's bit for bit, within the
+    reference bound. With 1x128 B scales the two kernels round sa[m] * sb[n] differently, so the output shows that
+    the persistent kernel ran; with 128x128 B scales they agree bit for bit but for the persistent kernel's split
+    last wave (8192 x 8192 outputs: 2048 cluster tiles on 66 clusters), so these cases mostly check the output."""
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(35 + k + n), 1, m, n, k, "e4m3", "e4m3")
+    # Each kernel with its default cluster (the persistent one's decides which tiles the split tail reassociates).
+    monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_CLUSTER", raising=False)
     outs = {
-        kern: _block_gemm(monkeypatch, kern, "1x2", lhs, rhs, jnp.float32, None) for kern in ("persistent", "cutlass")
+        kern: _block_gemm(monkeypatch, kern, None, lhs, rhs, jnp.float32, None) for kern in ("persistent", "cutlass")
     }
-    monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_CLUSTER")
     if setting is None:
         monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_KERNEL")
     else:
@@ -513,6 +517,17 @@ def test_block_kernel_choice_rejects_unknown_values(monkeypatch, var, value):
         jax.block_until_ready(
             cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=jnp.bfloat16)
         )
+
+
+@needs_gpu
+@pytest.mark.parametrize("family,tile_n", [("block1d", "128"), ("block", "192")])
+def test_block_two_by_one_cluster_only_at_128_columns_of_128x128_scales(monkeypatch, family, tile_n):
+    """MXPREC_SM90_BLOCKWISE_CLUSTER=2x1 is built for 128x128 B scales in 128-column tiles only; elsewhere it is
+    an error from the FFI call naming the variable, not another cluster."""
+    lhs, rhs = _family_operands(family, jax.random.PRNGKey(34), 1, 128, 256, 128, "e4m3", "e4m3")
+    monkeypatch.setenv("MXPREC_SM90_BLOCKWISE_TILE_N", tile_n)
+    with pytest.raises(Exception, match="MXPREC_SM90_BLOCKWISE_CLUSTER"):
+        _block_gemm(monkeypatch, "persistent", "2x1", lhs, rhs, jnp.bfloat16, None)
 
 
 # ----------------------------------------------------------------------------- GPU: per-tensor / row-wise kernels
@@ -595,12 +610,17 @@ def _persistent_gemm(monkeypatch, family, split_tail, lhs, rhs, out_dtype, bias,
     return _kernel_gemm(monkeypatch, var, "persistent", lhs, rhs, out_dtype, bias, cluster, tile_n)
 
 
-# (family, cluster, tile_n): each family's default cluster with 128-column tiles (the block-scaled families have no
-# 2x1 cluster), a 1x2 cluster with 192 and a single CTA with 160.
+# (family, cluster, tile_n): each family's default cluster with 128-column tiles (2x1; 1x2 for 1x128 B scales, which
+# have no 2x1 cluster; 128x128 B scales also with 1x2), a 1x2 cluster with 192 and a single CTA with 160.
 _SPLIT_CONFIGS = [
     (family, cluster, tile_n)
     for family in _SPLIT_FAMILIES
-    for cluster, tile_n in ((("1x2" if family.startswith("block") else "2x1"), "128"), ("1x2", "192"), ("1x1", "160"))
+    for cluster, tile_n in (
+        (("1x2" if family == "block1d" else "2x1"), "128"),
+        ("1x2", "192"),
+        ("1x1", "160"),
+        *((("1x2", "128"),) if family == "block" else ()),  # 128x128 B scales in 128-column tiles: both clusters
+    )
 ]
 
 

@@ -13,8 +13,12 @@ namespace cuda {
 namespace persistent {
 namespace {
 
-// Shared-memory stages per CTA tile width: 6 x 32.5-33 KB at 128 columns, 5 x 37-41 KB at 160 / 192 (of 227 KB).
-constexpr int stages_for(int block_n) { return block_n == 128 ? 6 : 5; }
+// Shared-memory stages (of 227 KB): 5 x 37-41 KB at 160 / 192 columns; 6 x 32-33 KB at 128, except for 128x128 B
+// scales with bf16 output: 5 x 32.5 KB, so that the store warps' 32 KB staging fits (6 stages, their A scales and the
+// staging come to 96 bytes too many; store warps at 5 stages measured +1-1.7 % over none at 6, fortieth session).
+constexpr int stages_for(int block_n, int rows_b, bool tma_store) {
+  return block_n != 128 ? 5 : (rows_b == 128 && tma_store ? 5 : 6);
+}
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -50,7 +54,7 @@ bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, uin
 template <int kPair, int kOut, int kRowsB, int kBlockN, int kClusterM, int kClusterN>
 const char* launch(const BlockwiseGemmArgs& p, const EpilogueScales& es, const std::string& split_mode,
                    const char* split_error, DeviceScratch& scratch, cudaStream_t stream) {
-  constexpr int kStages = stages_for(kBlockN);
+  constexpr int kStages = stages_for(kBlockN, kRowsB, kOut == 0 && MXPREC_PERSISTENT_TMA_STORE);
   using Smem = SmemLayout<kBlockN, kRowsB, kStages, kOut == 0 && MXPREC_PERSISTENT_TMA_STORE>;
   static_assert(Smem::kAlloc <= 227 * 1024, "shared memory per CTA");
   constexpr int kClusterSize = kClusterM * kClusterN;
@@ -156,7 +160,9 @@ struct FamilyEnv {
   const char* split_var;  // the split tail's mode: auto (unset), off or a forced piece count
   const char* split_error;
 };
-constexpr FamilyEnv kBlockEnv{"MXPREC_SM90_BLOCKWISE_CLUSTER", "MXPREC_SM90_BLOCKWISE_CLUSTER must be 1x2 or 1x1",
+constexpr FamilyEnv kBlockEnv{"MXPREC_SM90_BLOCKWISE_CLUSTER",
+                              "MXPREC_SM90_BLOCKWISE_CLUSTER must be 1x2, 1x1 or (128x128 B scales, 128-column tiles) "
+                              "2x1",
                               "MXPREC_SM90_BLOCKWISE_TILE_N",
                               "MXPREC_SM90_BLOCKWISE_TILE_N must be auto, 128, 160 or 192",
                               "MXPREC_SM90_BLOCKWISE_SPLIT_TAIL",
@@ -171,18 +177,20 @@ constexpr FamilyEnv kRowEnv{"MXPREC_SM90_ROWWISE_CLUSTER", "MXPREC_SM90_ROWWISE_
                             "MXPREC_SM90_ROWWISE_SPLIT_TAIL",
                             "MXPREC_SM90_ROWWISE_SPLIT_TAIL must be auto, off or a piece count 2 .. 4096"};
 
-// Clusters: 1x2 and 1x1 for every family, the default 1x2 for the block-scaled ones; 2x1 (the two CTAs share the
-// B tile), the default, for the epilogue-scaled ones (+1-11 % over 1x2 at three of four shapes, twenty-second
-// session).
+// Clusters: 1x2 and 1x1 for every family and tile; 2x1 (the two CTAs share the B tile), built and the default, for
+// the epilogue-scaled families (+1-11 % over 1x2 at three of four shapes, twenty-second session) and for the
+// 128x128-scaled block family's 128-column tiles (+0.7-4 % over 1x2 at four shapes, fortieth session); else 1x2.
+template <int kRowsB, int kBlockN>
+constexpr bool kTwoByOne = kRowsB == 0 || (kRowsB == 128 && kBlockN == 128);
 template <int kPair, int kOut, int kRowsB, int kBlockN>
 const char* launch_cluster(const BlockwiseGemmArgs& p, const EpilogueScales& es, const FamilyEnv& env,
                            DeviceScratch& scratch, cudaStream_t stream) {
-  const std::string cluster = env_or(env.cluster_var, kRowsB == 0 ? "2x1" : "1x2");
+  const std::string cluster = env_or(env.cluster_var, kTwoByOne<kRowsB, kBlockN> ? "2x1" : "1x2");
   const std::string split = env_or(env.split_var, "auto");
   const char* split_error = env.split_error;
   if (cluster == "1x1") return launch<kPair, kOut, kRowsB, kBlockN, 1, 1>(p, es, split, split_error, scratch, stream);
   if (cluster == "1x2") return launch<kPair, kOut, kRowsB, kBlockN, 1, 2>(p, es, split, split_error, scratch, stream);
-  if constexpr (kRowsB == 0) {
+  if constexpr (kTwoByOne<kRowsB, kBlockN>) {
     if (cluster == "2x1") {
       return launch<kPair, kOut, kRowsB, kBlockN, 2, 1>(p, es, split, split_error, scratch, stream);
     }
@@ -226,9 +234,10 @@ const char* run_epilogue_scaled(const BlockwiseGemmArgs& p, const EpilogueScales
 }  // namespace
 }  // namespace persistent
 
-// MXPREC_SM90_BLOCKWISE_CLUSTER = "MxN" (CTAs per cluster along M x along N): 1x2 (default: the two CTAs of a
-// cluster share the A tile, multicast) or 1x1. The kernel template also takes clusters along M (B multicast);
-// they measured no faster (benchmarks/results/h200_blockwise_persistent.md) and are not instantiated.
+// MXPREC_SM90_BLOCKWISE_CLUSTER = "MxN" (CTAs per cluster along M x along N): 1x2 (the two CTAs of a cluster share
+// the A tile, multicast), 1x1, or 2x1 (they share the B tile) for 128x128 B scales in 128-column tiles, where it is
+// the default (kTwoByOne; with the store warps, fortieth session; h200_blockwise_persistent.md had found 2x1 no
+// faster before them); 1x2 is the default of the other block-scaled tiles.
 // MXPREC_SM90_BLOCKWISE_TILE_N = CTA tile columns: auto (default), 128, 160 or 192 (the wider tiles: no second
 // partial sum, a partial last column tile when N % tile != 0, two B scale tiles per CTA tile).
 template <int kPair, int kOut, int kRowsB>

@@ -11,8 +11,9 @@
 // kRowsB == 0 (kEpilogueScaled): the per-tensor and row-wise families. No scales in the mainloop: every 128 of K
 // the partial sum is promoted as acc += partial, and the epilogue applies the scales (EpilogueScales), as the
 // CUTLASS per-tensor / row-wise kernels do (sm90_fp8_gemm_tensorwise.h, sm90_fp8_gemm_rowwise.h). With bf16 output
-// and 128 / 160 columns two warps of the producer warpgroup issue their TMA stores (kStoreWarp, SmemLayout). The
-// 160 / 192-column tiles of every family split each k block into two half-width WGMMA groups (kSplitN).
+// and 128 / 160 columns two warps of the producer warpgroup issue their TMA stores (kStoreWarp, SmemLayout; also
+// with 128x128 B scales since the fortieth session). The 160 / 192-column tiles of every family split each k block
+// into two half-width WGMMA groups (kSplitN).
 //
 // CTA: 384 threads, a 128 x kBlockN output tile (kBlockN = 128, 160 or 192). Warpgroup 0 (40 registers) is the
 // producer: one thread issues the TMA loads of A, B and the A scales (with kRowsB == 1 also the B scales) into a
@@ -301,9 +302,10 @@ constexpr int kSbAhead = MXPREC_PERSISTENT_SB_AHEAD;  // k blocks between a 128x
 #endif
 constexpr int kEpiCols = 32;                       // columns per TMA store (64 bytes of bf16)
 constexpr int kEpiBufBytes = 64 * kEpiCols * 2;    // one 64 x 32 bf16 buffer
-// Per-tensor / row-wise bf16 output: a warp of the producer warpgroup per consumer warpgroup issues its TMA stores
-// from staging buffers that hold the warpgroup's whole tile (where they fit next to the stages), so the consumer
-// warpgroup only writes shared memory and goes on to its next tile (0: the consumers store, two 64 x 32 buffers).
+// bf16 output: a warp of the producer warpgroup per consumer warpgroup issues its TMA stores from staging buffers
+// that hold the warpgroup's whole tile (where they fit next to the stages: the 128- and 160-column tiles of the
+// epilogue-scaled and 128x128-scaled families), so the consumer warpgroup only writes shared memory and goes on to
+// its next tile (0: the consumers store, two 64 x 32 buffers). Not for 1x128 B scales (not measured with them).
 #ifndef MXPREC_PERSISTENT_STORE_WARP
 #define MXPREC_PERSISTENT_STORE_WARP 1
 #endif
@@ -323,7 +325,7 @@ struct SmemLayout {
   static constexpr int kEpi = (kSfb + kStages * kSfbBytes + 511) / 512 * 512;
   // Staging per consumer warpgroup: two 64 x 32 buffers, or (kStoreWarp) one per 32-column slice of its tile.
   static constexpr int kWholeTileEpiBytes = 2 * (kBlockN / kEpiCols) * kEpiBufBytes;
-  static constexpr bool kStoreWarp = kTmaStore && kRowsB == 0 && MXPREC_PERSISTENT_STORE_WARP &&
+  static constexpr bool kStoreWarp = kTmaStore && kRowsB != 1 && MXPREC_PERSISTENT_STORE_WARP &&
                                      kEpi + kWholeTileEpiBytes + 2 * kStages * 8 + 1024 <= 227 * 1024;
   static constexpr int kEpiBufs = kStoreWarp ? kBlockN / kEpiCols : 2;  // 64 x 32 buffers per warpgroup
   static constexpr int kEpiBytes = kTmaStore ? 2 * kEpiBufs * kEpiBufBytes : 0;
@@ -750,35 +752,55 @@ __global__ void __launch_bounds__(kThreads, 1)
       // take the next B scale tile's scale (hi_b = 1), or none exists (the rest of the tile lies beyond N).
       const int off_b = kWide ? (n_blk * kBlockN) % 128 : 0;
       const int hi_b = kWide && nb_first + 1 < nb_count ? 1 : 0;
-      // The B scales of k block kb come from global memory (L2) kSbAhead k blocks ahead of their use.
-      float sb_next[kSbAhead], sb_hi_next[kSbAhead];
+      // The B scales of k block kb come from global memory (L2) kSbAhead k blocks ahead of their use, in two rings
+      // of registers, one per k block parity: ring[kb % 2][i] holds k block kb + 2 i. A ring moves when a k block of
+      // its parity is taken, so a load is first moved two k blocks after it was issued. (One ring for all k blocks
+      // moved each load one k block later, which the unrolled pipelined loop put right behind the load: its warps
+      // waited there for L2 in the middle of issuing their WGMMAs; fortieth session, ncu.)
+      static_assert(kSbAhead % 2 == 0 && kSbAhead >= 2, "B scale rings of kSbAhead / 2 per k block parity");
+      constexpr int kRing = kSbAhead / 2;
+      float sb_next[2][kRing], sb_hi_next[2][kRing];
 #pragma unroll
       for (int i = 0; i < kSbAhead; ++i) {
-        sb_next[i] = 0.f;
-        sb_hi_next[i] = 0.f;
+        float& lo = sb_next[i % 2][i / 2];
+        float& hi = sb_hi_next[i % 2][i / 2];
+        lo = 0.f;
+        hi = 0.f;
         if (kRowsB == 128 && i < nk) {
-          sb_next[i] = __ldg(sfb_tile + static_cast<size_t>(i) * nb_count);
-          if (kWide) sb_hi_next[i] = __ldg(sfb_tile + static_cast<size_t>(i) * nb_count + hi_b);
+          lo = __ldg(sfb_tile + static_cast<size_t>(i) * nb_count);
+          if (kWide) hi = __ldg(sfb_tile + static_cast<size_t>(i) * nb_count + hi_b);
         }
       }
 
-      // Takes k block kb's 128x128 B scales (sc.sb, sc.sb_hi) off the ring and loads k block kb + kSbAhead's.
-      auto take_b_scales = [&](int kb, KBlockScales& sc) {
-        sc.sb = sb_next[0];
-        sc.sb_hi = sb_hi_next[0];
+      // Takes k block kb's 128x128 B scales (sc.sb, sc.sb_hi) off its parity's ring (kParity = kb % 2) and loads
+      // k block kb + kSbAhead's into it.
+      auto take_b_scales = [&](int kb, KBlockScales& sc, auto parity) {
+        constexpr int kParity = decltype(parity)::value;
+        float* ring = sb_next[kParity];
+        float* ring_hi = sb_hi_next[kParity];
+        sc.sb = ring[0];
+        sc.sb_hi = ring_hi[0];
         if constexpr (kRowsB == 128) {
 #pragma unroll
-          for (int i = 0; i + 1 < kSbAhead; ++i) sb_next[i] = sb_next[i + 1];
+          for (int i = 0; i + 1 < kRing; ++i) ring[i] = ring[i + 1];
           if constexpr (kWide) {
 #pragma unroll
-            for (int i = 0; i + 1 < kSbAhead; ++i) sb_hi_next[i] = sb_hi_next[i + 1];
+            for (int i = 0; i + 1 < kRing; ++i) ring_hi[i] = ring_hi[i + 1];
           }
           if (kb + kSbAhead < nk) {
-            sb_next[kSbAhead - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count);
-            if (kWide) {
-              sb_hi_next[kSbAhead - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count + hi_b);
-            }
+            ring[kRing - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count);
+            if (kWide) ring_hi[kRing - 1] = __ldg(sfb_tile + static_cast<size_t>(kb + kSbAhead) * nb_count + hi_b);
           }
+        }
+      };
+      using Even = std::integral_constant<int, 0>;
+      using Odd = std::integral_constant<int, 1>;
+      // The same where kb's parity is known only at run time (the loops that take one k block per iteration).
+      auto take_b_scales_any = [&](int kb, KBlockScales& sc) {
+        if (kb % 2 == 0) {
+          take_b_scales(kb, sc, Even{});
+        } else {
+          take_b_scales(kb, sc, Odd{});
         }
       };
       // Waits for stage s and reads its A scales.
@@ -790,10 +812,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           sc.sa1 = lds_f32(sfa0 + s * Smem::kSfaBytes + 32);
         }
       };
-      // Waits for stage s, reads its scales and issues its WGMMAs into `part`; kb is the k block it holds.
-      auto issue = [&](int kb, float* part) -> KBlockScales {
+      // Waits for stage s, reads its scales and issues its WGMMAs into `part`; kb is the k block it holds, `parity`
+      // kb % 2 (Even / Odd).
+      auto issue = [&](int kb, float* part, auto parity) -> KBlockScales {
         KBlockScales sc;
-        take_b_scales(kb, sc);
+        take_b_scales(kb, sc, parity);
         wait_stage(sc);
         issue_k_block<kPair, kBlockN>(part, desc_a0 + ((s * Smem::kABytes) >> 4),
                                       desc_b0 + ((s * Smem::kBBytes) >> 4));
@@ -845,21 +868,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kPipelined) {
         // Software-pipelined over two partial sums: k block kb + 1's WGMMAs run while kb is promoted, and the
         // warpgroup waits only for the older group (wait_group 1); across the back edge one group is in flight.
-        KBlockScales sc_cur = issue(0, part0);
+        KBlockScales sc_cur = issue(0, part0, Even{});
         advance();
         int kb = 0;
         for (; kb + 2 < nk; kb += 2) {
-          const KBlockScales sc_nxt = issue(kb + 1, part1);
+          const KBlockScales sc_nxt = issue(kb + 1, part1, Odd{});
           advance();
           wgmma_wait<1>();
           promote(sc_cur, part0);
-          sc_cur = issue(kb + 2, part0);
+          sc_cur = issue(kb + 2, part0, Even{});
           advance();
           wgmma_wait<1>();
           promote(sc_nxt, part1);
         }
         if (kb + 1 < nk) {
-          const KBlockScales sc_nxt = issue(kb + 1, part1);
+          const KBlockScales sc_nxt = issue(kb + 1, part1, Odd{});
           advance();
           wgmma_wait<1>();
           promote(sc_cur, part0);
@@ -903,7 +926,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // iteration: only lo's promotion runs under the warpgroup's own WGMMAs (hi's).
         for (int kb = 0; kb < nk; ++kb) {
           KBlockScales sc;
-          take_b_scales(kb, sc);
+          take_b_scales_any(kb, sc);
           wait_stage(sc);
           issue_half(lo, 0);
           issue_half(hi, kHalfN);
@@ -920,7 +943,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       } else {
         for (int kb = 0; kb < nk; ++kb) {
-          const KBlockScales sc = issue(kb, part0);
+          // (Only 128x128 B scales use the parity; this loop runs them only with MXPREC_PERSISTENT_SPLIT_N_BLOCK=0.)
+          const KBlockScales sc = kRowsB == 128 && kb % 2 == 1 ? issue(kb, part0, Odd{}) : issue(kb, part0, Even{});
           wgmma_wait<0>();
           promote(sc, part0);
           advance();

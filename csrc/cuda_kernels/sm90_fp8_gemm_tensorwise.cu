@@ -226,17 +226,16 @@ struct Rowwise {
                             sm90_rowwise_run<P, O>, sm90_rowwise_persistent_run<P, O>);
   }
 };
-// "auto": per shape, the kernel that measured faster on the H200 (twenty-first session, three calls,
-// benchmarks/results/h200_blockwise_persistent.md). 128x128 B scales: the persistent kernel for 8192 <= N < 16384
-// with K <= 8192 (16384x4096x14336: +7-10 %), CUTLASS's otherwise (N <= 4096 or K >= 14336: by 4-17 %; N >= 16384,
-// twenty-eighth session: by 6-9 % at 16384x4096x32000, 8192x8192x28672, 16384x8192x28672, 4096x4096x16384; M < 8192,
-// twenty-ninth session: by 14-25 % at 1024x8192x8192 and 2048x8192x8192, where the persistent kernel led by 3 % at
-// 8192^3). 1x128 B scales (Wgrad): always the persistent kernel (+0-13 % on outputs of 2^25 elements or more, its
-// 192-column tiles; within -3..+6 % below, ahead at the K = 16384 of Wgrad's token dimension).
+// "auto": the persistent kernel for both B scale shapes. 128x128 B scales: since the fortieth session (2x1 clusters,
+// store warps, B scale rings per k block parity; benchmarks/results/h200_gemm_block_rings.md) it leads CUTLASS's at
+// nine of the ten benchmark shapes (+1 to +22 %) and is level (-0.7 %) at 4096^3; before, CUTLASS's ran where it
+// had been faster: N <= 4096, N >= 16384, M < 8192 and (until that session's first change) K > 8192
+// (h200_blockwise_persistent.md and the twenty-eighth / twenty-ninth sessions). 1x128 B scales (Wgrad): always the
+// persistent kernel (+0-13 % on outputs of 2^25 elements or more, its 192-column tiles; within -3..+6 % below, ahead
+// at the K = 16384 of Wgrad's token dimension). MXPREC_SM90_BLOCKWISE_KERNEL=cutlass still selects CUTLASS's.
 template <int kRowsB>
-GemmKernel blockwise_auto_choice(const BlockwiseGemmArgs& a) {
-  const bool persistent = kRowsB == 1 || (a.m >= 8192 && a.n >= 8192 && a.n < 16384 && a.k <= 8192);
-  return persistent ? GemmKernel::kPersistent : GemmKernel::kCutlass;
+GemmKernel blockwise_auto_choice(const BlockwiseGemmArgs&) {
+  return GemmKernel::kPersistent;
 }
 
 template <int kRowsB>
