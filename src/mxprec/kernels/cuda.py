@@ -196,7 +196,8 @@ def _family(lspec, rspec) -> tuple[str, str]:
 #   kernels against 273 ms on XLA's path (209 ms since its TileScaling quantization runs here too). Since the
 #   twenty-first session each block GEMM runs, per shape, mxprec's own persistent kernel or CUTLASS's,
 #   whichever measured faster (MXPREC_SM90_BLOCKWISE_KERNEL=auto; fp8_block 195.0 ms against bf16 228.6,
-#   h200_blockwise_persistent.md).
+#   h200_blockwise_persistent.md); since the fortieth session the persistent one at every shape
+#   (h200_gemm_block_rings.md).
 # * "row" (ninth session): with the overlapped FP32 promotion, the row-wise GEMM is faster than XLA's
 #   row-wise path (cuBLASLt FP8 dot + output scaling) on all ten shapes, 1353 vs 1227 TFLOP/s at 8192^3,
 #   1264 vs 1085 at 16384x4096x14336 (+0.4 % to +16.5 %); tenth session, nine of ten (1260 vs 1329 at
