@@ -339,6 +339,49 @@ def test_sm90_persistent_blockwise_sass():
         assert ("BAR.ARV" in body) == store_warps, name
 
 
+def _innermost_wgmma_loops(instructions):
+    """(first, last) indices of the innermost loops holding a QGMMA: a predicated backward branch closes each (the
+    unconditional backward branches are the mbarrier retry stubs' returns into the loop, not loops)."""
+    index = {addr: i for i, (addr, _) in enumerate(instructions)}
+    loops = []
+    for i, (addr, op) in enumerate(instructions):
+        branch = re.match(r"@!?U?P\d\s+BRA\s+(0x[0-9a-f]+)$", op)
+        if branch and int(branch.group(1), 16) < addr and int(branch.group(1), 16) in index:
+            first = index[int(branch.group(1), 16)]
+            if any("QGMMA" in o for _, o in instructions[first:i]):
+                loops.append((first, i))
+    return [(s, e) for s, e in loops if not any(s <= s2 and e2 <= e and (s2, e2) != (s, e) for s2, e2 in loops)]
+
+
+def test_sm90_persistent_block_scale_loads_are_not_read_in_their_iteration():
+    """The 128x128-scaled persistent kernels' k loop (128-column tiles, two k blocks per iteration) loads each B scale
+    from L2 kSbAhead k blocks ahead. No instruction after such a load in the same iteration may read its register:
+    the warp would wait there for L2. With one ring moved every k block, ptxas placed the move of the newest load
+    right behind it, between two WGMMAs (ncu, fortieth session: 1.9 % of all stall samples at that move; the rings
+    per k block parity gained 3-9 %)."""
+    sass = _sass(_first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o"))
+    checked = 0
+    for body in re.split(r"\n\s*Function : ", sass)[1:]:
+        name = body.split("\n", 1)[0]
+        shape = re.search(r"blockwise_gemm_kernelILi\dELi\dELi(\d+)ELi(\d+)E", name)
+        if shape is None or shape.groups() != ("128", "128"):
+            continue
+        instructions = [(int(m.group(1), 16), m.group(2))
+                        for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", body)]
+        loops = _innermost_wgmma_loops(instructions)
+        assert loops, name
+        for first, last in loops:
+            for j in range(first, last):
+                load = re.search(r"\bLDG\.E\.CONSTANT\s+(R\d+),", instructions[j][1])
+                if load is None:
+                    continue
+                for _, later in instructions[j + 1:last]:
+                    sources = later.split(",", 1)[1] if "," in later else ""
+                    assert not re.search(rf"\b{load.group(1)}\b", sources), (name, instructions[j][1], later)
+        checked += 1
+    assert checked == 18, checked  # 3 pairs x 2 outputs x clusters 1x1 / 1x2 / 2x1
+
+
 # The first per-tensor tile (128x256, FP32 promotion) spilled: STACK:248 and ~390 TFLOP/s on the H200.
 @pytest.mark.parametrize(
     "tu",
