@@ -430,24 +430,25 @@ def test_persistent_block_kernel_against_cutlass(monkeypatch, family, cluster, o
 
 @needs_gpu
 @pytest.mark.parametrize(
-    "family,m,n,k,expected",
+    "family,m,n,k",
     [
-        ("block1d", 256, 384, 1024, "persistent"),  # 1x128 B scales: always (128-column tiles below 2^25 outputs)
-        ("block1d", 8192, 4096, 128, "persistent"),  # 2^25 output elements: its 192-column tiles
-        ("block", 256, 384, 1024, "persistent"),  # 128x128 B scales: always since the fortieth session (small M, N)
-        ("block", 8192, 8192, 1024, "persistent"),  # K = 1024: the pipelined loop's paired tail
-        ("block", 8192, 8192, 8320, "persistent"),  # 65 k blocks: an odd count
-        ("block", 8192, 8192, 128, "persistent"),  # one k block
-        ("block", 8192, 16384, 1024, "persistent"),  # N >= 16384 (CUTLASS's before the fortieth session)
+        ("block1d", 256, 384, 1024),  # 1x128 B scales (128-column tiles below 2^25 outputs)
+        ("block1d", 8192, 4096, 128),  # 2^25 output elements: its 192-column tiles
+        ("block", 256, 384, 1024),  # 128x128 B scales, small M and N (CUTLASS's before the fortieth session)
+        ("block", 8192, 8192, 1024),  # K = 1024: the pipelined loop's paired tail
+        ("block", 8192, 8192, 8320),  # 65 k blocks: an odd count
+        ("block", 8192, 8192, 128),  # one k block
+        ("block", 8192, 16384, 1024),  # N >= 16384 (CUTLASS's before the fortieth session)
     ],
 )
 @pytest.mark.parametrize("setting", [None, "auto"])
-def test_block_default_kernel_is_auto(monkeypatch, family, m, n, k, expected, setting):
+def test_block_default_kernel_is_auto(monkeypatch, family, m, n, k, setting):
     """MXPREC_SM90_BLOCKWISE_KERNEL unset or "auto": the kernel that measured faster, now the persistent one for
-    both B scale shapes (CUTLASS's only when asked for). The output is that kernel's bit for bit, within the
-    reference bound. With 1x128 B scales the two kernels round sa[m] * sb[n] differently, so the output shows that
-    the persistent kernel ran; with 128x128 B scales they agree bit for bit but for the persistent kernel's split
-    last wave (8192 x 8192 outputs: 2048 cluster tiles on 66 clusters), so these cases mostly check the output."""
+    both B scale shapes at every shape (CUTLASS's only when asked for). The output is that kernel's bit for bit,
+    within the reference bound. With 1x128 B scales the two kernels round sa[m] * sb[n] differently, so the output
+    shows that the persistent kernel ran; with 128x128 B scales they agree bit for bit but for the persistent
+    kernel's split last wave (8192 x 8192 outputs: 2048 cluster tiles on 66 clusters), so these cases mostly check
+    the output."""
     lhs, rhs = _family_operands(family, jax.random.PRNGKey(35 + k + n), 1, m, n, k, "e4m3", "e4m3")
     # Each kernel with its default cluster (the persistent one's decides which tiles the split tail reassociates).
     monkeypatch.delenv("MXPREC_SM90_BLOCKWISE_CLUSTER", raising=False)
@@ -460,7 +461,7 @@ def test_block_default_kernel_is_auto(monkeypatch, family, m, n, k, expected, se
         monkeypatch.setenv("MXPREC_SM90_BLOCKWISE_KERNEL", setting)
     default = jax.block_until_ready(cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32))
     _check(default, lhs, rhs, 2, 2, jnp.float32)
-    np.testing.assert_array_equal(np.asarray(default), np.asarray(outs[expected]))
+    np.testing.assert_array_equal(np.asarray(default), np.asarray(outs["persistent"]))
     if family == "block1d":  # always the persistent kernel: CUTLASS's output differs
         assert not np.array_equal(np.asarray(default), np.asarray(outs["cutlass"]))
 

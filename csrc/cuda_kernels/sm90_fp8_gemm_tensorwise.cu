@@ -226,7 +226,7 @@ struct Rowwise {
                             sm90_rowwise_run<P, O>, sm90_rowwise_persistent_run<P, O>);
   }
 };
-// "auto": the persistent kernel for both B scale shapes. 128x128 B scales: since the fortieth session (2x1 clusters,
+// "auto" (block-scaled): the persistent kernel for both B scale shapes. 128x128 B scales: since the fortieth session (2x1 clusters,
 // store warps, B scale rings per k block parity; benchmarks/results/h200_gemm_block_rings.md) it leads CUTLASS's at
 // eight of the nine benchmark shapes with a torch peer (+1 to +22 %) and is level (-0.7 %) at 4096^3; before,
 // CUTLASS's ran where it had been faster: N <= 4096, N >= 16384, M < 8192 and (until that session's B scale rings)
@@ -235,11 +235,6 @@ struct Rowwise {
 // below, ahead at the K = 16384 of Wgrad's token dimension). MXPREC_SM90_BLOCKWISE_KERNEL=cutlass still selects
 // CUTLASS's.
 template <int kRowsB>
-GemmKernel blockwise_auto_choice(const BlockwiseGemmArgs&) {
-  return GemmKernel::kPersistent;
-}
-
-template <int kRowsB>
 struct Blockwise {
   using Args = BlockwiseGemmArgs;
   template <int P, int O>
@@ -247,7 +242,7 @@ struct Blockwise {
   template <int P, int O>
   static const char* run(const Args& a, void* ws, DeviceScratch& scratch, cudaStream_t s) {
     GemmKernel choice = kernel_choice("MXPREC_SM90_BLOCKWISE_KERNEL");
-    if (choice == GemmKernel::kAuto) choice = blockwise_auto_choice<kRowsB>(a);
+    if (choice == GemmKernel::kAuto) choice = GemmKernel::kPersistent;  // see "auto" (block-scaled) above
     return run_choice<Args>(choice, "MXPREC_SM90_BLOCKWISE_KERNEL must be 'auto', 'cutlass' or 'persistent'", a, ws,
                             scratch, s, sm90_blockwise_run<P, O, kRowsB>, sm90_blockwise_persistent_run<P, O, kRowsB>);
   }
