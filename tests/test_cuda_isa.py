@@ -19,6 +19,7 @@ library (csrc/cuda_kernels/build.sh, one TU at a time: ~6 min on 2 cores) when i
 that CI compiles every CUDA source and checks its SASS; a fetch or compile failure then fails here.
 """
 
+import importlib.util
 import os
 import re
 import shutil
@@ -380,6 +381,47 @@ def test_sm90_persistent_block_scale_loads_are_not_read_in_their_iteration():
                     assert not re.search(rf"\b{load.group(1)}\b", sources), (name, instructions[j][1], later)
         checked += 1
     assert checked == 18, checked  # 3 pairs x 2 outputs x clusters 1x1 / 1x2 / 2x1
+
+
+def _promotion_tool():
+    """benchmarks/sass_promotion_yield.py, the decoder of the promotion instructions' control bits."""
+    spec = importlib.util.spec_from_file_location("sass_promotion_yield", ROOT / "benchmarks" / "sass_promotion_yield.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sm90_persistent_promotion_keeps_ptxas_yield_alternation():
+    """The persistent kernels' FP32 promotion instructions (unpredicated ``FFMA Rd, Ra, Rb, Rd`` / ``FADD Rd, Ra, Rd``)
+    as decoded from the object's bytes equal cuobjdump's, and their control bits are ptxas's: no instruction both
+    yields and keeps a reuse flag, and in the 128x128-scaled kernels about every second FFMA yields (the reuse flag
+    on the others). On the H200 that alternation measured 5-7 % faster than every promotion FFMA yielding
+    (DeepGEMM's rewrite) and 9-10 % faster than none (forty-first session, h200_promotion_yield.md): a toolchain that
+    changes it changes the kernels' speed."""
+    obj = _first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o")
+    sass = _sass(obj)
+    tool = _promotion_tool()
+    decoded = {}
+    for name, _, kind, hi in tool.promotion_instructions(obj.read_bytes()):
+        d = decoded.setdefault(name, {"ffma": [], "fadd": []})
+        d[kind].append(hi)
+    checked = 0
+    for body in re.split(r"\n\s*Function : ", sass)[1:]:
+        name = body.split("\n", 1)[0].strip()
+        if "blockwise_gemm_kernel" not in name:
+            continue
+        ffma = re.findall(r"\*/\s+FFMA (R\d+), R\d+(?:\.reuse)?, R\d+(?:\.reuse)?, \1 ;", body)
+        fadd = re.findall(r"\*/\s+FADD (R\d+), R\d+(?:\.reuse)?, \1 ;", body)
+        got = decoded.get(name, {"ffma": [], "fadd": []})
+        assert (len(got["ffma"]), len(got["fadd"])) == (len(ffma), len(fadd)), name
+        for hi in got["ffma"] + got["fadd"]:
+            assert hi & tool.YIELD_BIT or not hi & tool.REUSE_BITS, (name, hex(hi))  # a yielding one keeps no reuse
+        rows_b, width = re.search(r"blockwise_gemm_kernelILi\dELi\dELi(\d+)ELi(\d+)E", name).groups()
+        if rows_b == "128":
+            yielding = sum(not hi & tool.YIELD_BIT for hi in got["ffma"]) / len(got["ffma"])
+            assert 0.35 <= yielding <= 0.65, (name, yielding)
+        checked += 1
+    assert checked == 132, checked
 
 
 # The first per-tensor tile (128x256, FP32 promotion) spilled: STACK:248 and ~390 TFLOP/s on the H200.
