@@ -27,12 +27,12 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(__file__))
-import gemm as gemm_bench  # noqa: E402  (bench, torch timing helpers, _b)
+import gemm as gemm_bench  # bench, torch timing helpers, _b
 
-import mxprec  # noqa: E402
-from mxprec import formats  # noqa: E402
-from mxprec.kernels import cuda  # noqa: E402
-from mxprec.scaling import RowScaling, TensorScaling, TileScaling  # noqa: E402
+import mxprec
+from mxprec import formats
+from mxprec.kernels import cuda
+from mxprec.scaling import RowScaling, TensorScaling, TileScaling
 
 DEFAULT_SHAPES = "8192x8192x8192,16384x4096x14336,16384x14336x4096,4096x4096x4096"
 DEFAULT_KERNELS = "cutlass,persistent:1x2,persistent:1x1"

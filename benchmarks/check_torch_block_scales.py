@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-import gemm as gemm_bench  # noqa: E402
-import gemm_steady  # noqa: E402
+import gemm as gemm_bench
+import gemm_steady
 
-import mxprec  # noqa: E402
-from mxprec.kernels.scaled_gemm import reference_scaled_gemm  # noqa: E402
+import mxprec
+from mxprec.kernels.scaled_gemm import reference_scaled_gemm
 
 _, FORM, LHS, RHS = gemm_steady.FAMILIES["block"]
 

@@ -74,8 +74,8 @@ def markdown(result) -> str:
     lines = [
         f"# FP8 code transposes on {result['device']} ({result['date']}, jax {result['jax']})",
         "",
-        f"Command: `{result['command']}`. GB/s = (read + write) / GPU kernel time; % copy = over XLA's device copy "
-        "of the same bytes.",
+        (f"Command: `{result['command']}`. GB/s = (read + write) / GPU kernel time; % copy = over XLA's device copy "
+         "of the same bytes."),
         "",
         "| shape (R×C, 1 byte) | impl | µs | GB/s | % copy |",
         "|---|---|---:|---:|---:|",

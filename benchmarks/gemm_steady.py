@@ -45,13 +45,13 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(__file__))
-import gemm as gemm_bench  # noqa: E402  (tflops, _b, timed_window, pitched_block_scales, shape lists)
-import gpu_clocks  # noqa: E402  (nvidia-smi log reader)
+import gemm as gemm_bench  # tflops, _b, timed_window, pitched_block_scales, shape lists
+import gpu_clocks  # nvidia-smi log reader
 
-import mxprec  # noqa: E402
-from mxprec import formats  # noqa: E402
-from mxprec.kernels.scaled_gemm import reference_scaled_gemm  # noqa: E402
-from mxprec.scaling import RowScaling, TensorScaling, TileScaling  # noqa: E402
+import mxprec
+from mxprec import formats
+from mxprec.kernels.scaled_gemm import reference_scaled_gemm
+from mxprec.scaling import RowScaling, TensorScaling, TileScaling
 
 E4M3, E5M2 = formats.E4M3, formats.E5M2
 # family -> (recipe it measures, torch form, lhs spec, rhs spec)
@@ -93,8 +93,8 @@ class SmiLog:
             fd, self.path = tempfile.mkstemp(suffix=".csv")
             os.close(fd)
             self.proc = subprocess.Popen(
-                ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,"
-                 "clocks_event_reasons.active", "--format=csv,noheader", "-lms", "50", "-f", self.path])
+                ["nvidia-smi", ("--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,"
+                                "clocks_event_reasons.active"), "--format=csv,noheader", "-lms", "50", "-f", self.path])
 
     def summary(self, windows) -> dict:
         """Median SM clock and power of the busy samples inside the windows (empty without a log)."""
@@ -230,8 +230,8 @@ def _blank(v) -> str:
 def markdown(result) -> str:
     lines = [f"# FP8 GEMMs on the same operands, interleaved: {result['device']}", "",
              f"Command: `{result['command']}` ({result['date']}, jax {result['jax']}, torch {result['torch']}).", "",
-             "| M×K×N | family | impl | TFLOP/s (median of rounds) | rounds | ratio vs torch | SM MHz | W | "
-             "rel. diff vs torch | rel. error vs FP32 reference |", "|---|---|---|---:|---|---:|---:|---:|---:|---:|"]
+             ("| M×K×N | family | impl | TFLOP/s (median of rounds) | rounds | ratio vs torch | SM MHz | W | "
+              "rel. diff vs torch | rel. error vs FP32 reference |"), "|---|---|---|---:|---|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         if "error" in r:
             lines.append(f"| {r['m']}×{r['k']}×{r['n']} | {r['family']} | error: {r['error'][:120]} | | | | | | | |")

@@ -35,7 +35,7 @@ def read_log(path: str) -> list[tuple[float, int, float, int, str]]:
         for row in csv.reader(f):
             try:
                 t = datetime.datetime.strptime(row[0].strip(), "%Y/%m/%d %H:%M:%S.%f")
-                out.append((t.replace(tzinfo=datetime.timezone.utc).timestamp(), int(row[1].split()[0]),
+                out.append((t.replace(tzinfo=datetime.UTC).timestamp(), int(row[1].split()[0]),
                             float(row[3].split()[0]), int(row[4]), row[5].strip()))
             except (ValueError, IndexError):
                 continue

@@ -742,7 +742,7 @@ def test_epilogue_scaled_default_kernel_is_auto(monkeypatch, family, m, n, k, pe
     else:
         monkeypatch.setenv(f"{var}_KERNEL", setting)
     monkeypatch.setenv(f"{var}_CLUSTER", "3x3")
-    run = lambda: jax.block_until_ready(  # noqa: E731
+    run = lambda: jax.block_until_ready(
         cuda.scaled_gemm(lhs, rhs, lhs_contract=2, rhs_contract=2, out_dtype=jnp.float32)
     )
     if persistent:
@@ -1043,8 +1043,7 @@ def test_transpose_codes_under_vmap_and_a_sharded_jit():
 def test_transpose_codes_sharding_rules_swap_the_last_two_axes():
     # The custom-partitioning callbacks, called directly (the kernel itself needs a GPU): the result's
     # sharding is the operand's with its last two axes swapped; the partition keeps the operand's.
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
     # The conftest's 8 host devices (a one-GPU machine's default devices are too few for the mesh).
     mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 4), ("data", "model"))

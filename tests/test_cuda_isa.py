@@ -475,7 +475,7 @@ def test_swiglu_kernels_vector_accesses_without_spills():
         for f in found:
             name = f.split("\n", 1)[0]
             e5m2 = [flag == "1" for flag in re.findall(r"Lb([01])E", name)]
-            count = lambda pat: len(re.findall(pat, f))  # noqa: E731
+            count = lambda pat: len(re.findall(pat, f))
             assert count(r"\bLDG\.E\.128") == ldg and count(r"\bSTG\.E\.64") == stg, kind
             assert count(r"\bSTG\.E\.U8") == 0
             for fmt, n in (("E4M3", e5m2.count(False)), ("E5M2", e5m2.count(True))):
@@ -485,7 +485,7 @@ def test_swiglu_kernels_vector_accesses_without_spills():
     assert len(amax) == 4
     for f in amax:
         backward = "Lb1EE" in f.split("\n", 1)[0]
-        count = lambda pat: len(re.findall(pat, f))  # noqa: E731
+        count = lambda pat: len(re.findall(pat, f))
         assert count(r"\bLDG\.E\.128") == (3 if backward else 2)
         assert count(r"\bSTG\.") == 0 and count(r"\bREDG\.E\.MAX") == 1
 

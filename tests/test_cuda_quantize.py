@@ -757,7 +757,7 @@ def _every_bf16_in_mx_blocks() -> np.ndarray:
     vals = vals[np.isfinite(vals)]
     expo = ((vals.view(np.uint32) >> 23) & 0xFF).astype(np.int64)
     blocks = []
-    for e_field in range(0, 255):
+    for e_field in range(255):
         group = vals[expo == e_field]
         group = group[rng.permutation(group.size)]
         for k in range(8):

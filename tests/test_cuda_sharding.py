@@ -20,8 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from mxprec.kernels import cuda
 from test_sharding import _fns
@@ -122,6 +121,6 @@ def test_sharded_quantize_transposed_is_bit_exact(xspec, cols):
     cuts_a_tile = xspec[2] is not None and cols // 2 % 128 != 0
     assert ("all-gather" in hlo) == cuts_a_tile
     if not cuts_a_tile:
-        axis = [i for i, a in enumerate(xspec) if a is not None][0]
+        axis = next(i for i, a in enumerate(xspec) if a is not None)
         swapped = {0: 0, 1: 2, 2: 1}[axis]  # x (B, R, C) -> codes (B, C, R)
         assert (tuple(got.data.sharding.spec) + (None,) * 3)[swapped] is not None

@@ -263,7 +263,7 @@ def test_block_kernel_path_emulated_equals_xla_path(monkeypatch, recipe):
     scales from the amax-only calls) with each call replaced by XLA's evaluation of its outputs: outputs, gradients and
     state updates bit-identical to XLA's path. On the GPU the same comparison runs with the kernels
     (test_gpu_block_with_kernel_equals_xla_path)."""
-    import mxprec.fused_mlp as fused_mlp
+    from mxprec import fused_mlp
 
     if ON_GPU:  # the stand-ins are XLA CPU's evaluation; a GPU host runs the kernels themselves instead
         pytest.skip("on a GPU, test_gpu_block_with_kernel_equals_xla_path runs the kernels")
@@ -294,8 +294,7 @@ def test_swiglu_calls_shard_elementwise(monkeypatch, spec, gathers):
     of the kernel's outputs (the kernel itself only runs on a GPU): the same bits as one device, the transposed copies
     sharded transposed, the amaxes pmax-reduced, and no all-gather unless a shard would leave the kernels' 64 x 128
     tiles (("model", "data"): 128 rows over 4 devices), where that axis is gathered."""
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     _emulate_kernels(monkeypatch)
     cpus = jax.devices("cpu")

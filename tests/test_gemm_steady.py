@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import time
 import pathlib
 import sys
+import time
 
 _DIR = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(_DIR))  # gemm_steady imports gemm.py and gpu_clocks.py beside it

@@ -17,7 +17,7 @@ _HEADER = ("timestamp, clocks.current.sm [MHz], clocks.current.memory [MHz], pow
 
 
 def _line(t: float, mhz: int, watts: float, reasons: str) -> str:
-    stamp = datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+    stamp = datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
     return f"{stamp}, {mhz} MHz, 3201 MHz, {watts} W, 60, {reasons}"
 
 

@@ -5,8 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mxprec.training import grad_accum as ga
-from mxprec.training import loss_scaling as lsm
+from mxprec.training import grad_accum as ga, loss_scaling as lsm
 
 
 def linear_loss(theta, mb):

@@ -345,7 +345,7 @@ def test_loss_picks_agree_bit_for_bit_and_select_has_no_scatter():
     mask = jnp.arange(16).reshape(2, 8) % 3 != 0
 
     def loss_and_grad(pick, m):
-        f = lambda lg: L.cross_entropy_loss(lg, targets, m, pick=pick)[0]  # noqa: E731
+        f = lambda lg: L.cross_entropy_loss(lg, targets, m, pick=pick)[0]
         return jax.value_and_grad(f)(logits)
 
     for m in (None, mask):

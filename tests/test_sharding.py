@@ -20,8 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import mxprec
 from mxprec import formats, recipes
@@ -273,8 +272,6 @@ def _quantize_transposed_stand_in(cfg, x):
     """What ``_quantize_transposed_call`` returns (``mxprec_quantize_transposed``, docs/ffi.md; a NaN amax with
     ``no_amax``), from mxprec.quantize: the CPU has no such kernel, so the next tests run the call's sharding rule and
     partitioning around this stand-in."""
-    from mxprec.kernels import cuda
-
     fmts = {0: formats.E4M3, 1: formats.E5M2}
     q = mxprec.quantize(jnp.swapaxes(x, 1, 2),
                         TileScaling(fmts[cfg.fmt], (1, cfg.block), power_of_two=bool(cfg.power_of_two)), axis=2)
@@ -383,7 +380,8 @@ _HIP_FAMILIES = {
 
 @pytest.fixture
 def hip_on_cpu(monkeypatch):
-    from mxprec.kernels import hip  # its tests are needs_ffi: libmxprec_cpu.so serves the HIP wrappers' calls here
+    # its tests are needs_ffi: libmxprec_cpu.so serves the HIP wrappers' calls here
+    from mxprec.kernels import hip
 
     monkeypatch.setitem(hip._state, "result", (object(), ""))  # pretend libmxprec_hip.so is registered
     return hip

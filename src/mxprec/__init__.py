@@ -3,7 +3,7 @@
 Public API only (re-exports); logic lives in the modules named after each concept.
 """
 
-from mxprec import xla_flags  # first: XLA_FLAGS must be set before any JAX backend starts
+from mxprec import xla_flags  # noqa: F401, I001 -- first: XLA_FLAGS must be set before any JAX backend starts
 from mxprec import analysis, flax, formats, recipes, training
 from mxprec.dot_general import DotGeneralState, dot_general, max_combining
 from mxprec.info import info

@@ -45,9 +45,14 @@ from jax.ad_checkpoint import checkpoint_name
 
 from mxprec import kernels
 from mxprec.quantize import QTensor, quantize, tensor_amax
-from mxprec.recipes import Recipe
-from mxprec.recipes import get as get_recipe
-from mxprec.scaling import DelayedScaling, DelayedScalingState, TensorScaling, TileScaling, update_delayed_state
+from mxprec.recipes import Recipe, get as get_recipe
+from mxprec.scaling import (
+    DelayedScaling,
+    DelayedScalingState,
+    TensorScaling,
+    TileScaling,
+    update_delayed_state,
+)
 
 __all__ = ["CHECKPOINT_NAME", "DotGeneralState", "canonicalize", "dot_general", "max_combining"]
 

@@ -31,33 +31,34 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from mxprec import kernels
 from mxprec.dot_general import (
     DotGeneralState,
-    _Meta as _GemmMeta,
     _amax_of,
     _check_blocks,
     _dgrad,
     _finish,
     _fwd as _gemm_fwd,
+    _grad_copies,
+    _Meta as _GemmMeta,
     _q,
     _reuse_or_keep,
     _reuse_or_quantize,
-    _to_f32,
-    _grad_copies,
     _state_cotangent,
+    _to_f32,
     _wgrad,
     canonicalize,
     max_combining,
 )
-from mxprec import kernels
 from mxprec.kernels.scaled_gemm import scaled_gemm_deferred
-from mxprec.quantize import QTensor
-from mxprec.quantize import _per_group_fp32_scale as _current_scale  # TensorScaling's amax / max_finite (1 at 0)
-from mxprec.recipes import Recipe
-from mxprec.recipes import get as get_recipe
+from mxprec.quantize import (
+    QTensor,
+    _per_group_fp32_scale as _current_scale,  # TensorScaling's amax / max_finite (1 at 0)
+)
+from mxprec.recipes import Recipe, get as get_recipe
 from mxprec.scaling import DelayedScaling, TensorScaling
 
-__all__ = ["FusedMLPState", "SWIGLU_KERNELS", "swiglu", "swiglu_backward", "swiglu_forward", "swiglu_mlp"]
+__all__ = ["SWIGLU_KERNELS", "FusedMLPState", "swiglu", "swiglu_backward", "swiglu_forward", "swiglu_mlp"]
 
 F32 = jnp.float32
 SWIGLU_KERNELS = ("auto", "cuda", "xla")

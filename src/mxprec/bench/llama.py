@@ -189,8 +189,7 @@ def init_variables(model, cfg, *, batch: int, seed: int = 0) -> dict:
 
     from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
     from mxprec.models.llama import Llama
-    from mxprec.recipes import Recipe
-    from mxprec.recipes import get as get_recipe
+    from mxprec.recipes import Recipe, get as get_recipe
 
     tokens = jnp.zeros((batch, cfg.seq), jnp.int32)
     key = jax.random.key(seed)

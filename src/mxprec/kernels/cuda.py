@@ -53,11 +53,9 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from mxprec.kernels.ffi import (
     FMT,
@@ -725,7 +723,6 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     out_dtype = jnp.dtype(out_dtype)
     a = _to_tn(lhs, lhs_contract)
     b = _to_tn(rhs, rhs_contract)
-    bsz, m, _ = a.shape
     n = b.shape[1]
     bias_buf = _bias_buffer(bias, n)
     one = jnp.ones((), jnp.float32)

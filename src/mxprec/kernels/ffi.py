@@ -36,11 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
-from mxprec.quantize import QTensor, _amax_from_bits, tensor_amax
-from mxprec.quantize import _validate as _validate_quantize_args
+from mxprec.quantize import QTensor, _amax_from_bits, _validate as _validate_quantize_args, tensor_amax
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
 __all__ = [

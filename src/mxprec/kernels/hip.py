@@ -50,8 +50,7 @@ from mxprec.kernels.ffi import (
     _view3,
 )
 from mxprec.kernels.native import NativeLibrary
-from mxprec.quantize import QTensor
-from mxprec.quantize import _validate as _validate_quantize_args
+from mxprec.quantize import QTensor, _validate as _validate_quantize_args
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
 __all__ = [
@@ -243,7 +242,6 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     kind = _gemm_kind(lhs)
     a, sa = _k_major(lhs, lhs_contract, kind)
     b, sb = _k_major(rhs, rhs_contract, kind)
-    bsz, m, _ = a.shape
     n = b.shape[1]
     bias_buf = _bias_buffer(bias, n)
 

@@ -54,8 +54,7 @@ import jax
 import jax.numpy as jnp
 
 from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
-from mxprec.recipes import Recipe
-from mxprec.recipes import get as get_recipe
+from mxprec.recipes import Recipe, get as get_recipe
 
 __all__ = [
     "CONFIGS",
