@@ -28,8 +28,8 @@ alternates the bits.
 Why this is safe: neither bit changes what an instruction computes. The stall count and the scoreboard
 barriers, which order dependent instructions, are not touched; a cleared reuse flag only makes the next
 instruction read its operand from the register file instead of the reuse cache. Instruction words follow the
-sm_90 layout (128 bits, little-endian): opcode bits 0-11, guard predicate 12-15, Rd 16-23, Ra 24-31, Rb 32-39, Rc 64-71; control:
-yield bit 109, reuse flags 122-125 (as cuobjdump prints them: ``.reuse`` on operand b = bit 123).
+sm_90 layout (128 bits, little-endian): opcode bits 0-11, guard predicate 12-15, Rd 16-23, Ra 24-31, Rb 32-39,
+Rc 64-71; control: yield bit 109, reuse flags 122-125 (as cuobjdump prints them: ``.reuse`` on operand b = bit 123).
 """
 from __future__ import annotations
 
