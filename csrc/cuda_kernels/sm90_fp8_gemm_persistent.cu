@@ -54,8 +54,9 @@ bool encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, uin
 template <int kPair, int kOut, int kRowsB, int kBlockN, int kClusterM, int kClusterN>
 const char* launch(const BlockwiseGemmArgs& p, const EpilogueScales& es, const std::string& split_mode,
                    const char* split_error, DeviceScratch& scratch, cudaStream_t stream) {
-  constexpr int kStages = stages_for(kBlockN, kRowsB, kOut == 0 && MXPREC_PERSISTENT_TMA_STORE);
-  using Smem = SmemLayout<kBlockN, kRowsB, kStages, kOut == 0 && MXPREC_PERSISTENT_TMA_STORE>;
+  constexpr bool kTmaStore = kOut == 0 && MXPREC_PERSISTENT_TMA_STORE;  // bf16 output: staged TMA stores
+  constexpr int kStages = stages_for(kBlockN, kRowsB, kTmaStore);
+  using Smem = SmemLayout<kBlockN, kRowsB, kStages, kTmaStore>;
   static_assert(Smem::kAlloc <= 227 * 1024, "shared memory per CTA");
   constexpr int kClusterSize = kClusterM * kClusterN;
   const uint64_t m = p.m, n = p.n, k = p.k, l = p.l, kb = p.k / kBlockK, mp = p.m_pitch;
@@ -79,7 +80,7 @@ const char* launch(const BlockwiseGemmArgs& p, const EpilogueScales& es, const s
     map_sfb = map_a;  // unused
   }
   CUtensorMap map_d;  // bf16 output: the epilogue's TMA stores of 64-row x 32-column slices
-  if (kOut == 0 && MXPREC_PERSISTENT_TMA_STORE) {
+  if (kTmaStore) {
     ok = ok && encode_3d(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, n, m, l, n * 2, m * n * 2, kEpiCols, 64,
                          CU_TENSOR_MAP_SWIZZLE_64B);
   } else {

@@ -226,14 +226,14 @@ struct Rowwise {
                             sm90_rowwise_run<P, O>, sm90_rowwise_persistent_run<P, O>);
   }
 };
-// "auto" (block-scaled): the persistent kernel for both B scale shapes. 128x128 B scales: since the fortieth session (2x1 clusters,
-// store warps, B scale rings per k block parity; benchmarks/results/h200_gemm_block_rings.md) it leads CUTLASS's at
-// eight of the nine benchmark shapes with a torch peer (+1 to +22 %) and is level (-0.7 %) at 4096^3; before,
-// CUTLASS's ran where it had been faster: N <= 4096, N >= 16384, M < 8192 and (until that session's B scale rings)
-// K > 8192 (h200_blockwise_persistent.md and the twenty-eighth / twenty-ninth sessions). 1x128 B scales (Wgrad):
-// always the persistent kernel (+0-13 % on outputs of 2^25 elements or more, its 192-column tiles; within -3..+6 %
-// below, ahead at the K = 16384 of Wgrad's token dimension). MXPREC_SM90_BLOCKWISE_KERNEL=cutlass still selects
-// CUTLASS's.
+// "auto" (block-scaled): the persistent kernel for both B scale shapes. 128x128 B scales: since the fortieth session
+// (2x1 clusters, store warps, B scale rings per k block parity; benchmarks/results/h200_gemm_block_rings.md) it leads
+// CUTLASS's at eight of the nine benchmark shapes with a torch peer (+1 to +22 %) and is level (-0.7 %) at 4096^3;
+// before, CUTLASS's ran where it had been faster: N <= 4096, N >= 16384, M < 8192 and (until that session's B scale
+// rings) K > 8192 (h200_blockwise_persistent.md and the twenty-eighth / twenty-ninth sessions). 1x128 B scales
+// (Wgrad): always the persistent kernel (+0-13 % on outputs of 2^25 elements or more, its 192-column tiles; within
+// -3..+6 % below, ahead at the K = 16384 of Wgrad's token dimension). MXPREC_SM90_BLOCKWISE_KERNEL=cutlass still
+// selects CUTLASS's.
 template <int kRowsB>
 struct Blockwise {
   using Args = BlockwiseGemmArgs;
