@@ -19,6 +19,7 @@ library (csrc/cuda_kernels/build.sh, one TU at a time: ~6 min on 2 cores) when i
 that CI compiles every CUDA source and checks its SASS; a fetch or compile failure then fails here.
 """
 
+import functools
 import importlib.util
 import os
 import re
@@ -221,6 +222,7 @@ def _cuobjdump_out(flag, path):
     return res.stdout
 
 
+@functools.lru_cache(maxsize=1)  # consecutive tests read the same object (the persistent one's SASS: ~70 MB)
 def _sass(path):
     return _cuobjdump_out("--dump-sass", path)
 
