@@ -1441,53 +1441,21 @@ __device__ __forceinline__ void tile_row_groups(const Args& a, const unsigned ch
   }
 }
 
-// kBand: the kind can divide (row / tile scales), so a thread whose columns markstein_band admits takes the
-// straight Markstein division (in_band_fp8_codes8); MX scales are powers of two (kMul) and skip it.
-// kTransposed (FP8 groups of 32 / 64 / 128 rows x 1 column): the codes and scales of the (B, C, R) transpose,
-// quantized along its last axis (mxprec_quantize_transposed), instead of x's own layout.
-// kBits: the code width. 8: FP8 (any kind of the dispatch below); 6 / 4: MX FP6 / FP4, codes packed down
-// the columns (4 rows in 3 bytes / 2 rows in a byte, mxprec's packing along the quantized axis), so the
-// tile's codes are kColTile * kBits / 8 rows of kColTile bytes. kNvfp4 (kBits 4): NVFP4's groups of 16 rows
-// (nvfp4_col_codes). kRows (with kTransposed, 1 x 128 row groups): also x's own row groups (tile_row_groups); those
-// instances are held to 4 CTAs per SM (64 registers; 79 without the bound, 3 CTAs per SM and 7.5 % slower on the
-// H200), the others keep no minimum (0: their registers, and SASS, as before the kRows instances existed).
-template <InType I, bool kBand, int kBits = 8, bool kNvfp4 = false, bool kTransposed = false, bool kRows = false>
-__global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
-  static_assert(kBits == 8 || (!kBand && (kBits == 6 || kBits == 4)), "col_kernel: FP8, or MX FP6 / FP4");
-  static_assert(!kNvfp4 || kBits == 4, "col_kernel: NVFP4 codes are 4 bits");
-  static_assert(!kTransposed || (kBits == 8 && !kNvfp4), "col_kernel: transposed output for FP8 codes only");
-  static_assert(!kRows || kTransposed, "col_kernel: the row groups come with the transposed output");
-  extern __shared__ __align__(16) unsigned char smem[];
+// The codes and scales of col_kernel's staged 128 x 128 tile xin (shared memory; kRowBytes per row), for the tile at
+// rows r0, columns c0 of `a`'s view: every thread of the CTA calls it once (it synchronizes), after xin is complete.
+// codes / seg_keys: the kernel's shared code tile and segment keys. Returns the max |x| key of the thread's elements;
+// ts: NVFP4's tensor scale (1 for the other kinds).
+template <InType I, bool kBand, int kBits, bool kNvfp4, bool kTransposed, bool kRows>
+__device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned char* xin, uint8_t* codes,
+                                                   uint32_t* seg_keys, int64_t r0, int64_t c0, float& ts) {
   constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
-  constexpr int kCodeRows = kColTile * kBits / 8;                              // rows of packed codes
-  unsigned char* xin = smem;                                                   // [128][128] elements of x
-  uint8_t* codes = smem + kColTile * kRowBytes;                                // [kCodeRows][128] codes
-  uint32_t* seg_keys = reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);  // [segment][column]
+  constexpr int kCodeRows = kColTile * kBits / 8;  // rows of packed codes
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
   const int64_t cols = a.cols;
-  // A 2-D grid (x: column tiles, y: row tiles): no division of the block index (22 of the MXFP4 instance's
-  // 1122 instructions per warp had been one).
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColTile, c0 = static_cast<int64_t>(blockIdx.x) * kColTile;
-
-  {  // the tile: a thread copies 16-byte piece `piece` of rows row0, row0 + kRowStep, ... (one address
-     // computation, then constant strides; the per-piece 64-bit index arithmetic had been 13 % of the
-     // MXFP4 instance's instructions)
-    constexpr int kPieces = kRowBytes / 16, kRowStep = kThreads / kPieces;
-    static_assert(kThreads % kPieces == 0 && kColTile % kRowStep == 0, "col_kernel: tile load geometry");
-    const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
-    const char* src = static_cast<const char*>(a.x) + ((r0 + row0) * cols + c0) * in_bytes<I>() + piece * 16;
-    const int64_t src_step = kRowStep * cols * static_cast<int64_t>(in_bytes<I>());
-    unsigned char* dst = xin + row0 * kRowBytes + piece * 16;
-#pragma unroll
-    for (int k = 0; k < kColTile / kRowStep; ++k) cp_async16(dst + k * kRowStep * kRowBytes, src + k * src_step);
-  }
-  cp_async_wait_all();
-  __syncthreads();
-
+  ts = 1.0f;
   const int pair = threadIdx.x % (kColTile / 2), seg = threadIdx.x / (kColTile / 2);
   const unsigned char* col_base = xin + seg * kColSeg * kRowBytes + 2 * pair * in_bytes<I>();
   uint32_t thread_key;  // max |x| key of the thread's elements
-  float ts = 1.0f;      // NVFP4's tensor scale
   if constexpr (kNvfp4) {
     ts = nvfp4_ts(a);
     thread_key = nvfp4_col_codes<I>(a, col_base, codes + seg * (kColSeg / 2) * kColTile + 2 * pair,
@@ -1683,6 +1651,53 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
           *reinterpret_cast<const uint4*>(codes + row * kColTile + piece * 16);
     }
   }
+  return thread_key;
+}
+
+// kBand: the kind can divide (row / tile scales), so a thread whose columns markstein_band admits takes the
+// straight Markstein division (in_band_fp8_codes8); MX scales are powers of two (kMul) and skip it.
+// kTransposed (FP8 groups of 32 / 64 / 128 rows x 1 column): the codes and scales of the (B, C, R) transpose,
+// quantized along its last axis (mxprec_quantize_transposed), instead of x's own layout.
+// kBits: the code width. 8: FP8 (any kind of the dispatch below); 6 / 4: MX FP6 / FP4, codes packed down
+// the columns (4 rows in 3 bytes / 2 rows in a byte, mxprec's packing along the quantized axis), so the
+// tile's codes are kColTile * kBits / 8 rows of kColTile bytes. kNvfp4 (kBits 4): NVFP4's groups of 16 rows
+// (nvfp4_col_codes). kRows (with kTransposed, 1 x 128 row groups): also x's own row groups (tile_row_groups); those
+// instances are held to 4 CTAs per SM (64 registers; 79 without the bound, 3 CTAs per SM and 7.5 % slower on the
+// H200), the others keep no minimum (0: their registers, and SASS, as before the kRows instances existed).
+template <InType I, bool kBand, int kBits = 8, bool kNvfp4 = false, bool kTransposed = false, bool kRows = false>
+__global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
+  static_assert(kBits == 8 || (!kBand && (kBits == 6 || kBits == 4)), "col_kernel: FP8, or MX FP6 / FP4");
+  static_assert(!kNvfp4 || kBits == 4, "col_kernel: NVFP4 codes are 4 bits");
+  static_assert(!kTransposed || (kBits == 8 && !kNvfp4), "col_kernel: transposed output for FP8 codes only");
+  static_assert(!kRows || kTransposed, "col_kernel: the row groups come with the transposed output");
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
+  unsigned char* xin = smem;                                                   // [128][128] elements of x
+  uint8_t* codes = smem + kColTile * kRowBytes;                                // [kCodeRows][128] codes
+  uint32_t* seg_keys = reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);  // [segment][column]
+  const int64_t cols = a.cols;
+  // A 2-D grid (x: column tiles, y: row tiles): no division of the block index (22 of the MXFP4 instance's
+  // 1122 instructions per warp had been one).
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColTile, c0 = static_cast<int64_t>(blockIdx.x) * kColTile;
+
+  {  // the tile: a thread copies 16-byte piece `piece` of rows row0, row0 + kRowStep, ... (one address
+     // computation, then constant strides; the per-piece 64-bit index arithmetic had been 13 % of the
+     // MXFP4 instance's instructions)
+    constexpr int kPieces = kRowBytes / 16, kRowStep = kThreads / kPieces;
+    static_assert(kThreads % kPieces == 0 && kColTile % kRowStep == 0, "col_kernel: tile load geometry");
+    const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+    const char* src = static_cast<const char*>(a.x) + ((r0 + row0) * cols + c0) * in_bytes<I>() + piece * 16;
+    const int64_t src_step = kRowStep * cols * static_cast<int64_t>(in_bytes<I>());
+    unsigned char* dst = xin + row0 * kRowBytes + piece * 16;
+#pragma unroll
+    for (int k = 0; k < kColTile / kRowStep; ++k) cp_async16(dst + k * kRowStep * kRowBytes, src + k * src_step);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  float ts;  // NVFP4's tensor scale
+  const uint32_t thread_key =
+      col_tile_codes<I, kBand, kBits, kNvfp4, kTransposed, kRows>(a, xin, codes, seg_keys, r0, c0, ts);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   if (a.acc_amax) block_amax(a.amax, thread_key);
 }

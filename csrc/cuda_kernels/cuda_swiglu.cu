@@ -53,10 +53,13 @@
 #include "ffi_helpers.h"
 #include "fp8_codes.cuh"
 #include "quantize_math.h"
+#include "swiglu_math.cuh"
 
 namespace mxprec {
 namespace cuda_swiglu {
 namespace {
+
+using namespace swiglu_math;  // NOLINT: the shared SwiGLU arithmetic (swiglu_math.cuh)
 
 constexpr const char* kBackwardOp = "mxprec_swiglu_backward_fp8";
 constexpr int kTileM = 64;
@@ -66,41 +69,6 @@ constexpr int kVec = 8;                           // elements per thread per row
 constexpr int kRowThreads = kTileF / kVec;        // 16 threads per tile row
 constexpr int kRowsPerPass = kThreads / kRowThreads;  // 16 rows per pass
 constexpr int kStrideWords = kTileF / 4 + 1;      // padded shared row: 33 words
-
-// The two model-dtype elements of a 32-bit word (element 0 in the low half) as FP32; bf16 by bit moves (one
-// instruction each).
-template <typename T>
-__device__ __forceinline__ void unpack2(uint32_t w, float& a, float& b);
-template <>
-__device__ __forceinline__ void unpack2<__nv_bfloat16>(uint32_t w, float& a, float& b) {
-  a = __uint_as_float(w << 16);
-  b = __uint_as_float(w & 0xFFFF0000u);
-}
-template <>
-__device__ __forceinline__ void unpack2<__half>(uint32_t w, float& a, float& b) {
-  const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w));
-  a = v.x;
-  b = v.y;
-}
-
-// Two FP32 values rounded to the model's dtype (one paired convert, RN) and back.
-template <typename T>
-__device__ __forceinline__ void round_model2(float& a, float& b) {
-  uint32_t w;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-    w = *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(a, b);
-    w = *reinterpret_cast<const uint32_t*>(&v);
-  }
-  unpack2<T>(w, a, b);
-}
-template <typename T>
-__device__ __forceinline__ void round_model8(float (&v)[8]) {
-#pragma unroll
-  for (int i = 0; i < 8; i += 2) round_model2<T>(v[i], v[i + 1]);
-}
 
 // 8 model-dtype elements (one 16-byte load) as FP32.
 template <typename T>
@@ -121,21 +89,11 @@ __device__ __forceinline__ void load8(const T* p, float m, float (&v)[8]) {
   round_model8<T>(v);
 }
 
-// sig = 1 / (1 + exp(-g)) and silu = g * sig (rcp.rn: the correctly rounded reciprocal, the bits of div.rn(1, x)).
-__device__ __forceinline__ void sigmoid_silu(float g, float& sig, float& silu) {
-  sig = __frcp_rn(__fadd_rn(1.0f, expf(-g)));
-  silu = __fmul_rn(g, sig);
-}
-
 // h = R(silu(g) * u) of 8 elements (R: the model dtype's rounding).
 template <typename T>
 __device__ __forceinline__ void swiglu_forward8(const float (&g)[8], const float (&u)[8], float (&h)[8]) {
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    float sig, silu;
-    sigmoid_silu(g[i], sig, silu);
-    h[i] = __fmul_rn(silu, u[i]);
-  }
+  for (int i = 0; i < kVec; ++i) h[i] = swiglu_values(g[i], u[i], 0.0f).h;
   round_model8<T>(h);
 }
 
@@ -145,12 +103,10 @@ __device__ __forceinline__ void swiglu_backward8(const float (&g)[8], const floa
                                                  float (&h)[8], float (&dg)[8], float (&du)[8]) {
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    float sig, silu;
-    sigmoid_silu(g[i], sig, silu);
-    h[i] = __fmul_rn(silu, u[i]);
-    du[i] = __fmul_rn(d[i], silu);
-    const float inner = __fadd_rn(1.0f, __fmul_rn(g[i], __fsub_rn(1.0f, sig)));
-    dg[i] = __fmul_rn(__fmul_rn(__fmul_rn(d[i], u[i]), sig), inner);
+    const SwigluValues v = swiglu_values(g[i], u[i], d[i]);
+    h[i] = v.h;
+    dg[i] = v.d_gate;
+    du[i] = v.d_up;
   }
   round_model8<T>(h);
   round_model8<T>(dg);
