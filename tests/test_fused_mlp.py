@@ -161,7 +161,7 @@ def test_errors_name_shapes_and_dtypes():
         swiglu_mlp(x, w0.astype(jnp.float32), w1, wo, recipe="fp8_current")
     with pytest.raises(ValueError, match="swiglu_kernel must be one of"):
         swiglu_mlp(x, w0, w1, wo, recipe="fp8_current", swiglu_kernel="triton")
-    with pytest.raises(ValueError, match="not per-tensor"):
+    with pytest.raises(ValueError, match="neither per-tensor .* nor FP8 1 x 128 tiles"):
         jax.grad(lambda x: jnp.sum(swiglu_mlp(x, w0, w1, wo, recipe="fp8_rowwise", swiglu_kernel="cuda")
                                    .astype(jnp.float32)))(x)
     if not ON_GPU:
@@ -250,14 +250,45 @@ def _emulated_amax_local(n, gate, up, *rest):
     return (amax[:n],)
 
 
+def _tile_spec(dtype_name, pow2=False):
+    from mxprec.scaling import TileScaling
+
+    fmt = formats.E4M3 if jnp.dtype(dtype_name) == jnp.dtype(jnp.float8_e4m3fn) else formats.E5M2
+    return TileScaling(fmt, tile=(1, 128), power_of_two=bool(pow2))
+
+
+def _tile_reference(spec, gate, up, dh=None, transposed=False):
+    """The 1 x 128 tile kernels' outputs from XLA and the library's quantizer: h's (codes, scale) along F, or of h's
+    transpose (transposed); with dh, d_gate's and d_up's row copy and transposed copy."""
+    def rows(t):
+        q = quantize(t, spec, axis=1)
+        return q.data, q.scale
+
+    def cols(t):
+        return rows(t.T)
+
+    if dh is None:
+        h = swiglu_forward(gate, up)
+        return cols(h) if transposed else rows(h)
+    d_gate, d_up = swiglu_backward(gate, up, dh)
+    return (*rows(d_gate), *cols(d_gate), *rows(d_up), *cols(d_up))
+
+
+def _emulated_tiles_local(cfg, gate, up, *dh):
+    """mxprec_swiglu_h_tiles / grad_tiles' stand-in: XLA's evaluation (the GPU tests prove the kernel equal to it)."""
+    dtype, _, pow2, transposed = cfg
+    return _tile_reference(_tile_spec(dtype, pow2), gate, up, *dh, transposed=bool(transposed))
+
+
 def _emulate_kernels(monkeypatch):
     monkeypatch.setattr(cuda, "require", lambda: None)
     monkeypatch.setattr(cuda, "_swiglu_backward_local", _emulated_backward_local)
     monkeypatch.setattr(cuda, "_swiglu_forward_local", _emulated_forward_local)
     monkeypatch.setattr(cuda, "_swiglu_amax_local", _emulated_amax_local)
+    monkeypatch.setattr(cuda, "_swiglu_tiles_local", _emulated_tiles_local)
 
 
-@pytest.mark.parametrize("recipe", ["fp8_delayed", "fp8_current"])
+@pytest.mark.parametrize("recipe", ["fp8_delayed", "fp8_current", "fp8_block"])
 def test_block_kernel_path_emulated_equals_xla_path(monkeypatch, recipe):
     """The block's kernel path (the forward's codes and the backward's copies from the SwiGLU calls, current scaling's
     scales from the amax-only calls) with each call replaced by XLA's evaluation of its outputs: outputs, gradients and
@@ -284,6 +315,8 @@ def test_block_kernel_path_emulated_equals_xla_path(monkeypatch, recipe):
     y, g = _value_and_grads(_fused(r, "auto"), args, st)
     _assert_trees_bitwise((y, g), (y_ref, g_ref))
     want = {"forward", "backward"} | ({"forward_amax", "backward_amax"} if recipe == "fp8_current" else set())
+    if recipe == "fp8_block":  # h's two copies from the forward, d_gate's and d_up's four from the backward
+        want = {"h_tiles", "h_tiles_t", "grad_tiles"}
     assert set(calls) == want
 
 
@@ -342,6 +375,70 @@ def test_swiglu_calls_vmap_one_call_per_example(monkeypatch):
         want = jax.jit(both)(gate[i], up[i], dh[i])
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
             np.testing.assert_array_equal(_bits(a[i]), _bits(b))
+
+
+@pytest.mark.parametrize("spec,gathers", [(("data", "model"), False), (("model", "data"), True)])
+def test_swiglu_tile_calls_shard_elementwise(monkeypatch, spec, gathers):
+    """The 1 x 128 tile calls under jit + NamedSharding on 8 CPU devices (each device's call XLA's stand-in): the same
+    bits as one device, the transposed copies and their scales sharded transposed, no all-gather unless a shard
+    would cut a 128 x 128 tile (("model", "data"): 384 rows over 4 devices), where that axis is gathered."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    _emulate_kernels(monkeypatch)
+    cpus = jax.devices("cpu")
+    if len(cpus) < 8:
+        pytest.skip("needs 8 CPU devices (tests/conftest.py's XLA_FLAGS)")
+    mesh = Mesh(np.array(cpus[:8]).reshape(2, 4), ("data", "model"))
+    gate, up, dh = (jax.device_put(t, cpus[0]) for t in _adversarial(m=384 if gathers else 1024, f=1024))
+    spec_h, spec_g = _tile_spec("float8_e4m3fn"), _tile_spec("float8_e5m2")
+
+    def calls(g, u, d):
+        return (cuda.swiglu_h_tiles(g, u, spec_h), cuda.swiglu_h_tiles(g, u, spec_h, transposed=True),
+                cuda.swiglu_grad_tiles(g, u, d, spec_g))
+
+    want = jax.jit(calls)(gate, up, dh)
+    sharding = NamedSharding(mesh, P(*spec))
+    args = [jax.device_put(t, sharding) for t in (gate, up, dh)]
+    f = jax.jit(calls)
+    got = f(*args)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    assert ("all-gather" in f.lower(*args).compile().as_text()) == gathers
+    if not gathers:
+        (h, h_scale), (h_t, h_t_scale), grads = got
+        for t in (h, h_scale, grads[0], grads[1]):
+            assert t.sharding.is_equivalent_to(NamedSharding(mesh, P(*spec)), 2)
+        for t in (h_t, h_t_scale, grads[2], grads[3]):
+            assert t.sharding.is_equivalent_to(NamedSharding(mesh, P(*spec[::-1])), 2)
+
+
+def test_swiglu_tile_calls_vmap_and_errors(monkeypatch):
+    """vmap of the tile calls (XLA's stand-in per device): one call per example, the same bits; and the errors that
+    name the operands before anything runs."""
+    _emulate_kernels(monkeypatch)
+    k = jax.random.split(jax.random.key(12), 3)
+    gate, up, dh = (jax.random.normal(ki, (2, 128, 256), jnp.float32).astype(BF16) * 8 for ki in k)
+    spec = _tile_spec("float8_e4m3fn")
+
+    def calls(g, u, d):
+        return cuda.swiglu_h_tiles(g, u, spec), cuda.swiglu_grad_tiles(g, u, d, spec)
+
+    got = jax.jit(jax.vmap(calls))(gate, up, dh)
+    for i in range(2):
+        want = jax.jit(calls)(gate[i], up[i], dh[i])
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_array_equal(_bits(a[i]), _bits(b))
+    g64 = gate[0, :64]
+    with pytest.raises(ValueError, match=r"swiglu_h_tiles: shape \(64, 256\): M and F must be positive multiples of 128"):
+        cuda.swiglu_h_tiles(g64, g64, spec)
+    with pytest.raises(ValueError, match=r"swiglu_grad_tiles: dh bfloat16\(128, 128\) differs from gate"):
+        cuda.swiglu_grad_tiles(gate[0], up[0], dh[0, :, :128], spec)
+    with pytest.raises(ValueError, match=r"dtype float32 \(the kernels take bfloat16 / float16\)"):
+        cuda.swiglu_h_tiles(gate[0].astype(jnp.float32), up[0].astype(jnp.float32), spec)
+    from mxprec.scaling import TileScaling
+
+    with pytest.raises(ValueError, match=r"the tile kernels write FP8 TileScaling with tile \(1, 128\)"):
+        cuda.swiglu_h_tiles(gate[0], up[0], TileScaling(formats.E4M3, tile=(128, 128)))
 
 
 # ----------------------------------------------------------------------------- GPU (the CUDA kernel)
@@ -468,7 +565,29 @@ def test_gpu_amax_kernels_bitexact():
 
 
 @GPU_KERNEL
-@pytest.mark.parametrize("recipe", ["fp8_delayed", "fp8_current"])
+@pytest.mark.parametrize("fmt_name,pow2,dtype", [("float8_e4m3fn", False, BF16), ("float8_e5m2", False, BF16),
+                                                 ("float8_e4m3fn", True, BF16), ("float8_e5m2", True, jnp.float16)])
+def test_gpu_tile_kernels_bitexact(fmt_name, pow2, dtype):
+    """The 1 x 128 tile kernels (h's two copies, d_gate's and d_up's four): the codes and scales of XLA's evaluation
+    of the formula quantized by the library, bit for bit, on random values over a wide range, the adversarial ones
+    (exp over- / underflow, +-0, subnormals, Inf, NaN, overflowing products) and all-zero tiles."""
+    spec = _tile_spec(fmt_name, pow2)
+    k = jax.random.split(jax.random.key(21), 4)
+    wide = jnp.exp2(jax.random.uniform(k[3], (512, 1024), jnp.float32, -20, 12))
+    random = tuple((jax.random.normal(ki, (512, 1024), jnp.float32) * wide).astype(dtype) for ki in k[:3])
+    zeros = tuple(jnp.zeros((256, 384), dtype).at[128:, :128].set(1.5) for _ in range(3))
+    for args in (random, tuple(t.astype(dtype) for t in _adversarial(m=128, f=256)), zeros):
+        got = jax.jit(lambda g, u, d: (cuda.swiglu_h_tiles(g, u, spec), cuda.swiglu_h_tiles(g, u, spec, True),
+                                       cuda.swiglu_grad_tiles(g, u, d, spec)))(*args)
+        want = jax.jit(lambda g, u, d: (_tile_reference(spec, g, u), _tile_reference(spec, g, u, transposed=True),
+                                        _tile_reference(spec, g, u, d)))(*args)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+@GPU_KERNEL
+@pytest.mark.parametrize("recipe", ["fp8_delayed", "fp8_current", "fp8_block"])
 def test_gpu_block_with_kernel_equals_xla_path(recipe):
     r = get_recipe(recipe)
     args = _operands(m=1024, d=512, f=1024, seed=5)

@@ -83,6 +83,7 @@
 #include "quantize_ffi.h"
 #include "quantize_math.h"
 #include "scaled_gemm.h"
+#include "swiglu_math.cuh"
 #include "xla/ffi/api/ffi.h"
 
 namespace mxprec {
@@ -1702,6 +1703,100 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
   if (a.acc_amax) block_amax(a.amax, thread_key);
 }
 
+// ------------------------------------------------------------------------------------ SwiGLU, 1 x 128 tiles
+
+// mxprec.fused_mlp's SwiGLU with fp8_block's quantization (FP8 TileScaling (1, 128)) on col_kernel's 128 x 128
+// tiles: a CTA computes its tile's product(s) from gate, up (and dh) with swiglu_math.cuh's arithmetic, rounds them
+// to the model's dtype into shared memory (where col_kernel stages x), and quantizes them there with col_kernel's
+// own code: the bits of mxprec_quantize on the rounded products. Modes:
+//   kSwigluHRows: h's 1 x 128 row groups (wo's Fprop copy; tile_row_groups: q[0].row_*);
+//   kSwigluHTransposed: h's groups of 128 rows, written K-major (wo's Wgrad copy; col_tile_codes kTransposed: q[0]);
+//   kSwigluGrads: d_gate (q[0]) and d_up (q[1]), each both copies (col_tile_codes kTransposed + kRows), from one
+//   sigmoid per element (two product tiles in shared memory: 2 CTAs per SM).
+constexpr int kSwigluHRows = 0, kSwigluHTransposed = 1, kSwigluGrads = 2;
+
+struct SwigluTileArgs {
+  const void* gate;
+  const void* up;
+  const void* dh;  // kSwigluGrads only
+  Args q[2];       // the products' quantize views (M, F): col_kernel kTransposed's arguments
+};
+
+template <int kMode>
+constexpr int swiglu_tile_slots() {
+  return kMode == kSwigluGrads ? 2 : 1;
+}
+
+template <InType I, int kMode>
+constexpr size_t swiglu_tile_smem_bytes() {
+  return static_cast<size_t>(swiglu_tile_slots<kMode>()) * kColTile * kColTile * in_bytes<I>() +
+         (kMode == kSwigluHRows ? 0 : col_smem_bytes<I>() - static_cast<size_t>(kColTile) * kColTile * in_bytes<I>());
+}
+
+template <InType I, int kMode>
+__global__ void __launch_bounds__(kThreads, kMode == kSwigluGrads ? 2 : 4) swiglu_tile_kernel(SwigluTileArgs s) {
+  static_assert(I == InType::kBF16 || I == InType::kF16, "swiglu_tile_kernel: bfloat16 / float16 inputs");
+  using T = std::conditional_t<I == InType::kBF16, __nv_bfloat16, __half>;
+  constexpr int kSlots = swiglu_tile_slots<kMode>();
+  constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const slot0 = smem;                                       // [128][128] products (model dtype)
+  unsigned char* const slot1 = smem + (kSlots - 1) * kColTile * kRowBytes;  // d_up's (kSwigluGrads)
+  uint8_t* codes = smem + kSlots * kColTile * kRowBytes;                    // col_kernel's [128][128] codes
+  uint32_t* seg_keys = reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColTile, c0 = static_cast<int64_t>(blockIdx.x) * kColTile;
+  {  // the products: a thread takes 8-element piece `piece` of rows row0, row0 + kRowStep, ... (col_kernel's load
+     // geometry), reading gate, up (and dh) straight from global memory
+    constexpr int kPieces = kRowBytes / 16, kRowStep = kThreads / kPieces;
+    const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+    const int64_t cols = s.q[0].cols;
+    const int64_t off0 = (r0 + row0) * cols + c0 + piece * 8, step = kRowStep * cols;
+    const uint4* gate = static_cast<const uint4*>(s.gate);
+    const uint4* up = static_cast<const uint4*>(s.up);
+    const uint4* dh = static_cast<const uint4*>(s.dh);
+#pragma unroll 2
+    for (int k = 0; k < kColTile / kRowStep; ++k) {
+      const int64_t v = (off0 + k * step) / 8;  // 16-byte index
+      const uint4 gw = __ldg(gate + v), uw = __ldg(up + v);
+      uint4 dw = make_uint4(0, 0, 0, 0);
+      if constexpr (kMode == kSwigluGrads) dw = __ldg(dh + v);
+      const uint32_t gs[4] = {gw.x, gw.y, gw.z, gw.w}, us[4] = {uw.x, uw.y, uw.z, uw.w};
+      const uint32_t ds[4] = {dw.x, dw.y, dw.z, dw.w};
+      uint32_t p0[4], p1[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float g[2], u[2], d[2] = {0.0f, 0.0f};
+        swiglu_math::unpack2<T>(gs[j], g[0], g[1]);
+        swiglu_math::unpack2<T>(us[j], u[0], u[1]);
+        if constexpr (kMode == kSwigluGrads) swiglu_math::unpack2<T>(ds[j], d[0], d[1]);
+        const swiglu_math::SwigluValues a = swiglu_math::swiglu_values(g[0], u[0], d[0]);
+        const swiglu_math::SwigluValues b = swiglu_math::swiglu_values(g[1], u[1], d[1]);
+        if constexpr (kMode == kSwigluGrads) {
+          p0[j] = swiglu_math::pack_model2<T>(a.d_gate, b.d_gate);
+          p1[j] = swiglu_math::pack_model2<T>(a.d_up, b.d_up);
+        } else {
+          p0[j] = swiglu_math::pack_model2<T>(a.h, b.h);
+        }
+      }
+      const int at = (row0 + k * kRowStep) * kRowBytes + piece * 16;
+      *reinterpret_cast<uint4*>(slot0 + at) = make_uint4(p0[0], p0[1], p0[2], p0[3]);
+      if constexpr (kMode == kSwigluGrads) *reinterpret_cast<uint4*>(slot1 + at) = make_uint4(p1[0], p1[1], p1[2], p1[3]);
+    }
+  }
+  __syncthreads();
+  float ts;  // (1: not NVFP4)
+  if constexpr (kMode == kSwigluHRows) {
+    tile_row_groups<I>(s.q[0], slot0, r0, c0);
+    (void)ts;
+  } else if constexpr (kMode == kSwigluHTransposed) {
+    col_tile_codes<I, true, 8, false, true, false>(s.q[0], slot0, codes, seg_keys, r0, c0, ts);
+  } else {
+    col_tile_codes<I, true, 8, false, true, true>(s.q[0], slot0, codes, seg_keys, r0, c0, ts);
+    __syncthreads();  // the code tile and segment keys are reused
+    col_tile_codes<I, true, 8, false, true, true>(s.q[1], slot1, codes, seg_keys, r0, c0, ts);
+  }
+}
+
 // One thread per group, scalar loads, the exact per-element functions (any shape / alignment).
 template <InType I>
 __global__ void __launch_bounds__(kThreads) generic_kernel(Args a) {
@@ -2258,6 +2353,165 @@ ffi::Error QuantizeRowsTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,
   return launch_transposed<true>(stream, x.element_type(), a);
 }
 
+// `mxprec_swiglu_h_tiles` (mxprec.kernels.cuda.swiglu_h_tiles) and `mxprec_swiglu_grad_tiles`
+// (swiglu_grad_tiles): swiglu_tile_kernel's calls. Operands gate, up (, dh): (M, F) bfloat16 / float16 of one
+// shape and dtype, M and F multiples of 128. Attributes: fmt (FP8), power_of_two (the scales' rounding), as
+// mxprec_quantize's TileScaling (1, 128); every copy of a call has that format.
+//   h_tiles, transposed 0: data (M, F), scale f32 (M, F / 128): h's 1 x 128 groups along F;
+//           transposed 1: data (F, M), scale f32 (F, M / 128): h's groups of 128 along M, K-major;
+//   grad_tiles: d_gate (M, F), its scale (M, F / 128), d_gate_t (F, M), its scale (F, M / 128), then d_up's four.
+// No amax is computed (fp8_block's copies have none).
+constexpr const char* kOpSwigluH = "mxprec_swiglu_h_tiles (CUDA)";
+constexpr const char* kOpSwigluGrads = "mxprec_swiglu_grad_tiles (CUDA)";
+
+ffi::Error swiglu_tile_operands(const char* op, const ffi::AnyBuffer* const* ins, int n, int32_t fmt,
+                                int32_t power_of_two, int64_t& M, int64_t& F) {
+  const std::string o(op);
+  const auto gd = ins[0]->dimensions();
+  const ffi::DataType t = ins[0]->element_type();
+  std::ostringstream desc;
+  desc << o << ": operands";
+  bool ok = gd.size() == 2 && (t == ffi::DataType::BF16 || t == ffi::DataType::F16);
+  for (int i = 0; i < n; ++i) {
+    desc << (i ? ", " : " ") << dims_str(ins[i]->dimensions()) << " " << dtype_name(ins[i]->element_type());
+    ok = ok && ins[i]->element_type() == t && dims_equal(ins[i]->dimensions(), Dims3{2, {gd[0], gd.size() == 2 ? gd[1] : 0, 0}});
+  }
+  if (!ok) return invalid(desc.str() + "; expected (M, F) bfloat16 or float16 tensors of one shape and dtype");
+  M = gd[0];
+  F = gd[1];
+  if (M <= 0 || F <= 0 || M % kColTile != 0 || F % kColTile != 0 || M / kColTile > kMaxGridY)
+    return invalid(desc.str() + "; M and F must be positive multiples of 128 (M at most 65535 * 128)");
+  for (int i = 0; i < n; ++i)
+    if (!aligned(ins[i]->untyped_data(), 16)) return invalid(o + ": operands must be 16-byte aligned");
+  if (!is_fp8(fmt)) return invalid(o + ": fmt=" + std::to_string(fmt) + " must be an FP8 format (e4m3, e5m2)");
+  if (power_of_two != 0 && power_of_two != 1) return invalid(o + ": power_of_two must be 0 or 1");
+  return ffi::Error::Success();
+}
+
+// One product's quantize view (M, F): TileScaling (1, 128) in `fmt`, groups of 128 rows for the K-major copy
+// (col_kernel kTransposed) and 1 x 128 row groups (the row copy); results set by the caller.
+Args swiglu_product_args(int64_t M, int64_t F, int32_t fmt, int32_t power_of_two) {
+  Args a{};
+  a.rows = M;
+  a.cols = F;
+  a.n = M * F;
+  a.batch_rows = M;
+  a.gh = kColTile;
+  a.gw = 1;
+  a.ngc = F;
+  a.ngroups = (M / kColTile) * F;
+  a.kind = static_cast<int32_t>(ScalingKind::kTile);
+  a.fmt = fmt;
+  a.pow2 = power_of_two;
+  a.axis = 1;
+  a.acc_amax = 0;
+  a.row_fmt = fmt;
+  a.row_pow2 = power_of_two;
+  return a;
+}
+
+// A code / scale result of a swiglu tile call: its shape and dtype checked, its address returned.
+template <class P>
+ffi::Error swiglu_result(const char* op, const char* what, ffi::AnyBuffer& buf, Dims3 want, ffi::DataType dtype,
+                         P*& ptr) {
+  if (auto e = check_buffer(op, what, buf, want, dtype); e.failure()) return e;
+  ptr = static_cast<P*>(buf.untyped_data());
+  if (!aligned(ptr, 16)) return invalid(std::string(op) + ": " + what + " must be 16-byte aligned");
+  return ffi::Error::Success();
+}
+
+template <InType I, int kMode>
+cudaError_t launch_swiglu_tile_kernel(cudaStream_t stream, const SwigluTileArgs& s) {
+  constexpr auto kKernel = swiglu_tile_kernel<I, kMode>;
+  constexpr int smem = static_cast<int>(swiglu_tile_smem_bytes<I, kMode>());
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>(s.q[0].cols / kColTile), static_cast<unsigned>(s.q[0].rows / kColTile));
+  kKernel<<<grid, kThreads, smem, stream>>>(s);
+  return cudaGetLastError();
+}
+
+template <int kMode>
+ffi::Error launch_swiglu_tiles(const char* op, cudaStream_t stream, ffi::DataType dtype, const SwigluTileArgs& s) {
+  const cudaError_t ce = dtype == ffi::DataType::BF16 ? launch_swiglu_tile_kernel<InType::kBF16, kMode>(stream, s)
+                                                      : launch_swiglu_tile_kernel<InType::kF16, kMode>(stream, s);
+  if (ce != cudaSuccess) return cuda_status(op, "kernel launch", ce);
+  return ffi::Error::Success();
+}
+
+ffi::Error SwigluHTilesCudaImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up,
+                                ffi::Result<ffi::AnyBuffer> data, ffi::Result<ffi::AnyBuffer> scale, int32_t fmt,
+                                int32_t power_of_two, int32_t transposed) {
+  const ffi::AnyBuffer* ins[2] = {&gate, &up};
+  int64_t M = 0, F = 0;
+  if (auto e = swiglu_tile_operands(kOpSwigluH, ins, 2, fmt, power_of_two, M, F); e.failure()) return e;
+  if (transposed != 0 && transposed != 1) return invalid(std::string(kOpSwigluH) + ": transposed must be 0 or 1");
+  SwigluTileArgs s{};
+  s.gate = gate.untyped_data();
+  s.up = up.untyped_data();
+  s.q[0] = swiglu_product_args(M, F, fmt, power_of_two);
+  const ffi::DataType codes = data_dtype(static_cast<ElemFormat>(fmt));
+  if (transposed) {
+    if (auto e = swiglu_result(kOpSwigluH, "data result", *data, Dims3{2, {F, M, 0}}, codes, s.q[0].data); e.failure())
+      return e;
+    void*& sc = s.q[0].scale;
+    float* sp = nullptr;
+    if (auto e = swiglu_result(kOpSwigluH, "scale result", *scale, Dims3{2, {F, M / kColTile, 0}},
+                               ffi::DataType::F32, sp);
+        e.failure())
+      return e;
+    sc = sp;
+    return launch_swiglu_tiles<kSwigluHTransposed>(kOpSwigluH, stream, gate.element_type(), s);
+  }
+  if (auto e = swiglu_result(kOpSwigluH, "data result", *data, Dims3{2, {M, F, 0}}, codes, s.q[0].row_data);
+      e.failure())
+    return e;
+  if (auto e = swiglu_result(kOpSwigluH, "scale result", *scale, Dims3{2, {M, F / kColTile, 0}}, ffi::DataType::F32,
+                             s.q[0].row_scale);
+      e.failure())
+    return e;
+  return launch_swiglu_tiles<kSwigluHRows>(kOpSwigluH, stream, gate.element_type(), s);
+}
+
+ffi::Error SwigluGradTilesCudaImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::AnyBuffer up, ffi::AnyBuffer dh,
+                                   ffi::Result<ffi::AnyBuffer> dg, ffi::Result<ffi::AnyBuffer> dg_scale,
+                                   ffi::Result<ffi::AnyBuffer> dg_t, ffi::Result<ffi::AnyBuffer> dg_t_scale,
+                                   ffi::Result<ffi::AnyBuffer> du, ffi::Result<ffi::AnyBuffer> du_scale,
+                                   ffi::Result<ffi::AnyBuffer> du_t, ffi::Result<ffi::AnyBuffer> du_t_scale,
+                                   int32_t fmt, int32_t power_of_two) {
+  const ffi::AnyBuffer* ins[3] = {&gate, &up, &dh};
+  int64_t M = 0, F = 0;
+  if (auto e = swiglu_tile_operands(kOpSwigluGrads, ins, 3, fmt, power_of_two, M, F); e.failure()) return e;
+  SwigluTileArgs s{};
+  s.gate = gate.untyped_data();
+  s.up = up.untyped_data();
+  s.dh = dh.untyped_data();
+  const ffi::DataType codes = data_dtype(static_cast<ElemFormat>(fmt));
+  const Dims3 rows{2, {M, F, 0}}, rows_scale{2, {M, F / kColTile, 0}};
+  const Dims3 cols{2, {F, M, 0}}, cols_scale{2, {F, M / kColTile, 0}};
+  ffi::AnyBuffer* outs[2][4] = {{&*dg, &*dg_scale, &*dg_t, &*dg_t_scale}, {&*du, &*du_scale, &*du_t, &*du_t_scale}};
+  const char* names[2][4] = {{"d_gate result", "d_gate scale result", "d_gate_t result", "d_gate_t scale result"},
+                             {"d_up result", "d_up scale result", "d_up_t result", "d_up_t scale result"}};
+  for (int p = 0; p < 2; ++p) {
+    Args& a = s.q[p];
+    a = swiglu_product_args(M, F, fmt, power_of_two);
+    float* col_scale = nullptr;
+    if (auto e = swiglu_result(kOpSwigluGrads, names[p][0], *outs[p][0], rows, codes, a.row_data); e.failure())
+      return e;
+    if (auto e = swiglu_result(kOpSwigluGrads, names[p][1], *outs[p][1], rows_scale, ffi::DataType::F32, a.row_scale);
+        e.failure())
+      return e;
+    if (auto e = swiglu_result(kOpSwigluGrads, names[p][2], *outs[p][2], cols, codes, a.data); e.failure()) return e;
+    if (auto e = swiglu_result(kOpSwigluGrads, names[p][3], *outs[p][3], cols_scale, ffi::DataType::F32, col_scale);
+        e.failure())
+      return e;
+    a.scale = col_scale;
+  }
+  return launch_swiglu_tiles<kSwigluGrads>(kOpSwigluGrads, stream, gate.element_type(), s);
+}
+
 }  // namespace
 }  // namespace cuda_quantize
 }  // namespace mxprec
@@ -2265,6 +2519,36 @@ ffi::Error QuantizeRowsTransposedCudaImpl(cudaStream_t stream, ffi::AnyBuffer x,
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeCuda);
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeTransposedCuda);
 MXPREC_DECLARE_HANDLER_SYMBOL(MxprecQuantizeRowsTransposedCuda);
+MXPREC_DECLARE_HANDLER_SYMBOL(MxprecSwigluHTilesCuda);
+MXPREC_DECLARE_HANDLER_SYMBOL(MxprecSwigluGradTilesCuda);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecSwigluHTilesCuda, mxprec::cuda_quantize::SwigluHTilesCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()   // gate (M, F)
+                                  .Arg<xla::ffi::AnyBuffer>()   // up (M, F)
+                                  .Ret<xla::ffi::AnyBuffer>()   // data: (M, F), or (F, M) transposed
+                                  .Ret<xla::ffi::AnyBuffer>()   // scale: (M, F / 128), or (F, M / 128)
+                                  .Attr<int32_t>("fmt")
+                                  .Attr<int32_t>("power_of_two")
+                                  .Attr<int32_t>("transposed"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecSwigluGradTilesCuda, mxprec::cuda_quantize::SwigluGradTilesCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()   // gate (M, F)
+                                  .Arg<xla::ffi::AnyBuffer>()   // up (M, F)
+                                  .Arg<xla::ffi::AnyBuffer>()   // dh (M, F)
+                                  .Ret<xla::ffi::AnyBuffer>()   // d_gate (M, F)
+                                  .Ret<xla::ffi::AnyBuffer>()   // its scale (M, F / 128)
+                                  .Ret<xla::ffi::AnyBuffer>()   // d_gate_t (F, M)
+                                  .Ret<xla::ffi::AnyBuffer>()   // its scale (F, M / 128)
+                                  .Ret<xla::ffi::AnyBuffer>()   // d_up (M, F)
+                                  .Ret<xla::ffi::AnyBuffer>()   // its scale (M, F / 128)
+                                  .Ret<xla::ffi::AnyBuffer>()   // d_up_t (F, M)
+                                  .Ret<xla::ffi::AnyBuffer>()   // its scale (F, M / 128)
+                                  .Attr<int32_t>("fmt")
+                                  .Attr<int32_t>("power_of_two"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MxprecQuantizeTransposedCuda, mxprec::cuda_quantize::QuantizeTransposedCudaImpl,
                               xla::ffi::Ffi::Bind()

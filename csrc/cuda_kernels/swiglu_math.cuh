@@ -29,18 +29,22 @@ __device__ __forceinline__ void unpack2<__half>(uint32_t w, float& a, float& b) 
   b = v.y;
 }
 
-// Two FP32 values rounded to the model's dtype (one paired convert, RN) and back.
+// Two FP32 values rounded to the model's dtype (one paired convert, RN) as a 32-bit word (a in the low half).
 template <typename T>
-__device__ __forceinline__ void round_model2(float& a, float& b) {
-  uint32_t w;
+__device__ __forceinline__ uint32_t pack_model2(float a, float b) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-    w = *reinterpret_cast<const uint32_t*>(&v);
+    return *reinterpret_cast<const uint32_t*>(&v);
   } else {
     const __half2 v = __floats2half2_rn(a, b);
-    w = *reinterpret_cast<const uint32_t*>(&v);
+    return *reinterpret_cast<const uint32_t*>(&v);
   }
-  unpack2<T>(w, a, b);
+}
+
+// Two FP32 values rounded to the model's dtype and back.
+template <typename T>
+__device__ __forceinline__ void round_model2(float& a, float& b) {
+  unpack2<T>(pack_model2<T>(a, b), a, b);
 }
 template <typename T>
 __device__ __forceinline__ void round_model8(float (&v)[8]) {

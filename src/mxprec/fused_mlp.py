@@ -56,7 +56,7 @@ from mxprec.quantize import (
     _per_group_fp32_scale as _current_scale,  # TensorScaling's amax / max_finite (1 at 0)
 )
 from mxprec.recipes import Recipe, get as get_recipe
-from mxprec.scaling import DelayedScaling, TensorScaling
+from mxprec.scaling import DelayedScaling, TensorScaling, TileScaling
 
 __all__ = ["SWIGLU_KERNELS", "FusedMLPState", "swiglu", "swiglu_backward", "swiglu_forward", "swiglu_mlp"]
 
@@ -142,12 +142,24 @@ def _part(state, name):
     return None if state is None else getattr(state, name)
 
 
+class _TileOperands(NamedTuple):
+    """The backward's gate and up where the 1 x 128 tile kernels run (their residual marks that path)."""
+
+    gate: jax.Array
+    up: jax.Array
+
+
 def _fwd(meta: _Meta, x, w0, w1, wo, state):
     if not _kernel_use(meta, x.shape[1], w0.shape[2]):
         gate, res0 = _gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"))
         up, res1 = _gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"))
         y, res2 = _gemm_fwd(meta.gemm, swiglu_forward(gate, up), wo, _part(state, "wo"))
         return y, (res0, res1, res2, (gate, None), (up, None))
+    if _is_tiles(meta.gemm.recipe):
+        gate, res0 = _gemm_fwd(meta.gemm, x, w0, None)
+        up, res1 = _gemm_fwd(meta.gemm, x, w1, None)
+        y, res2 = _wo_fwd_from_tiles(meta, gate, up, wo)
+        return y, (res0, res1, res2, _TileOperands(gate, up))
     # the kernels apply XLA's per-tensor output scaling of gate and up themselves (scaled_gemm_deferred)
     gate, res0 = _gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"), gemm=scaled_gemm_deferred)
     up, res1 = _gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"), gemm=scaled_gemm_deferred)
@@ -185,6 +197,55 @@ def _wo_fwd_from_codes(meta: _Meta, gate, up, wo, state_wo):
     return y, (None, rw, amax, st)
 
 
+def _tile_qtensor(codes, scale, spec, shape, dtype) -> QTensor:
+    """A (1, M, F) or (1, F, M) copy from the tile kernels: 1 x 128 groups along its last axis, no amax."""
+    return QTensor(data=codes.reshape(shape), scale=scale.reshape(shape[:-1] + (shape[-1] // 128,)),
+                   amax=jnp.float32(jnp.nan), tensor_scale=None, spec=spec, axis=2, shape=shape,
+                   dtype=jnp.dtype(dtype))
+
+
+def _wo_fwd_from_tiles(meta: _Meta, gate, up, wo):
+    """wo's Fprop with h's 1 x 128 row copy from the tile kernel (h itself is never written), and h's Wgrad copy
+    (groups along M, K-major) from a second call as the residual. Under rematerialization each call is dead in one
+    of the two forwards (the Fprop's output is not needed when the backward recomputes, the residual is not kept in
+    the first forward), so XLA drops it there."""
+    from mxprec.kernels import cuda
+
+    m = meta.gemm
+    r, be = m.recipe, m.backend
+    b, rows, f = gate.shape
+    g2, u2 = gate.reshape(rows, f), up.reshape(rows, f)
+    qh = _tile_qtensor(*cuda.swiglu_h_tiles(g2, u2, r.fprop_lhs), r.fprop_lhs, (b, rows, f), gate.dtype)
+    qwo = _q(wo, r.fprop_rhs, 1, r, None, backend=be, weight=True)
+    y = kernels.scaled_gemm(qh, qwo, lhs_contract=2, rhs_contract=1, out_dtype=m.out_dtype, backend=be)
+    qh_w = _tile_qtensor(*cuda.swiglu_h_tiles(g2, u2, r.wgrad_lhs, transposed=True), r.wgrad_lhs, (b, f, rows),
+                         gate.dtype)
+    if r.residuals == "quantized":
+        rw = _reuse_or_quantize(wo, qwo, r.dgrad_rhs, 2, r, None, backend=be, weight=True)
+    else:
+        rw = _reuse_or_keep(wo, qwo, r.dgrad_rhs, 2)
+    return y, (qh_w, rw, None, None)
+
+
+def _swiglu_grads_from_tiles(meta: _Meta, gate, up, dh):
+    """(d_gate's Dgrad copy, Wgrad copy), (d_up's ...) from the tile kernel (1 x 128 groups along F; groups of 128
+    along M, K-major)."""
+    from mxprec.kernels import cuda
+
+    r = meta.gemm.recipe
+    b, m, f = gate.shape
+    out = cuda.swiglu_grad_tiles(gate.reshape(m, f), up.reshape(m, f), dh.reshape(m, f), r.dgrad_grad)
+    dt = gate.dtype
+    return tuple((_tile_qtensor(out[i], out[i + 1], r.dgrad_grad, (b, m, f), dt),
+                  _tile_qtensor(out[i + 2], out[i + 3], r.wgrad_grad, (b, f, m), dt)) for i in (0, 4))
+
+
+def _is_tiles(r: Recipe) -> bool:
+    """Whether the recipe's h and dY copies are FP8 1 x 128 tiles (fp8_block): the tile kernels' path."""
+    return all(isinstance(s, TileScaling) and s.tile == (1, 128) and s.fmt.is_fp8
+               for s in (r.fprop_lhs, r.wgrad_lhs, r.dgrad_grad, r.wgrad_grad))
+
+
 def _kernel_scale(spec, state, amax):
     """The per-tensor scale a SwiGLU kernel casts with: a delayed state's, or current scaling's from ``amax``."""
     if isinstance(spec, DelayedScaling):
@@ -200,9 +261,10 @@ def _kernel_use(meta: _Meta, m: int, f: int) -> bool:
         return False
     r = meta.gemm.recipe
     why = ""
-    if not all(isinstance(s, (DelayedScaling, TensorScaling)) and s.fmt.is_fp8
-               for s in (r.fprop_lhs, r.wgrad_lhs, r.dgrad_grad, r.wgrad_grad)):
-        why = f"recipe {r.name!r}: h / dY are not per-tensor (delayed or current) FP8"
+    tiles = _is_tiles(r)
+    if not tiles and not all(isinstance(s, (DelayedScaling, TensorScaling)) and s.fmt.is_fp8
+                             for s in (r.fprop_lhs, r.wgrad_lhs, r.dgrad_grad, r.wgrad_grad)):
+        why = f"recipe {r.name!r}: h / dY are neither per-tensor (delayed or current) FP8 nor FP8 1 x 128 tiles"
     elif r.dgrad_grad != r.wgrad_grad or r.stochastic_grad_rounding:
         why = f"recipe {r.name!r}: dY's Dgrad and Wgrad copies differ"
     elif jax.default_backend() != "gpu":
@@ -213,7 +275,8 @@ def _kernel_use(meta: _Meta, m: int, f: int) -> bool:
         if hip.is_rocm() or not cuda.available():
             why = "the CUDA kernels (libmxprec_cuda.so) are not loaded"
         else:
-            why = cuda.why_not_swiglu_backward(m, f, meta.gemm.out_dtype)
+            why = (cuda.why_not_swiglu_tiles(m, f, meta.gemm.out_dtype, r.dgrad_grad) if tiles
+                   else cuda.why_not_swiglu_backward(m, f, meta.gemm.out_dtype))
     if choice == "cuda" and why:
         raise ValueError(f"swiglu_mlp(swiglu_kernel='cuda'): {why}")
     # auto: the kernel wherever it applies; MXPREC_FUSED_SWIGLU_KERNEL=0 turns it off (a measurement knob)
@@ -258,20 +321,24 @@ def _swiglu_backward_quantized(meta: _Meta, gate, up, dh, st):
 
 
 def _bwd(meta: _Meta, res, g):
-    res0, res1, res2, gate, up = res
+    res0, res1, res2, *ops = res
     m = meta.gemm
     (rx0, rw0, amax0, st0), (rx1, rw1, amax1, st1), (rx2, rw2, amax2, st2) = res0, res1, res2
     st_all = None if st0 is None else FusedMLPState(st0, st1, st2)
     qg_d, qg_w = _grad_copies(m, g, _part(st2, "grad"))
-    if rx2 is None:  # the forward took the kernel path (_wo_fwd_from_codes leaves h's Wgrad copy to the backward)
+    if isinstance(ops[0], _TileOperands):  # the 1 x 128 tile kernels' path (no delayed state: amaxes unused)
+        dh = _dgrad(m, qg_d, rw2, st2)
+        (qd0, qd0_w), (qd1, qd1_w) = _swiglu_grads_from_tiles(meta, ops[0].gate, ops[0].up, dh)
+        amax_d0 = amax_d1 = None
+    elif rx2 is None:  # the forward took the kernel path (_wo_fwd_from_codes leaves h's Wgrad copy to the backward)
         # the kernel applies the Dgrad's per-tensor output scaling of dh itself, as the gate's and up's
         dh = _dgrad(m, qg_d, rw2, st2, gemm=scaled_gemm_deferred)
-        rx2, amax_h, (qd0, qd0_w, amax_d0), (qd1, qd1_w, amax_d1) = _swiglu_backward_quantized(meta, gate, up, dh,
+        rx2, amax_h, (qd0, qd0_w, amax_d0), (qd1, qd1_w, amax_d1) = _swiglu_backward_quantized(meta, *ops, dh,
                                                                                                st_all)
         amax2 = None if amax2 is None else (amax_h, amax2[1])
     else:
         dh = _dgrad(m, qg_d, rw2, st2)
-        d_gate, d_up = swiglu_backward(gate[0], up[0], dh)
+        d_gate, d_up = swiglu_backward(ops[0][0], ops[1][0], dh)
         qd0, qd0_w = _grad_copies(m, d_gate, _part(st0, "grad"))
         qd1, qd1_w = _grad_copies(m, d_up, _part(st1, "grad"))
         amax_d0 = _amax_of(qd0, d_gate) if st0 is not None else None

@@ -137,6 +137,8 @@ SWIGLU_BACKWARD_TARGET = "mxprec_swiglu_backward_fp8"
 SWIGLU_FORWARD_TARGET = "mxprec_swiglu_forward_fp8"
 SWIGLU_FORWARD_AMAX_TARGET = "mxprec_swiglu_forward_amax"
 SWIGLU_BACKWARD_AMAX_TARGET = "mxprec_swiglu_backward_amax"
+SWIGLU_H_TILES_TARGET = "mxprec_swiglu_h_tiles"
+SWIGLU_GRAD_TILES_TARGET = "mxprec_swiglu_grad_tiles"
 _LIB = NativeLibrary(file=LIBRARY_NAME,
                      symbols={TARGET: SYMBOL, "mxprec_quantize": "MxprecQuantizeCuda",
                               TRANSPOSE_TARGET: "MxprecTransposeBytesCuda",
@@ -145,7 +147,9 @@ _LIB = NativeLibrary(file=LIBRARY_NAME,
                               SWIGLU_BACKWARD_TARGET: "MxprecSwigluBackwardFp8Cuda",
                               SWIGLU_FORWARD_TARGET: "MxprecSwigluForwardFp8Cuda",
                               SWIGLU_FORWARD_AMAX_TARGET: "MxprecSwigluForwardAmaxCuda",
-                              SWIGLU_BACKWARD_AMAX_TARGET: "MxprecSwigluBackwardAmaxCuda"},
+                              SWIGLU_BACKWARD_AMAX_TARGET: "MxprecSwigluBackwardAmaxCuda",
+                              SWIGLU_H_TILES_TARGET: "MxprecSwigluHTilesCuda",
+                              SWIGLU_GRAD_TILES_TARGET: "MxprecSwigluGradTilesCuda"},
                      platform="CUDA", build_hint=BUILD_HINT,
                      build_dirs=("build-cuda", "build"), precondition=_gpu_precondition,
                      env_var="MXPREC_CUDA_LIBRARY")
@@ -776,6 +780,7 @@ def _why_not_swiglu_operands(gate, others) -> str:
 # kernel on its own piece: the transposed copies take the transposed sharding, and the amaxes (FP32 bits, NaN
 # canonical above +Inf) are pmax-reduced over the mesh axes that cut M or F.
 _SWIGLU_UNITS = (64, 128)  # a shard keeps M a multiple of 64 and F of 128 (the backward kernel's 64 x 128 tiles)
+_SWIGLU_TILES_UNITS = (128, 128)  # ... and of 128 both for the 1 x 128 tile kernels (col_kernel's 128 x 128 tiles)
 
 
 def _swiglu_backward_local(dtypes, gate, up, dh, scales, mult):
@@ -802,21 +807,46 @@ def _swiglu_amax_local(n, *args):
     return (jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((n,), jnp.uint32))(*args),)
 
 
-def _swiglu_dims(mesh, gate) -> list[tuple]:
-    """gate's (M, F) mesh axes; one that would leave a shard off the kernels' tiles is dropped (XLA gathers it)."""
+def _swiglu_tiles_local(cfg, gate, up, *dh):
+    """``mxprec_swiglu_h_tiles`` (gate, up) or ``mxprec_swiglu_grad_tiles`` (gate, up, dh) on one device's (M, F)
+    pieces; cfg = (codes dtype name, fmt, power_of_two, transposed). h: (codes, scale), (M, F) and (M, F / 128), or
+    transposed (F, M) and (F, M / 128); grads: d_gate's row codes, scale, transposed codes, scale, then d_up's."""
+    dtype, fmt, pow2, transposed = cfg
+    m, f = gate.shape
+    sd = jax.ShapeDtypeStruct
+    rows = (sd((m, f), jnp.dtype(dtype)), sd((m, f // _SWIGLU_TILES_UNITS[1]), jnp.float32))
+    cols = (sd((f, m), jnp.dtype(dtype)), sd((f, m // _SWIGLU_TILES_UNITS[0]), jnp.float32))
+    attrs = dict(fmt=np.int32(fmt), power_of_two=np.int32(pow2))
+    if dh:
+        return jax.ffi.ffi_call(SWIGLU_GRAD_TILES_TARGET, rows + cols + rows + cols)(gate, up, *dh, **attrs)
+    return jax.ffi.ffi_call(SWIGLU_H_TILES_TARGET, cols if transposed else rows)(gate, up, transposed=np.int32(transposed),
+                                                                                **attrs)
+
+
+def _swiglu_dims(mesh, gate, units=_SWIGLU_UNITS) -> list[tuple]:
+    """gate's (M, F) mesh axes; one that would leave a shard off the kernel's tiles (``units``) is dropped (XLA
+    gathers it)."""
     dims = _spec_axes(gate.sharding, 2)
-    return [a if a and gate.shape[d] % (_axes_size(mesh, a) * _SWIGLU_UNITS[d]) == 0 else () for d, a in enumerate(dims)]
+    return [a if a and gate.shape[d] % (_axes_size(mesh, a) * units[d]) == 0 else () for d, a in enumerate(dims)]
 
 
-# The four SwiGLU calls: (the (M, F) operands' count, the small replicated vectors that follow them (Shardy factor
+# The SwiGLU calls: (the (M, F) operands' count, the small replicated vectors that follow them (Shardy factor
 # names: "s" the scales, "u" the multipliers), the results' layouts: "mf" row-major (M, F) codes, "fm" transposed
-# (F, M) codes, "a" the amax vector (replicated after the pmax)).
+# (F, M) codes, "a" the amax vector (replicated after the pmax), "ms" / "fs" the 1 x 128 tiles' scales of "mf" /
+# "fm" codes: (M, F / 128) / (F, M / 128)).
 _SWIGLU_CALLS = {
     "backward": (3, ("s", "u"), ("fm", "mf", "fm", "mf", "fm", "a")),
     "forward": (2, ("s", "u"), ("mf", "a")),
     "backward_amax": (3, ("u",), ("a",)),
     "forward_amax": (2, ("u",), ("a",)),
+    "h_tiles": (2, (), ("mf", "ms")),
+    "h_tiles_t": (2, (), ("fm", "fs")),
+    "grad_tiles": (3, (), ("mf", "ms", "fm", "fs") * 2),
 }
+
+
+def _swiglu_units(kind: str) -> tuple[int, int]:
+    return _SWIGLU_TILES_UNITS if "tiles" in kind else _SWIGLU_UNITS
 
 
 def _swiglu_shardings(mesh, dims, kind: str):
@@ -825,6 +855,7 @@ def _swiglu_shardings(mesh, dims, kind: str):
     m, f = dims
     by_layout = {"mf": NamedSharding(mesh, _pspec([m, f])), "fm": NamedSharding(mesh, _pspec([f, m])),
                  "a": NamedSharding(mesh, P())}
+    by_layout.update(ms=by_layout["mf"], fs=by_layout["fm"])
     n_mf, vectors, results = _SWIGLU_CALLS[kind]
     return (tuple(by_layout[r] for r in results),
             (by_layout["mf"],) * n_mf + (by_layout["a"],) * len(vectors))
@@ -833,33 +864,43 @@ def _swiglu_shardings(mesh, dims, kind: str):
 def _swiglu_local(kind: str):
     """The per-device call, looked up when traced (tests run the partitioning on the CPU with an emulation)."""
     return {"backward": _swiglu_backward_local, "forward": _swiglu_forward_local,
-            "backward_amax": _swiglu_amax_local, "forward_amax": _swiglu_amax_local}[kind]
+            "backward_amax": _swiglu_amax_local, "forward_amax": _swiglu_amax_local,
+            "h_tiles": _swiglu_tiles_local, "h_tiles_t": _swiglu_tiles_local, "grad_tiles": _swiglu_tiles_local}[kind]
 
 
 def _swiglu_partition(kind: str):
     def impl(cfg, *args):
         return _swiglu_local(kind)(cfg, *args)
 
+    units = _swiglu_units(kind)
+    with_amax = _SWIGLU_CALLS[kind][2][-1] == "a"
+
     def partition(cfg, mesh, arg_shapes, result_shape):
-        dims = _swiglu_dims(mesh, arg_shapes[0])
+        dims = _swiglu_dims(mesh, arg_shapes[0], units)
         axes = tuple(a for d in dims for a in d)
 
         def lower_fn(*args):
-            *codes, amax = _swiglu_local(kind)(cfg, *args)
+            out = _swiglu_local(kind)(cfg, *args)
+            if not with_amax:
+                return tuple(out)
+            *codes, amax = out
             return (*codes, lax.pmax(amax, axes) if axes else amax)
 
         results, arg_shardings = _swiglu_shardings(mesh, dims, kind)
         return mesh, lower_fn, results, arg_shardings
 
     def infer(cfg, mesh, arg_shapes, result_shape):
-        return _swiglu_shardings(mesh, _swiglu_dims(mesh, arg_shapes[0]), kind)[0]
+        return _swiglu_shardings(mesh, _swiglu_dims(mesh, arg_shapes[0], units), kind)[0]
 
     def rule(cfg, mesh, value_types, result_types):
-        """Shardy rule: factors m and f in whole 64 x 128 tiles; the small vectors replicated."""
+        """Shardy rule: factors m and f in whole tiles (64 x 128, or 128 x 128 for the 1 x 128 tile kernels, whose
+        scales hold one factor each: one scale per tile row segment); the small vectors replicated."""
         rows, cols = _dims_of(value_types[0])
-        layouts = {"mf": "(m mt) (f ft)", "fm": "(f ft) (m mt)", "a": "a"}
-        sizes = dict(mt=_SWIGLU_UNITS[0], ft=_SWIGLU_UNITS[1], m=rows // _SWIGLU_UNITS[0], f=cols // _SWIGLU_UNITS[1])
+        layouts = {"mf": "(m mt) (f ft)", "fm": "(f ft) (m mt)", "a": "a", "ms": "(m mt) f", "fs": "(f ft) m"}
+        sizes = dict(mt=units[0], ft=units[1], m=rows // units[0], f=cols // units[1])
         n_mf, vectors, results = _SWIGLU_CALLS[kind]
+        for r in results:  # a tile scale's axis is a whole-dimension factor: it takes no size
+            sizes.pop({"ms": "f", "fs": "m"}.get(r, ""), None)
         args = [layouts["mf"]] * n_mf + list(vectors)
         return f"{', '.join(args)} -> {', '.join(layouts[r] for r in results)}", sizes
 
@@ -957,3 +998,74 @@ def swiglu_backward_amax(gate, up, dh, mult=None):
     (amax,) = _swiglu_vmappable("backward_amax", 3)(gate, up, dh, _multipliers(mult, 3))
     amax = jax.lax.bitcast_convert_type(amax, jnp.float32)
     return amax[0], amax[1], amax[2]
+
+
+def why_not_swiglu_tiles(m: int, f: int, dtype, spec) -> str:
+    """Empty string when the 1 x 128 tile SwiGLU kernels (:func:`swiglu_h_tiles`, :func:`swiglu_grad_tiles`) take
+    (M, F) tensors of ``dtype`` quantized per ``spec``, else why not."""
+    if not (isinstance(spec, TileScaling) and spec.tile == (1, _ROW_BLOCK) and spec.fmt.is_fp8):
+        return f"spec {spec!r}: the tile kernels write FP8 TileScaling with tile (1, {_ROW_BLOCK})"
+    if jnp.dtype(dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return f"dtype {jnp.dtype(dtype)} (the kernels take bfloat16 / float16)"
+    um, uf = _SWIGLU_TILES_UNITS
+    if m <= 0 or f <= 0 or m % um or f % uf or m // um > 65535:
+        return f"shape ({m}, {f}): M and F must be positive multiples of {um} (M at most 65535 * {um})"
+    return ""
+
+
+def _tiles_cfg(spec, transposed=False):
+    return (jnp.dtype(spec.fmt.jnp_dtype).name, FMT[spec.fmt.name], int(spec.power_of_two), int(transposed))
+
+
+def _why_not_swiglu_tile_operands(name, spec, gate, others) -> str:
+    if gate.ndim != 2:
+        return f"gate has rank {gate.ndim}, not 2"
+    reason = why_not_swiglu_tiles(*gate.shape, gate.dtype, spec)
+    for other, t in others.items():
+        if t.shape != gate.shape or t.dtype != gate.dtype:
+            reason = reason or f"{other} {t.dtype}{tuple(t.shape)} differs from gate {gate.dtype}{tuple(gate.shape)}"
+    return f"mxprec.kernels.cuda.{name}: {reason}" if reason else ""
+
+
+def swiglu_h_tiles(gate, up, spec: TileScaling, transposed: bool = False):
+    """``h = swiglu_forward(gate, up)`` of :mod:`mxprec.fused_mlp` quantized per ``spec`` (FP8 1 x 128 tiles), one
+    CUDA kernel (``mxprec_swiglu_h_tiles``; csrc/cuda_kernels/cuda_quantize.cu ``swiglu_tile_kernel``): h is rounded
+    to the model's dtype in shared memory and never written.
+
+    Args:
+      gate, up: (M, F) bfloat16 / float16, M and F multiples of 128.
+      spec: FP8 ``TileScaling`` with tile (1, 128).
+      transposed: False: h's groups along F (wo's Fprop copy); True: groups of 128 along M, written K-major (wo's
+        Wgrad copy).
+    Returns:
+      ``(codes, scale)``: (M, F) codes and float32 (M, F / 128) scales, or transposed (F, M) and (F, M / 128): the
+      bits of ``mxprec.quantize(h, spec, axis=1)`` / of ``quantize(h.T, spec, axis=1)`` for transposed. Sharding:
+      elementwise over M and F in whole 128 x 128 tiles (a mesh axis that would cut one is gathered); vmap: one call
+      per example. Raises ValueError for shapes / dtypes / specs the kernel does not take.
+    """
+    reason = _why_not_swiglu_tile_operands("swiglu_h_tiles", spec, gate, {"up": up})
+    if reason:
+        raise ValueError(reason)
+    require()
+    kind = "h_tiles_t" if transposed else "h_tiles"
+    return tuple(_swiglu_vmappable(kind, _tiles_cfg(spec, transposed))(gate, up))
+
+
+def swiglu_grad_tiles(gate, up, dh, spec: TileScaling):
+    """The SwiGLU backward's d_gate and d_up (:func:`mxprec.fused_mlp.swiglu_backward`) quantized per ``spec`` (FP8
+    1 x 128 tiles), each as Dgrad's copy (groups along F) and Wgrad's (groups of 128 along M, K-major), one CUDA
+    kernel (``mxprec_swiglu_grad_tiles``; ``swiglu_tile_kernel``): one sigmoid per element, the products rounded to
+    the model's dtype in shared memory and never written.
+
+    Args: gate, up, dh (M, F) bfloat16 / float16, M and F multiples of 128; spec as :func:`swiglu_h_tiles`.
+    Returns:
+      ``(d_gate, d_gate_scale, d_gate_t, d_gate_t_scale, d_up, d_up_scale, d_up_t, d_up_t_scale)``: codes (M, F) with
+      float32 scales (M, F / 128), and transposed codes (F, M) with scales (F, M / 128), the bits of
+      ``mxprec.quantize`` of the rounded tensors and of their transposes. Sharding and vmap as
+      :func:`swiglu_h_tiles`. Raises ValueError as :func:`swiglu_h_tiles`.
+    """
+    reason = _why_not_swiglu_tile_operands("swiglu_grad_tiles", spec, gate, {"up": up, "dh": dh})
+    if reason:
+        raise ValueError(reason)
+    require()
+    return tuple(_swiglu_vmappable("grad_tiles", _tiles_cfg(spec))(gate, up, dh))
