@@ -240,6 +240,16 @@ def _swiglu_grads_from_tiles(meta: _Meta, gate, up, dh):
                   _tile_qtensor(out[i + 2], out[i + 3], r.wgrad_grad, (b, f, m), dt)) for i in (0, 4))
 
 
+def _grad_tiles_kernel() -> bool:
+    """Whether the tile path's backward runs :func:`mxprec.kernels.cuda.swiglu_grad_tiles` (``MXPREC_SWIGLU_GRAD_TILES``
+    ``1``) or XLA's SwiGLU backward and a quantize_rows_and_transposed call per gradient (``0``, the default: the
+    kernel took 1.51 ms against their 1.40 ms at 16384 x 14336 on the H200, benchmarks/results/h200_swiglu_tiles.md)."""
+    mode = os.environ.get("MXPREC_SWIGLU_GRAD_TILES", "0")
+    if mode not in ("0", "1"):
+        raise ValueError(f"MXPREC_SWIGLU_GRAD_TILES must be 0 or 1, got {mode!r}")
+    return mode == "1"
+
+
 def _is_tiles(r: Recipe) -> bool:
     """Whether the recipe's h and dY copies are FP8 1 x 128 tiles (fp8_block): the tile kernels' path."""
     return all(isinstance(s, TileScaling) and s.tile == (1, 128) and s.fmt.is_fp8
@@ -328,7 +338,11 @@ def _bwd(meta: _Meta, res, g):
     qg_d, qg_w = _grad_copies(m, g, _part(st2, "grad"))
     if isinstance(ops[0], _TileOperands):  # the 1 x 128 tile kernels' path (no delayed state: amaxes unused)
         dh = _dgrad(m, qg_d, rw2, st2)
-        (qd0, qd0_w), (qd1, qd1_w) = _swiglu_grads_from_tiles(meta, ops[0].gate, ops[0].up, dh)
+        if _grad_tiles_kernel():
+            (qd0, qd0_w), (qd1, qd1_w) = _swiglu_grads_from_tiles(meta, ops[0].gate, ops[0].up, dh)
+        else:  # XLA's SwiGLU backward, each gradient's two copies from one quantize call (the faster form)
+            d_gate, d_up = swiglu_backward(ops[0].gate, ops[0].up, dh)
+            (qd0, qd0_w), (qd1, qd1_w) = _grad_copies(m, d_gate, None), _grad_copies(m, d_up, None)
         amax_d0 = amax_d1 = None
     elif rx2 is None:  # the forward took the kernel path (_wo_fwd_from_codes leaves h's Wgrad copy to the backward)
         # the kernel applies the Dgrad's per-tensor output scaling of dh itself, as the gate's and up's
