@@ -35,6 +35,28 @@ def _differing(a, b):
     return float(np.mean(ia != ib))
 
 
+def parse_args(doc: str, argv=None) -> argparse.Namespace:
+    """The SwiGLU kernel benchmarks' arguments: --shape MxF, --reps, --label, --out."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--shape", default="16384x14336")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--label", default=os.environ.get("MXPREC_CUDA_LIBRARY", "built"))
+    p.add_argument("--out", default=None)
+    return p.parse_args(argv)
+
+
+def append_row(path, row: dict) -> None:
+    """Appends ``row`` to the ``rows`` of the JSON file at ``path`` (created with the device, command and date)."""
+    doc = {"device": jax.devices()[0].device_kind, "command": " ".join(sys.argv),
+           "date": datetime.date.today().isoformat(), "rows": []}
+    if os.path.exists(path):
+        with open(path) as f:
+            doc = json.load(f)
+    doc["rows"].append(row)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
 def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import swiglu_backward_forms as forms
@@ -45,12 +67,7 @@ def main(argv=None):
     from mxprec.quantize import quantize
     from mxprec.scaling import DelayedScaling, DelayedScalingState
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="16384x14336")
-    p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--label", default=os.environ.get("MXPREC_CUDA_LIBRARY", "built"))
-    p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
+    args = parse_args(__doc__, argv)
     m, n = (int(v) for v in args.shape.split("x"))
     k = jax.random.split(jax.random.key(0), 3)
     gate, up, dh = (jax.random.normal(ki, (m, n), F32).astype(jnp.bfloat16) * 4 for ki in k)
@@ -106,14 +123,7 @@ def main(argv=None):
                kernels={"forward": fwd_k, "backward": bwd_k}, **amax_rows)
     print(json.dumps(row))
     if args.out:
-        doc = {"device": jax.devices()[0].device_kind, "command": " ".join(sys.argv),
-               "date": datetime.date.today().isoformat(), "rows": []}
-        if os.path.exists(args.out):
-            with open(args.out) as f:
-                doc = json.load(f)
-        doc["rows"].append(row)
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+        append_row(args.out, row)
 
 
 if __name__ == "__main__":

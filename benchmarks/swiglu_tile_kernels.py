@@ -17,8 +17,6 @@ scales (fraction differing: 0 is expected). ``--out`` appends the row to the JSO
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import os
 import sys
@@ -37,18 +35,14 @@ def _differing(a, b) -> float:
 def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import swiglu_backward_forms as forms
+    import swiglu_kernels
 
     from mxprec import formats
     from mxprec.fused_mlp import swiglu_backward, swiglu_forward
     from mxprec.kernels import cuda, ffi
     from mxprec.scaling import TileScaling
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="16384x14336")
-    p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--label", default=os.environ.get("MXPREC_CUDA_LIBRARY", "built"))
-    p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
+    args = swiglu_kernels.parse_args(__doc__, argv)
     m, n = (int(v) for v in args.shape.split("x"))
     k = jax.random.split(jax.random.key(0), 3)
     gate, up, dh = (jax.random.normal(ki, (m, n), jnp.float32).astype(jnp.bfloat16) * 4 for ki in k)
@@ -86,14 +80,7 @@ def main(argv=None):
                          fused_kernels=f_k, unfused_kernels=u_k)
     print(json.dumps(row))
     if args.out:
-        doc = {"device": jax.devices()[0].device_kind, "command": " ".join(sys.argv),
-               "date": datetime.date.today().isoformat(), "rows": []}
-        if os.path.exists(args.out):
-            with open(args.out) as f:
-                doc = json.load(f)
-        doc["rows"].append(row)
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+        swiglu_kernels.append_row(args.out, row)
 
 
 if __name__ == "__main__":

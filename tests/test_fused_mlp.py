@@ -322,13 +322,10 @@ def test_block_kernel_path_emulated_equals_xla_path(monkeypatch, recipe):
     assert set(calls) == want
 
 
-@pytest.mark.parametrize("spec,gathers", [(("data", "model"), False), (("model", None), False),
-                                          ((None, ("data", "model")), False), (("model", "data"), True)])
-def test_swiglu_calls_shard_elementwise(monkeypatch, spec, gathers):
-    """The two custom calls under jit + NamedSharding on 8 CPU devices, each device's call replaced by XLA's evaluation
-    of the kernel's outputs (the kernel itself only runs on a GPU): the same bits as one device, the transposed copies
-    sharded transposed, the amaxes pmax-reduced, and no all-gather unless a shard would leave the kernels' 64 x 128
-    tiles (("model", "data"): 128 rows over 4 devices), where that axis is gathered."""
+def _sharded_run(monkeypatch, calls, arrays, spec, gathers):
+    """``calls`` under jit on a (2, 4) mesh of CPU devices ("data", "model") with ``arrays`` sharded per ``spec``, each
+    device's kernel call replaced by XLA's stand-in: asserts the results equal one device's bit for bit and that the
+    program all-gathers exactly when ``gathers``. Returns (mesh, results, compiled HLO text)."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     _emulate_kernels(monkeypatch)
@@ -336,7 +333,27 @@ def test_swiglu_calls_shard_elementwise(monkeypatch, spec, gathers):
     if len(cpus) < 8:
         pytest.skip("needs 8 CPU devices (tests/conftest.py's XLA_FLAGS)")
     mesh = Mesh(np.array(cpus[:8]).reshape(2, 4), ("data", "model"))
-    gate, up, dh = (jax.device_put(t, cpus[0]) for t in _adversarial(m=128 if gathers else 256, f=1024))
+    arrays = [jax.device_put(t, cpus[0]) for t in arrays]
+    want = jax.jit(calls)(*arrays)
+    sharded = [jax.device_put(t, NamedSharding(mesh, P(*spec))) for t in arrays]
+    f = jax.jit(calls)
+    got = f(*sharded)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    hlo = f.lower(*sharded).compile().as_text()
+    assert ("all-gather" in hlo) == gathers
+    return mesh, got, hlo
+
+
+@pytest.mark.parametrize("spec,gathers", [(("data", "model"), False), (("model", None), False),
+                                          ((None, ("data", "model")), False), (("model", "data"), True)])
+def test_swiglu_calls_shard_elementwise(monkeypatch, spec, gathers):
+    """The two custom calls under jit + NamedSharding on 8 CPU devices, each device's call replaced by XLA's evaluation
+    of the kernel's outputs (the kernel itself only runs on a GPU): the same bits as one device, the transposed copies
+    sharded transposed, the amaxes pmax-reduced, and no all-gather unless a shard would leave the kernels' 64 x 128
+    tiles (("model", "data"): 128 rows over 4 devices), where that axis is gathered."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
     scales, mult = jnp.array([0.05, 0.003, 0.007], jnp.float32), (jnp.float32(0.37), jnp.float32(3.1e-3),
                                                                  jnp.float32(1.7e4))
 
@@ -345,15 +362,7 @@ def test_swiglu_calls_shard_elementwise(monkeypatch, spec, gathers):
                 cuda.swiglu_forward_fp8(g, u, scales[0], FMTS[0], mult[:2]),
                 cuda.swiglu_backward_amax(g, u, d, mult), cuda.swiglu_forward_amax(g, u, mult[:2]))
 
-    want = jax.jit(both)(gate, up, dh)
-    sharding = NamedSharding(mesh, P(*spec))
-    args = [jax.device_put(t, sharding) for t in (gate, up, dh)]
-    f = jax.jit(both)
-    got = f(*args)
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        np.testing.assert_array_equal(_bits(a), _bits(b))
-    hlo = f.lower(*args).compile().as_text()
-    assert ("all-gather" in hlo) == gathers
+    mesh, got, hlo = _sharded_run(monkeypatch, both, _adversarial(m=128 if gathers else 256, f=1024), spec, gathers)
     if not gathers:
         assert "all-reduce" in hlo  # the amaxes' pmax
         h_t, d_gate = got[0][0], got[0][1]
@@ -384,28 +393,15 @@ def test_swiglu_tile_calls_shard_elementwise(monkeypatch, spec, gathers):
     """The 1 x 128 tile calls under jit + NamedSharding on 8 CPU devices (each device's call XLA's stand-in): the same
     bits as one device, the transposed copies and their scales sharded transposed, no all-gather unless a shard
     would cut a 128 x 128 tile (("model", "data"): 384 rows over 4 devices), where that axis is gathered."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec as P
 
-    _emulate_kernels(monkeypatch)
-    cpus = jax.devices("cpu")
-    if len(cpus) < 8:
-        pytest.skip("needs 8 CPU devices (tests/conftest.py's XLA_FLAGS)")
-    mesh = Mesh(np.array(cpus[:8]).reshape(2, 4), ("data", "model"))
-    gate, up, dh = (jax.device_put(t, cpus[0]) for t in _adversarial(m=384 if gathers else 1024, f=1024))
     spec_h, spec_g = _tile_spec("float8_e4m3fn"), _tile_spec("float8_e5m2")
 
     def calls(g, u, d):
         return (cuda.swiglu_h_tiles(g, u, spec_h), cuda.swiglu_h_tiles(g, u, spec_h, transposed=True),
                 cuda.swiglu_grad_tiles(g, u, d, spec_g))
 
-    want = jax.jit(calls)(gate, up, dh)
-    sharding = NamedSharding(mesh, P(*spec))
-    args = [jax.device_put(t, sharding) for t in (gate, up, dh)]
-    f = jax.jit(calls)
-    got = f(*args)
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        np.testing.assert_array_equal(_bits(a), _bits(b))
-    assert ("all-gather" in f.lower(*args).compile().as_text()) == gathers
+    mesh, got, _ = _sharded_run(monkeypatch, calls, _adversarial(m=384 if gathers else 1024, f=1024), spec, gathers)
     if not gathers:
         (h, h_scale), (h_t, h_t_scale), grads = got
         for t in (h, h_scale, grads[0], grads[1]):
