@@ -522,6 +522,30 @@ def test_quantize_col_kernel_transposed_instances():
         assert count(r"\b(STL|LDL)") <= (8 if rows else 0)
 
 
+def test_swiglu_tile_kernel_instances():
+    """fp8_block's SwiGLU tile kernels (swiglu_tile_kernel in cuda_quantize.cu: h along F, h K-major, the gradients;
+    bf16 and f16 each): held to 64 registers (4 CTAs per SM), no local memory; the h instances keep no stack, the
+    gradients' (two col_tile_codes with row groups, as col_kernel's kRows instances) at most 16 bytes and 10 local
+    accesses. The inputs arrive as 16-byte loads (2 per 8-element piece for h, 3 + 2 for d_gate then d_up, the loop
+    unrolled twice), one exp per element and product (the gradients compute the sigmoid twice), the row copies leave
+    as 8-byte stores and the K-major copies as 16-byte row pieces."""
+    obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
+    usage = re.findall(r"Function (\S*swiglu_tile_kernel\S*):\s*\n?\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)",
+                       _cuobjdump_out("--dump-resource-usage", obj))
+    assert len(usage) == 6, usage
+    mode = lambda name: int(re.search(r"InTypeE\dELi(\d)E", name).group(1))
+    for name, reg, stack, local in usage:
+        assert int(reg) <= 64 and local == "0" and int(stack) <= (16 if mode(name) == 2 else 0), (name, reg, stack)
+    funcs = [f for f in re.split(r"\n\s*Function : ", _sass(obj)) if "swiglu_tile_kernel" in f.split("\n", 1)[0]]
+    assert len(funcs) == 6
+    for f in funcs:
+        m = mode(f.split("\n", 1)[0])
+        count = lambda pat: len(re.findall(pat, f))
+        assert count(r"\bLDG\.E\.128") == (10 if m == 2 else 4) and count(r"MUFU\.EX2") == (32 if m == 2 else 16), m
+        assert (count(r"\bSTG\.E\.64") >= 1) == (m != 1) and (count(r"\bSTG\.E\.128") >= 1) == (m != 0), m
+        assert count(r"\b(STL|LDL)") <= (10 if m == 2 else 0), m
+
+
 @pytest.mark.parametrize("serialized", [True, False])
 def test_build_fails_when_ptxas_serializes_wgmmas(tmp_path, serialized):
     """build.sh treats ptxas's C7514 ("wgmma.mma_async instructions are serialized") as an error: a stand-in
