@@ -1138,6 +1138,30 @@ def test_xla_gpu_nvfp4_scales_and_codes_equal_the_cpu_ones():
         np.testing.assert_array_equal(as_bytes(got), as_bytes(want), err_msg=part)
 
 
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="XLA's GPU fusion emitters are what is checked")
+def test_xla_gpu_quantizer_rounds_exact_ties_with_the_transpose_in_one_program():
+    """1 x 128 tiles of x and of x.T quantized in one program, where XLA may emit the fusions through its Triton
+    block-level emitter, whose FP32 division the IEEE option does not reach (forty-second session, H200: 56-67 codes
+    one step off, each an exact tie of x / s). Every group's amax is 6.125, so s = 6.125 / 448 = 7 / 512 exactly and
+    x = m * s with m an E4M3 midpoint is an exact tie: round to nearest even gives the even neighbour. import mxprec
+    keeps XLA on its native emitters (mxprec.xla_flags.FUSION_AUTOTUNER_FLAG)."""
+    import ml_dtypes
+
+    codes = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    v = np.unique(codes[np.isfinite(codes) & (codes > 0)])
+    mids = (v[:-1] + v[1:]) / 2
+    mids = mids[mids < 448]
+    m = np.resize(np.concatenate([mids, -mids]), (256, 128))
+    m[np.arange(256), np.arange(256) % 128] = 448.0  # every group's amax, both ways: 448 * 7 / 512 = 6.125
+    x = jnp.asarray((m * 7 / 512).astype(np.float32)).astype(jnp.bfloat16)
+    assert np.array_equal(np.asarray(x, np.float64), m * 7 / 512)  # exact in bf16
+    spec = TileScaling(formats.E4M3, (1, 128))
+    got = jax.jit(lambda t: (mxprec.quantize(t, spec, axis=1).data, mxprec.quantize(t.T, spec, axis=1).data))(x)
+    want = m.astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    np.testing.assert_array_equal(np.asarray(got[0]).view(np.uint8), want.view(np.uint8))
+    np.testing.assert_array_equal(np.asarray(got[1]).view(np.uint8), want.T.view(np.uint8))
+
+
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="XLA's GPU compiler is what could drop the FP8 rounding")
 @pytest.mark.parametrize("spec", [TensorScaling(formats.E4M3), RowScaling(formats.E5M2),
                                   TileScaling(formats.E4M3, (1, 128)), TileScaling(formats.E4M3, (128, 128)),

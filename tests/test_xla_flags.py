@@ -11,6 +11,7 @@ import pytest
 from mxprec import xla_flags
 
 FLAG = "--xla_backend_extra_options=-nvptx-prec-divf32=2"
+SET = xla_flags.with_native_fusion_emitters(FLAG)  # what import mxprec adds (with the autotuner flag on jaxlib 0.10 / 0.11)
 
 
 @pytest.mark.parametrize("before, after", [
@@ -36,7 +37,32 @@ def _import_in_fresh_python(env_extra: dict, prelude: str = "") -> str:
 
 def test_import_sets_the_flag_before_any_backend_starts():
     assert _import_in_fresh_python({"XLA_FLAGS": "--xla_dump_hlo_as_text"}) == (
-        f"set | --xla_dump_hlo_as_text {FLAG}")
+        f"set | --xla_dump_hlo_as_text {SET}")
+
+
+@pytest.mark.parametrize("before, version, after", [
+    ("", "0.11.2", xla_flags.FUSION_AUTOTUNER_FLAG),
+    ("--a", "0.10.2", f"--a {xla_flags.FUSION_AUTOTUNER_FLAG}"),
+    ("--a", "0.12.0", "--a"),  # not checked there: an unknown flag would abort XLA
+    ("--a", "0.9.1", "--a"),
+    ("--a", "dev", "--a"),
+    ("--xla_gpu_experimental_enable_fusion_autotuner=true", "0.11.2",
+     "--xla_gpu_experimental_enable_fusion_autotuner=true"),  # the user's choice stands
+])
+def test_native_fusion_emitters_flag_only_where_checked(before, version, after):
+    assert xla_flags.with_native_fusion_emitters(before, version) == after
+
+
+def test_this_jaxlib_parses_the_fusion_autotuner_flag():
+    """The installed jaxlib starts a backend with the flag (an unknown flag would abort the process)."""
+    import jaxlib
+
+    if tuple(int(p) for p in jaxlib.__version__.split(".")[:2]) not in xla_flags.FUSION_AUTOTUNER_JAXLIB:
+        pytest.skip(f"jaxlib {jaxlib.__version__}: the flag is not added there")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["XLA_FLAGS"] = xla_flags.FUSION_AUTOTUNER_FLAG
+    subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; jnp.ones(1).block_until_ready()"], env=env,
+                   check=True, capture_output=True)
 
 
 def test_opt_out_and_too_late_leave_xla_flags_alone():
@@ -56,7 +82,7 @@ def test_request_depends_on_the_plugins_and_the_backends(monkeypatch, plugins, s
     monkeypatch.setattr(xla_flags, "_gpu_plugins", lambda: plugins)
     monkeypatch.setattr(xla_flags, "_backends_started", lambda: started)
     assert xla_flags.request_ieee_division() == want
-    assert (os.environ["XLA_FLAGS"] == "--xla_dump_hlo_as_text " + FLAG) == (want == "set")
+    assert (os.environ["XLA_FLAGS"] == "--xla_dump_hlo_as_text " + SET) == (want == "set")
 
 
 def test_this_test_process_divides_with_ieee_division():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import jax
 
 
@@ -19,6 +21,8 @@ def info() -> str:
 
     lines.append(f"XLA GPU FP32 division: {'IEEE (div.rn)' if xla_flags.ieee_division_in_effect() else 'div.full (up to 2 ulp)'}"
                  f" [{xla_flags.STATE}]")
+    autotuner = xla_flags.FUSION_AUTOTUNER_FLAG in os.environ.get("XLA_FLAGS", "")
+    lines.append(f"XLA GPU reduction / transpose fusions: {'native emitter only' if autotuner else 'autotuned (Triton possible)'}")
     for name in ("bf16", "fp8_current", "mxfp8", "mxfp4"):
         lines.append(f"  {name:12s} -> {kernels.backend_report(recipes.get(name))}")
     return "\n".join(lines)
