@@ -10,7 +10,11 @@ where the unfused model runs XLA's fusions and three FP8 transposes for the same
 (:func:`mxprec.kernels.cuda.swiglu_forward_fp8`) writes h's codes, h itself never leaves registers. Current scaling
 needs each tensor's amax before its first code: a first kernel computes the amaxes alone
 (:func:`mxprec.kernels.cuda.swiglu_backward_amax` / ``swiglu_forward_amax``, reading the inputs once more and
-writing nothing else), and the cast kernel then runs with the scales ``amax / max_finite``.
+writing nothing else), and the cast kernel then runs with the scales ``amax / max_finite``. With FP8 1 x 128 tiles
+(fp8_block) the forward writes h's two copies with :func:`mxprec.kernels.cuda.swiglu_h_tiles` (along F for wo's
+Fprop, K-major for its Wgrad; h itself is never written), and the backward runs XLA's SwiGLU backward with one
+``quantize_rows_and_transposed`` per gradient (``MXPREC_SWIGLU_GRAD_TILES=1``: the slower one-kernel form,
+:func:`mxprec.kernels.cuda.swiglu_grad_tiles`).
 
 Semantics: bit-identical to the composition ``dot_general(swiglu(dot_general(x, W0), dot_general(x, W1)), Wo)``
 with :func:`swiglu` and the same recipe and states on XLA's path (``swiglu_kernel="xla"``; CPU tests); the CUDA
