@@ -1951,7 +1951,7 @@ ffi::Error tall_group_keys(cudaStream_t stream, ffi::ScratchAllocator& scratch, 
 // is the same on every call for a given kernel.
 constexpr int kMaxDevices = 64;  // devices whose per-kernel launch facts are cached (others: queried each time)
 
-template <void (*kKernel)(Args)>
+template <auto kKernel>  // any __global__ function (col_kernel's Args, swiglu_tile_kernel's SwigluTileArgs)
 cudaError_t allow_dynamic_smem(int dev, int bytes) {
   static std::atomic<bool> done[kMaxDevices] = {};  // one array per kernel
   const bool cached = dev >= 0 && dev < kMaxDevices;
@@ -2431,7 +2431,7 @@ cudaError_t launch_swiglu_tile_kernel(cudaStream_t stream, const SwigluTileArgs&
   constexpr int smem = static_cast<int>(swiglu_tile_smem_bytes<I, kMode>());
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(s.q[0].cols / kColTile), static_cast<unsigned>(s.q[0].rows / kColTile));
   kKernel<<<grid, kThreads, smem, stream>>>(s);
@@ -2461,13 +2461,10 @@ ffi::Error SwigluHTilesCudaImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi::A
   if (transposed) {
     if (auto e = swiglu_result(kOpSwigluH, "data result", *data, Dims3{2, {F, M, 0}}, codes, s.q[0].data); e.failure())
       return e;
-    void*& sc = s.q[0].scale;
-    float* sp = nullptr;
     if (auto e = swiglu_result(kOpSwigluH, "scale result", *scale, Dims3{2, {F, M / kColTile, 0}},
-                               ffi::DataType::F32, sp);
+                               ffi::DataType::F32, s.q[0].scale);
         e.failure())
       return e;
-    sc = sp;
     return launch_swiglu_tiles<kSwigluHTransposed>(kOpSwigluH, stream, gate.element_type(), s);
   }
   if (auto e = swiglu_result(kOpSwigluH, "data result", *data, Dims3{2, {M, F, 0}}, codes, s.q[0].row_data);
@@ -2502,17 +2499,15 @@ ffi::Error SwigluGradTilesCudaImpl(cudaStream_t stream, ffi::AnyBuffer gate, ffi
   for (int p = 0; p < 2; ++p) {
     Args& a = s.q[p];
     a = swiglu_product_args(M, F, fmt, power_of_two);
-    float* col_scale = nullptr;
     if (auto e = swiglu_result(kOpSwigluGrads, names[p][0], *outs[p][0], rows, codes, a.row_data); e.failure())
       return e;
     if (auto e = swiglu_result(kOpSwigluGrads, names[p][1], *outs[p][1], rows_scale, ffi::DataType::F32, a.row_scale);
         e.failure())
       return e;
     if (auto e = swiglu_result(kOpSwigluGrads, names[p][2], *outs[p][2], cols, codes, a.data); e.failure()) return e;
-    if (auto e = swiglu_result(kOpSwigluGrads, names[p][3], *outs[p][3], cols_scale, ffi::DataType::F32, col_scale);
+    if (auto e = swiglu_result(kOpSwigluGrads, names[p][3], *outs[p][3], cols_scale, ffi::DataType::F32, a.scale);
         e.failure())
       return e;
-    a.scale = col_scale;
   }
   return launch_swiglu_tiles<kSwigluGrads>(kOpSwigluGrads, stream, gate.element_type(), s);
 }

@@ -765,11 +765,12 @@ def _multipliers(mult, n):
     return jnp.stack([jnp.float32(1) if v is None else jnp.asarray(v, jnp.float32).reshape(()) for v in mult])
 
 
-def _why_not_swiglu_operands(gate, others) -> str:
-    """Why the SwiGLU kernels cannot take ``gate`` and the same-shaped ``others`` ({name: array}), or ""."""
+def _why_not_swiglu_operands(gate, others, why_not_shape=None) -> str:
+    """Why the SwiGLU kernels cannot take ``gate`` and the same-shaped ``others`` ({name: array}), or "";
+    ``why_not_shape(m, f, dtype)``: the kernels' own shape / dtype rule (default :func:`why_not_swiglu_backward`)."""
     if gate.ndim != 2:
         return f"gate has rank {gate.ndim}, not 2"
-    reason = why_not_swiglu_backward(*gate.shape, gate.dtype)
+    reason = (why_not_shape or why_not_swiglu_backward)(*gate.shape, gate.dtype)
     for name, t in others.items():
         if t.shape != gate.shape or t.dtype != gate.dtype:
             reason = reason or f"{name} {t.dtype}{tuple(t.shape)} differs from gate {gate.dtype}{tuple(gate.shape)}"
@@ -1018,12 +1019,7 @@ def _tiles_cfg(spec, transposed=False):
 
 
 def _why_not_swiglu_tile_operands(name, spec, gate, others) -> str:
-    if gate.ndim != 2:
-        return f"gate has rank {gate.ndim}, not 2"
-    reason = why_not_swiglu_tiles(*gate.shape, gate.dtype, spec)
-    for other, t in others.items():
-        if t.shape != gate.shape or t.dtype != gate.dtype:
-            reason = reason or f"{other} {t.dtype}{tuple(t.shape)} differs from gate {gate.dtype}{tuple(gate.shape)}"
+    reason = _why_not_swiglu_operands(gate, others, lambda m, f, dtype: why_not_swiglu_tiles(m, f, dtype, spec))
     return f"mxprec.kernels.cuda.{name}: {reason}" if reason else ""
 
 
