@@ -124,3 +124,148 @@ def test_sharded_quantize_transposed_is_bit_exact(xspec, cols):
         axis = next(i for i, a in enumerate(xspec) if a is not None)
         swapped = {0: 0, 1: 2, 2: 1}[axis]  # x (B, R, C) -> codes (B, C, R)
         assert (tuple(got.data.sharding.spec) + (None,) * 3)[swapped] is not None
+
+
+def _gpu_mesh() -> Mesh:
+    return Mesh(np.array(jax.devices("gpu")), ("x",))
+
+
+def _assert_bits_equal(got, want, what: str):
+    from test_fused_mlp import _bits
+
+    leaves_g, leaves_w = jax.tree.leaves(got), jax.tree.leaves(want)
+    assert len(leaves_g) == len(leaves_w)
+    for i, (a, b) in enumerate(zip(leaves_g, leaves_w)):
+        assert a.shape == b.shape and a.dtype == b.dtype, (what, i, a.shape, b.shape, a.dtype, b.dtype)
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=f"{what}: result {i}")
+
+
+@pytest.mark.parametrize("spec,rows,gathers", [(("x", None), 1024, False), ((None, "x"), 1024, False),
+                                               (("x", None), 384, True)], ids=("rows", "cols", "rows-cut"))
+def test_sharded_swiglu_kernels_are_bit_exact(spec, rows, gathers):
+    """The fused MLP block's SwiGLU kernels (per-tensor: mxprec_swiglu_{forward,backward}_fp8 and the amax-only
+    calls; 1 x 128 tiles: mxprec_swiglu_{h,grad}_tiles) on adversarial gate / up / dh sharded over every GPU: each
+    result, its codes, scales and pmax-reduced amaxes, bit for bit the one-GPU call's. Rows or columns split into
+    whole tiles run without an all-gather; 384 rows over 2 GPUs (192 each) would cut the tile kernels' 128 x 128
+    tiles, and that axis is gathered."""
+    from test_fused_mlp import FMTS, _adversarial, _tile_spec
+
+    scales = jnp.array([0.05, 0.003, 0.007], jnp.float32)
+    mult = (jnp.float32(0.37), jnp.float32(3.1e-3), jnp.float32(1.7e4))
+    spec_h, spec_g = _tile_spec("float8_e4m3fn"), _tile_spec("float8_e5m2", pow2=True)
+
+    def calls(g, u, d):
+        return (cuda.swiglu_backward_fp8(g, u, d, scales, FMTS, mult),
+                cuda.swiglu_forward_fp8(g, u, scales[0], FMTS[0], mult[:2]),
+                cuda.swiglu_backward_amax(g, u, d, mult), cuda.swiglu_forward_amax(g, u, mult[:2]),
+                cuda.swiglu_h_tiles(g, u, spec_h), cuda.swiglu_h_tiles(g, u, spec_h, transposed=True),
+                cuda.swiglu_grad_tiles(g, u, d, spec_g))
+
+    arrays = _adversarial(m=rows, f=1024)
+    gpu0 = jax.devices("gpu")[0]
+    want = jax.jit(calls)(*(jax.device_put(t, gpu0) for t in arrays))
+    mesh = _gpu_mesh()
+    sharded = [jax.device_put(t, NamedSharding(mesh, P(*spec))) for t in arrays]
+    f = jax.jit(calls)
+    got = f(*sharded)
+    _assert_bits_equal(got, want, f"swiglu kernels {spec}")
+    hlo = f.lower(*sharded).compile().as_text()
+    for target in ("mxprec_swiglu_backward_fp8", "mxprec_swiglu_forward_fp8", "mxprec_swiglu_h_tiles",
+                   "mxprec_swiglu_grad_tiles"):
+        assert f'custom_call_target="{target}"' in hlo, target
+    assert ("all-gather" in hlo) == gathers
+    if not gathers:
+        assert "all-reduce" in hlo  # the per-tensor amaxes' pmax
+        (h, _), (h_t, _), grads = got[4:]
+        assert h.sharding.is_equivalent_to(NamedSharding(mesh, P(*spec)), 2)
+        assert h_t.sharding.is_equivalent_to(NamedSharding(mesh, P(*spec[::-1])), 2)
+        assert grads[2].sharding.is_equivalent_to(NamedSharding(mesh, P(*spec[::-1])), 2)
+
+
+@pytest.mark.parametrize("xspec", [P("x", None, None), P(None, "x", None), P(None, None, "x")], ids=("B", "R", "C"))
+def test_sharded_quantize_rows_and_transposed_is_bit_exact(xspec):
+    """``cuda.quantize_rows_and_transposed`` (dY's Dgrad row copy and Wgrad's K-major copy from one read) of a
+    sharded x: both copies' codes, scales and the tensor amax bit for bit the one-GPU call's, with no all-gather;
+    the row copy keeps x's sharding."""
+    from mxprec import formats
+    from mxprec.scaling import TileScaling
+
+    rng = np.random.default_rng(33)
+    x = (rng.standard_normal((2, 512, 512)) * np.exp2(rng.integers(-6, 6, (2, 512, 1)))).astype(np.float32)
+    x[1, 300, 5] = -900.0
+    row_spec, spec = TileScaling(formats.E5M2, (1, 128)), TileScaling(formats.E5M2, (1, 128))
+    f = jax.jit(lambda v: cuda.quantize_rows_and_transposed(jnp.asarray(v, jnp.bfloat16), row_spec, spec))
+    want = f(jax.device_put(x, jax.devices("gpu")[0]))
+    xd = jax.device_put(x, NamedSharding(_gpu_mesh(), xspec))
+    got = f(xd)
+    _assert_bits_equal([(q.data, q.scale, q.amax) for q in got], [(q.data, q.scale, q.amax) for q in want],
+                       f"rows+transposed {xspec}")
+    hlo = f.lower(xd).compile().as_text()
+    assert 'custom_call_target="mxprec_quantize_rows_transposed"' in hlo and "all-gather" not in hlo
+    assert tuple(got[0].data.sharding.spec) + (None,) * (3 - len(got[0].data.sharding.spec)) == tuple(xspec)
+
+
+LLAMA_ARMS = ("fp8_current", "fp8_delayed+fused_mlp", "fp8_block", "fp8_block+fused_mlp")
+
+
+@pytest.mark.parametrize("arm", LLAMA_ARMS)
+def test_llama_train_step_data_parallel_matches_one_gpu(arm):
+    """The Llama benchmark's train step (AdamW, full remat, every projection on the recipe) under jit with the
+    batch sharded over every GPU and the state replicated: the CUDA custom calls partition (mxprec's GEMM and
+    quantize targets in the compiled program; weight gradients all-reduced), and three steps track the one-GPU
+    run: the first loss within 1e-4 (the forward's codes and scales are the same: amaxes pmax-reduced; only sums
+    run in other orders), the third within 2e-3, and each gradient of the first step closer to the one-GPU
+    gradient than a quarter of the recipe's own quantization error there (its distance from the BF16 model's
+    gradient, Frobenius norms): a shard quantizing with its own scales would sit about as far as that error."""
+    from mxprec.bench import llama as bench
+    from mxprec.models import llama as L
+
+    n = len(jax.devices("gpu"))
+    batch_size = 2 * n
+    model, cfg, info = bench.build_model(L.micro(n_layers=2, seq=256), arm)
+    tx = bench.make_optimizer(lr=1e-3)
+    state = bench.init_train_state(model, cfg, tx, batch=batch_size, seed=0, loss_scale=info["loss_scale"])
+    batch = bench.synthetic_batch(cfg, batch_size, seed=0)
+    step = jax.jit(bench.make_train_step(model, tx))
+
+    def grads(variables, b, model=model):
+        from mxprec.models.llama import cross_entropy_loss
+
+        def loss(params):
+            logits = model.apply(dict(variables, params=params), b["inputs"])
+            return cross_entropy_loss(logits, b["targets"], pick=cfg.loss_pick)[0]
+
+        return jax.grad(loss)(variables["params"])
+
+    def run(st, b, n_steps=3):
+        losses = []
+        for _ in range(n_steps):
+            st, m = step(st, b)
+            losses.append(float(m["loss"]))
+        return losses
+
+    gpu0 = jax.devices("gpu")[0]
+    one = jax.device_put((state, batch), gpu0)
+    want_losses, want_grads = run(*one), jax.jit(grads)(one[0]["variables"], one[1])
+    mesh = _gpu_mesh()
+    dp = (jax.device_put(state, NamedSharding(mesh, P())),
+          jax.device_put(batch, NamedSharding(mesh, P("x", None))))
+    got_losses, got_grads = run(*dp), jax.jit(grads)(dp[0]["variables"], dp[1])
+    hlo = step.lower(*dp).compile().as_text()
+    assert 'custom_call_target="mxprec_scaled_gemm"' in hlo and "all-reduce" in hlo
+    assert np.all(np.isfinite(got_losses))
+    assert abs(got_losses[0] - want_losses[0]) <= 1e-4 * abs(want_losses[0]), (got_losses, want_losses)
+    assert abs(got_losses[-1] - want_losses[-1]) <= 2e-3 * abs(want_losses[-1]), (got_losses, want_losses)
+    bf16_model = bench.build_model(cfg, "bf16")[0]
+    bf16_grads = jax.jit(functools.partial(grads, model=bf16_model))({"params": one[0]["variables"]["params"]}, one[1])
+    for path, g in jax.tree_util.tree_leaves_with_path(got_grads):
+        r = np.asarray(_leaf(want_grads, path), np.float64)
+        dp_err = np.linalg.norm(np.asarray(g, np.float64) - r)
+        q_err = np.linalg.norm(np.asarray(_leaf(bf16_grads, path), np.float64) - r)
+        assert dp_err <= max(0.25 * q_err, 1e-6 * np.linalg.norm(r)), (arm, jax.tree_util.keystr(path), dp_err, q_err)
+
+
+def _leaf(tree, path):
+    for k in path:
+        tree = tree[k.key] if hasattr(k, "key") else tree[k.idx]
+    return tree

@@ -388,11 +388,14 @@ def test_swiglu_calls_vmap_one_call_per_example(monkeypatch):
             np.testing.assert_array_equal(_bits(a[i]), _bits(b))
 
 
-@pytest.mark.parametrize("spec,gathers", [(("data", "model"), False), (("model", "data"), True)])
-def test_swiglu_tile_calls_shard_elementwise(monkeypatch, spec, gathers):
+@pytest.mark.parametrize("spec,gathers,rows", [(("data", "model"), False, 1024), (("model", "data"), True, 384),
+                                               (("model", None), True, 256), (("data", None), True, 128)])
+def test_swiglu_tile_calls_shard_elementwise(monkeypatch, spec, gathers, rows):
     """The 1 x 128 tile calls under jit + NamedSharding on 8 CPU devices (each device's call XLA's stand-in): the same
     bits as one device, the transposed copies and their scales sharded transposed, no all-gather unless a shard
-    would cut a 128 x 128 tile (("model", "data"): 384 rows over 4 devices), where that axis is gathered."""
+    would cut a 128 x 128 tile, where that axis is gathered: 384 rows over 4 devices; 256 rows (2 tiles) over 4,
+    which Shardy shards over a sub-axis; 128 rows (1 tile) over 2 (both failed to compile before the forty-third
+    session)."""
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     spec_h, spec_g = _tile_spec("float8_e4m3fn"), _tile_spec("float8_e5m2")
@@ -401,7 +404,7 @@ def test_swiglu_tile_calls_shard_elementwise(monkeypatch, spec, gathers):
         return (cuda.swiglu_h_tiles(g, u, spec_h), cuda.swiglu_h_tiles(g, u, spec_h, transposed=True),
                 cuda.swiglu_grad_tiles(g, u, d, spec_g))
 
-    mesh, got, _ = _sharded_run(monkeypatch, calls, _adversarial(m=384 if gathers else 1024, f=1024), spec, gathers)
+    mesh, got, _ = _sharded_run(monkeypatch, calls, _adversarial(m=rows, f=1024), spec, gathers)
     if not gathers:
         (h, h_scale), (h_t, h_t_scale), grads = got
         for t in (h, h_scale, grads[0], grads[1]):

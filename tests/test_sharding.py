@@ -368,6 +368,47 @@ def test_quantize_rows_transposed_sharding_rule(mesh, monkeypatch, xspec, cols):
         assert spec[:2] == tuple(xspec)[:2] and spec[2] == (None if cut else xspec[2]), spec
 
 
+
+@pytest.mark.parametrize("shape,xspec", [((2, 256, 512), P(None, "model", None)), ((2, 128, 512), P(None, "data", None)),
+                                         ((2, 512, 512), P(None, None, ("data", "model")))],
+                         ids=("2_tiles_over_4", "1_tile_over_2", "4_tiles_over_8"))
+@pytest.mark.parametrize("rows_copy", [False, True])
+def test_quantize_transposed_with_fewer_tiles_than_devices(mesh, monkeypatch, shape, xspec, rows_copy):
+    """A dimension sharded over more devices than it has 128 x 128 tiles: Shardy puts the tile factor on a sub-axis
+    of the mesh (or, with one tile, MLIR rejects the size-1 factor); both failed to compile until the forty-third
+    session. Now that axis is gathered for the call and the results are the unsharded ones bit for bit."""
+    from mxprec.kernels import cuda
+
+    monkeypatch.setattr(cuda, "_quantize_transposed_call", _quantize_transposed_stand_in)
+    rows = (1, jnp.dtype(jnp.float8_e5m2).name) if rows_copy else (0, "")
+    cfg = cuda._TransposedQuantCfg(0, 64, 0, jnp.dtype(jnp.float8_e4m3fn).name, 0, rows[0], 0, rows[1])
+    x = np.random.default_rng(27).standard_normal(shape).astype(np.float32)
+    x[1, 100, 7] = 300.0
+    want = jax.jit(lambda v: _quantize_transposed_stand_in(cfg, v))(x)
+    f = jax.jit(cuda._quantize_transposed_vmappable(cfg))
+    xd = jax.device_put(x, NamedSharding(mesh, xspec))
+    got = f(xd)
+    assert len(got) == cfg.n_results
+    for i, (a, b) in enumerate(zip(got, want)):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape and np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)), i
+    assert "all-gather" in f.lower(xd).compile().as_text()
+
+
+def test_unit_tile_factors_are_written_whole():
+    """_merge_unit_factors: a compound dimension with a size-1 factor becomes one whole factor (MLIR's verifier
+    rejects size-1 factors there), sizes and reduction factors follow; rules without one are unchanged."""
+    from mxprec.kernels.ffi import _merge_unit_factors
+
+    rule = "b (r rt) (c ct) -> b (c ct) (r rt), b (c ct) (r rg), , "
+    sizes = dict(rt=128, ct=128, r=1, rg=2, reduction_factors=("rt",))
+    shapes = [(2, 128, 512), (2, 512, 128), (2, 512, 2), (), ()]
+    text, new = _merge_unit_factors(rule, sizes, shapes)
+    assert text == "b r_rt (c ct) -> b (c ct) r_rt, b (c ct) r_rg, , "
+    assert new == dict(ct=128, reduction_factors=())
+    shapes[0], shapes[1], shapes[2] = (2, 256, 512), (2, 512, 256), (2, 512, 4)
+    assert _merge_unit_factors(rule, dict(sizes, r=2), shapes) == (rule, dict(sizes, r=2))
+
 # mxprec.kernels.hip's calls share the package's sharding rules. No ROCm here: with the library "registered" (a
 # stand-in state), the custom-call targets they emit are served by the CPU handlers (the same contract), so the
 # partitioning the HIP wrappers get is exercised on the 8 CPU devices.
@@ -395,9 +436,10 @@ def test_hip_gemm_wrapper_is_partitioned(mesh, hip_on_cpu, family, sharded):
     two MX blocks, twice the per-tensor kernels' unit of 32): local GEMMs (K: FP32 partials + psum), no all-gather,
     the same result as one device.
 
-    Not here: K sharded over more devices than K has 128-element tiles (e.g. 512 over 8). Shardy then shards the
-    quantize call's tile factor over a sub-axis of the mesh, which jax's custom_partitioning cannot turn into a
-    NamedSharding (IndivisibleError, for every backend's custom calls: docs/ffi.md)."""
+    K = 512 over 8 devices with 128-element tiles (4 tiles): Shardy shards the tile factor over a sub-axis of the
+    mesh, which the partition callbacks read as replicated (mxprec.kernels.ffi._on_mesh_axes): that operand is
+    gathered, and the result is still one device's within the bound (until the forty-third session this failed
+    to compile, IndivisibleError)."""
     hip = hip_on_cpu
     lspec, rspec = _HIP_FAMILIES[family]
     rng = np.random.default_rng(29)
@@ -410,8 +452,7 @@ def test_hip_gemm_wrapper_is_partitioned(mesh, hip_on_cpu, family, sharded):
 
     f = jax.jit(f)
     want = f(x, w)
-    if sharded == "k8" and family == "block":
-        pytest.skip("K / 128 = 4 tiles over 8 devices: the limitation in the docstring")
+    cuts_tiles = sharded == "k8" and family == "block"
     k_axes = {"n": None, "k4": "model", "k8": ("data", "model")}[sharded]
     xspec = P() if k_axes is None else P(None, None, k_axes)
     wspec = P(None, "model", None) if k_axes is None else P(None, None, k_axes)
@@ -420,12 +461,12 @@ def test_hip_gemm_wrapper_is_partitioned(mesh, hip_on_cpu, family, sharded):
     hlo = f.lower(xd, wd).compile().as_text()
     gemm = [line for line in hlo.splitlines() if 'custom_call_target="mxprec_scaled_gemm"' in line]
     assert len(gemm) == 1, gemm
-    assert "all-gather" not in hlo, f"{family} {sharded}"
+    assert ("all-gather" in hlo) == cuts_tiles, f"{family} {sharded}"
     if sharded == "n":
         assert "f32[1,64,128]" in gemm[0].split("custom-call(")[0], gemm[0]
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     else:
-        assert "all-reduce" in hlo
+        assert ("all-reduce" in hlo) != cuts_tiles  # K gathered: one local GEMM, no psum
         bound = _gemm_bound(mxprec.quantize(x, lspec, axis=2), mxprec.quantize(w, rspec, axis=2), 2, 2)
         _assert_within(got, want, bound, f"hip {family} {sharded}")
 

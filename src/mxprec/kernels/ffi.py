@@ -466,11 +466,105 @@ def _gemm_rule(cfg: _GemmCfg, mesh, value_types, result_types):
     return rule, dict(sizes, reduction_factors=("k",) if kk else ())
 
 
+_RULE_FACTOR_LISTS = ("reduction_factors", "need_replication_factors", "permutation_factors")
+
+
+def _merge_unit_factors(rule: str, sizes: dict, shapes: list[tuple]) -> tuple[str, dict]:
+    """``rule`` with each compound dimension ``(main sub ...)`` that holds a factor of size 1 (128 rows = one 128-row
+    tile) written as one whole factor (``main_sub``), and ``sizes`` cut to the factors still compound: MLIR's
+    verifier rejects a size-1 factor inside a compound dimension. ``shapes``: every operand's, then every
+    result's."""
+    import re
+
+    lhs, rhs = rule.split("->")
+    n_in = len(lhs.split(","))
+    tensors = [t.strip() for t in lhs.split(",")] + [t.strip() for t in rhs.split(",")]
+    specs = [re.findall(r"\([^)]*\)|[^\s()]+", t) for t in tensors]
+    if len(specs) != len(shapes):  # pragma: no cover - a rule out of step with its call
+        raise ValueError(f"sharding rule {rule!r}: {len(specs)} tensors, {len(shapes)} shapes")
+    merge = set()
+    for spec, shape in zip(specs, shapes):
+        for dim, extent in zip(spec, shape):
+            if dim.startswith("("):
+                main, *subs = dim[1:-1].split()
+                sub_sizes = [sizes[f] for f in subs]
+                if 1 in sub_sizes or sizes.get(main, extent // math.prod(sub_sizes)) == 1:
+                    merge.add(main)
+    if not merge:
+        return rule, sizes
+
+    def rewrite(dim: str) -> str:
+        factors = dim[1:-1].split() if dim.startswith("(") else None
+        return "_".join(factors) if factors and factors[0] in merge else dim
+
+    specs = [[rewrite(d) for d in spec] for spec in specs]
+    compound = {f for spec in specs for d in spec if d.startswith("(") for f in d[1:-1].split()}
+    present = {f for spec in specs for d in spec for f in d.strip("()").split()}
+    new_sizes = {k: v for k, v in sizes.items() if k in compound}
+    for key in _RULE_FACTOR_LISTS:
+        if key in sizes:
+            new_sizes[key] = tuple(f for f in sizes[key] if f in present)
+    text = [" ".join(spec) for spec in specs]
+    return f"{', '.join(text[:n_in])} -> {', '.join(text[n_in:])}", new_sizes
+
+
+def _shardy_rule(rule):
+    """``rule(cfg, mesh, value_types, result_types) -> (text, sizes)`` through :func:`_merge_unit_factors`."""
+
+    @functools.wraps(rule)
+    def wrapped(cfg, mesh, value_types, result_types):
+        text, sizes = rule(cfg, mesh, value_types, result_types)
+        return _merge_unit_factors(text, dict(sizes), [_dims_of(t) for t in (*value_types, *result_types)])
+
+    return wrapped
+
+
+def _on_mesh_axes(mesh, shape: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    """``shape`` with its sharding (an XLA sharding: custom_partitioning's ``decode_shardings=False``) as a
+    NamedSharding over ``mesh``'s axes, or replicated where those axes cannot express it.
+
+    Shardy shards a compound tile dimension ``(tiles within)`` with sub-axes where a mesh axis holds more devices
+    than there are tiles (256 rows = 2 tiles over 4 devices). JAX's own decoding raises on those (INTERNAL
+    ``KeyError``); read as replicated, the partition callbacks ask for that operand whole, XLA gathers it, and the
+    results are resharded to what the program wants: right, at the cost of a gather in that case only.
+    """
+    sharding = getattr(shape, "sharding", None)
+    if sharding is None or isinstance(sharding, NamedSharding):
+        return shape
+    from jax._src.sharding_impls import parse_flatten_op_sharding  # what decode_shardings=True runs
+
+    hlo = sharding._to_xla_hlo_sharding(len(shape.shape))
+    try:
+        spec = parse_flatten_op_sharding(hlo, mesh)[0]
+    except Exception:  # noqa: BLE001 - any sharding off the mesh's axes: the operand whole (see above)
+        spec = P()
+    return jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=NamedSharding(mesh, spec))
+
+
+def _decoding(callback):
+    """A partition / infer callback ``(cfg, mesh, arg_shapes, result_shape)`` that reads its shardings through
+    :func:`_on_mesh_axes`."""
+
+    def is_shape(x):
+        return isinstance(x, jax.ShapeDtypeStruct)
+
+    @functools.wraps(callback)
+    def wrapped(cfg, mesh, arg_shapes, result_shape):
+        arg_shapes, result_shape = jax.tree.map(lambda t: _on_mesh_axes(mesh, t), (arg_shapes, result_shape),
+                                                is_leaf=is_shape)
+        return callback(cfg, mesh, arg_shapes, result_shape)
+
+    return wrapped
+
+
 def _partitioned(impl, partition, infer, rule):
     """``custom_partitioning`` of ``impl(cfg, *arrays)`` (cfg static) with its GSPMD callbacks and Shardy rule: every
-    cfg-taking custom call of the package (GEMM, quantize here; mxprec.kernels.cuda's transposed quantize)."""
+    cfg-taking custom call of the package (GEMM, quantize here; mxprec.kernels.cuda's transposed quantize and SwiGLU
+    calls). The callbacks see NamedShardings, replicated where Shardy's sub-axes leave the mesh's axes
+    (:func:`_on_mesh_axes`); the rule's size-1 tile factors are merged (:func:`_merge_unit_factors`)."""
     cp = custom_partitioning(impl, static_argnums=(0,))
-    cp.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule)
+    cp.def_partition(partition=_decoding(partition), infer_sharding_from_operands=_decoding(infer),
+                     decode_shardings=False, sharding_rule=_shardy_rule(rule))
     return cp
 
 
