@@ -23,7 +23,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from mxprec.kernels import cuda
-from test_sharding import _fns
+from test_sharding import _fns, check_llama_data_parallel
 
 
 def _gpus() -> int:
@@ -210,62 +210,8 @@ LLAMA_ARMS = ("fp8_current", "fp8_delayed+fused_mlp", "fp8_block", "fp8_block+fu
 
 @pytest.mark.parametrize("arm", LLAMA_ARMS)
 def test_llama_train_step_data_parallel_matches_one_gpu(arm):
-    """The Llama benchmark's train step (AdamW, full remat, every projection on the recipe) under jit with the
-    batch sharded over every GPU and the state replicated: the CUDA custom calls partition (mxprec's GEMM and
-    quantize targets in the compiled program; weight gradients all-reduced), and three steps track the one-GPU
-    run: the first loss within 1e-4 (the forward's codes and scales are the same: amaxes pmax-reduced; only sums
-    run in other orders), the third within 2e-3, and each gradient of the first step closer to the one-GPU
-    gradient than a quarter of the recipe's own quantization error there (its distance from the BF16 model's
-    gradient, Frobenius norms): a shard quantizing with its own scales would sit about as far as that error."""
-    from mxprec.bench import llama as bench
-    from mxprec.models import llama as L
-
-    n = len(jax.devices("gpu"))
-    batch_size = 2 * n
-    model, cfg, info = bench.build_model(L.micro(n_layers=2, seq=256), arm)
-    tx = bench.make_optimizer(lr=1e-3)
-    state = bench.init_train_state(model, cfg, tx, batch=batch_size, seed=0, loss_scale=info["loss_scale"])
-    batch = bench.synthetic_batch(cfg, batch_size, seed=0)
-    step = jax.jit(bench.make_train_step(model, tx))
-
-    def grads(variables, b, model=model):
-        from mxprec.models.llama import cross_entropy_loss
-
-        def loss(params):
-            logits = model.apply(dict(variables, params=params), b["inputs"])
-            return cross_entropy_loss(logits, b["targets"], pick=cfg.loss_pick)[0]
-
-        return jax.grad(loss)(variables["params"])
-
-    def run(st, b, n_steps=3):
-        losses = []
-        for _ in range(n_steps):
-            st, m = step(st, b)
-            losses.append(float(m["loss"]))
-        return losses
-
-    gpu0 = jax.devices("gpu")[0]
-    one = jax.device_put((state, batch), gpu0)
-    want_losses, want_grads = run(*one), jax.jit(grads)(one[0]["variables"], one[1])
-    mesh = _gpu_mesh()
-    dp = (jax.device_put(state, NamedSharding(mesh, P())),
-          jax.device_put(batch, NamedSharding(mesh, P("x", None))))
-    got_losses, got_grads = run(*dp), jax.jit(grads)(dp[0]["variables"], dp[1])
-    hlo = step.lower(*dp).compile().as_text()
-    assert 'custom_call_target="mxprec_scaled_gemm"' in hlo and "all-reduce" in hlo
-    assert np.all(np.isfinite(got_losses))
-    assert abs(got_losses[0] - want_losses[0]) <= 1e-4 * abs(want_losses[0]), (got_losses, want_losses)
-    assert abs(got_losses[-1] - want_losses[-1]) <= 2e-3 * abs(want_losses[-1]), (got_losses, want_losses)
-    bf16_model = bench.build_model(cfg, "bf16")[0]
-    bf16_grads = jax.jit(functools.partial(grads, model=bf16_model))({"params": one[0]["variables"]["params"]}, one[1])
-    for path, g in jax.tree_util.tree_leaves_with_path(got_grads):
-        r = np.asarray(_leaf(want_grads, path), np.float64)
-        dp_err = np.linalg.norm(np.asarray(g, np.float64) - r)
-        q_err = np.linalg.norm(np.asarray(_leaf(bf16_grads, path), np.float64) - r)
-        assert dp_err <= max(0.25 * q_err, 1e-6 * np.linalg.norm(r)), (arm, jax.tree_util.keystr(path), dp_err, q_err)
-
-
-def _leaf(tree, path):
-    for k in path:
-        tree = tree[k.key] if hasattr(k, "key") else tree[k.idx]
-    return tree
+    """The Llama benchmark's train step with the batch sharded over every GPU (test_sharding's
+    ``check_llama_data_parallel``), every projection on the CUDA kernels: mxprec's GEMM and quantize custom calls
+    partition, and three steps track the one-GPU run."""
+    check_llama_data_parallel(jax.devices("gpu"), arm, seq=256,
+                              targets=("mxprec_scaled_gemm", "mxprec_quantize"))

@@ -485,3 +485,75 @@ def test_hip_quantize_wrapper_is_partitioned(mesh, hip_on_cpu, spec):
     got = f(xd)
     assert "all-gather" not in f.lower(xd).compile().as_text()
     assert _qtensor_mismatch(got, mxprec.quantize(jnp.asarray(x), spec)) == []
+
+
+# ----------------------------------------------------------------------------- a data-parallel training step
+
+
+def check_llama_data_parallel(devices, arm: str, *, seq: int, targets: tuple[str, ...]):
+    """The Llama benchmark's train step (AdamW, full remat, every projection on the arm's recipe) under jit with the
+    batch sharded over ``devices`` (2 examples each) and the state replicated, against the same step on
+    ``devices[0]`` alone:
+
+    * the compiled sharded step runs the custom calls ``targets`` and all-reduces (the weight gradients);
+    * the first loss within 1e-4 of one device's (the forward's codes and scales are the same, the amaxes being
+      pmax-reduced; only sums run in other orders), the third within 2e-3;
+    * each gradient of the first step (Frobenius norm) closer to one device's than a quarter of the recipe's own
+      quantization error there, its distance from the BF16 model's gradient: a shard quantizing with its own
+      scales would sit about as far as that error.
+    """
+    from mxprec.bench import llama as bench
+    from mxprec.models import llama as L
+    from mxprec.models.llama import cross_entropy_loss
+
+    batch_size = 2 * len(devices)
+    model, cfg, info = bench.build_model(L.micro(n_layers=2, seq=seq), arm)
+    tx = bench.make_optimizer(lr=1e-3)
+    state = bench.init_train_state(model, cfg, tx, batch=batch_size, seed=0, loss_scale=info["loss_scale"])
+    batch = bench.synthetic_batch(cfg, batch_size, seed=0)
+    step = jax.jit(bench.make_train_step(model, tx))
+
+    def grads(variables, b, model=model):
+        def loss(params):
+            logits = model.apply(dict(variables, params=params), b["inputs"])
+            return cross_entropy_loss(logits, b["targets"], pick=cfg.loss_pick)[0]
+
+        return jax.grad(loss)(variables["params"])
+
+    def run(st, b, n_steps=3):
+        losses = []
+        for _ in range(n_steps):
+            st, m = step(st, b)
+            losses.append(float(m["loss"]))
+        return losses
+
+    one = jax.device_put((state, batch), devices[0])
+    want_losses, want_grads = run(*one), jax.jit(grads)(one[0]["variables"], one[1])
+    bf16_model = bench.build_model(cfg, "bf16")[0]
+    bf16_grads = jax.jit(functools.partial(grads, model=bf16_model))({"params": one[0]["variables"]["params"]},
+                                                                     one[1])
+    mesh = Mesh(np.array(devices), ("x",))
+    dp = (jax.device_put(state, NamedSharding(mesh, P())), jax.device_put(batch, NamedSharding(mesh, P("x", None))))
+    got_losses, got_grads = run(*dp), jax.jit(grads)(dp[0]["variables"], dp[1])
+    hlo = step.lower(*dp).compile().as_text()
+    for target in targets:
+        assert f'custom_call_target="{target}"' in hlo, (arm, target)
+    assert "all-reduce" in hlo
+    assert np.all(np.isfinite(got_losses)), got_losses
+    assert abs(got_losses[0] - want_losses[0]) <= 1e-4 * abs(want_losses[0]), (arm, got_losses, want_losses)
+    assert abs(got_losses[-1] - want_losses[-1]) <= 2e-3 * abs(want_losses[-1]), (arm, got_losses, want_losses)
+    flat_want = dict(jax.tree_util.tree_leaves_with_path(want_grads))
+    flat_bf16 = dict(jax.tree_util.tree_leaves_with_path(bf16_grads))
+    for path, g in jax.tree_util.tree_leaves_with_path(got_grads):
+        r = np.asarray(flat_want[path], np.float64)
+        dp_err = np.linalg.norm(np.asarray(g, np.float64) - r)
+        q_err = np.linalg.norm(np.asarray(flat_bf16[path], np.float64) - r)
+        assert dp_err <= max(0.25 * q_err, 1e-6 * np.linalg.norm(r)), (arm, jax.tree_util.keystr(path), dp_err, q_err)
+
+
+@needs_ffi
+@pytest.mark.parametrize("arm", ["fp8_current:ffi", "fp8_block:ffi"])
+def test_llama_train_step_data_parallel(arm):
+    """A whole training step on 2 CPU devices with every projection on the CPU FFI kernels (check_llama_data_parallel;
+    the 2-GPU form is tests/test_cuda_sharding.py's)."""
+    check_llama_data_parallel(jax.devices("cpu")[:2], arm, seq=64, targets=("mxprec_scaled_gemm", "mxprec_quantize"))
