@@ -141,13 +141,14 @@ def _assert_bits_equal(got, want, what: str):
 
 
 @pytest.mark.parametrize("spec,rows,gathers", [(("x", None), 1024, False), ((None, "x"), 1024, False),
-                                               (("x", None), 384, True)], ids=("rows", "cols", "rows-cut"))
+                                               (("x", None), 384, True), (("x", None), 128, True)],
+                         ids=("rows", "cols", "rows-cut", "one-tile"))
 def test_sharded_swiglu_kernels_are_bit_exact(spec, rows, gathers):
     """The fused MLP block's SwiGLU kernels (per-tensor: mxprec_swiglu_{forward,backward}_fp8 and the amax-only
     calls; 1 x 128 tiles: mxprec_swiglu_{h,grad}_tiles) on adversarial gate / up / dh sharded over every GPU: each
     result, its codes, scales and pmax-reduced amaxes, bit for bit the one-GPU call's. Rows or columns split into
     whole tiles run without an all-gather; 384 rows over 2 GPUs (192 each) would cut the tile kernels' 128 x 128
-    tiles, and that axis is gathered."""
+    tiles, and that axis is gathered, as are 128 rows (one tile: a size-1 factor in the Shardy rule)."""
     from test_fused_mlp import FMTS, _adversarial, _tile_spec
 
     scales = jnp.array([0.05, 0.003, 0.007], jnp.float32)
