@@ -396,7 +396,8 @@ def test_recipe_names_and_describe():
     assert "fprop_lhs" in text and "wgrad_grad" in text and "backend" in text
 
 
-@pytest.mark.skipif(not mxprec.kernels.ffi_available("cpu"), reason="libmxprec_cpu.so not built")
+@pytest.mark.skipif(not mxprec.kernels.ffi_available("cpu") or jax.default_backend() != "cpu",
+                    reason="libmxprec_cpu.so not built, or not on the CPU (the CUDA kernels take no MX operands)")
 def test_ffi_backend_runs_both_custom_calls():
     r = mxprec.recipes.get("mxfp8", backend="ffi")
     x, w, _ = _inputs((64, 128), (128, 128))
