@@ -531,9 +531,13 @@ def _on_mesh_axes(mesh, shape: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
     sharding = getattr(shape, "sharding", None)
     if sharding is None or isinstance(sharding, NamedSharding):
         return shape
-    from jax._src.sharding_impls import parse_flatten_op_sharding  # what decode_shardings=True runs
+    try:
+        from jax._src.sharding_impls import parse_flatten_op_sharding  # what decode_shardings=True runs
 
-    hlo = sharding._to_xla_hlo_sharding(len(shape.shape))
+        hlo = sharding._to_xla_hlo_sharding(len(shape.shape))
+    except (ImportError, AttributeError) as e:  # pragma: no cover - a jax without them (0.10 and 0.11 have both)
+        raise RuntimeError(f"mxprec sharding: jax {jax.__version__} lacks the sharding decoder mxprec's custom "
+                           f"calls read their shardings with ({e}); please report it") from e
     try:
         spec = parse_flatten_op_sharding(hlo, mesh)[0]
     except Exception:  # noqa: BLE001 - any sharding off the mesh's axes: the operand whole (see above)
