@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import math
 import pathlib
+import re
 import threading
 
 import jax
@@ -474,8 +475,6 @@ def _merge_unit_factors(rule: str, sizes: dict, shapes: list[tuple]) -> tuple[st
     tile) written as one whole factor (``main_sub``), and ``sizes`` cut to the factors still compound: MLIR's
     verifier rejects a size-1 factor inside a compound dimension. ``shapes``: every operand's, then every
     result's."""
-    import re
-
     lhs, rhs = rule.split("->")
     n_in = len(lhs.split(","))
     tensors = [t.strip() for t in lhs.split(",")] + [t.strip() for t in rhs.split(",")]
@@ -554,8 +553,8 @@ def _decoding(callback):
 
     @functools.wraps(callback)
     def wrapped(cfg, mesh, arg_shapes, result_shape):
-        arg_shapes, result_shape = jax.tree.map(lambda t: _on_mesh_axes(mesh, t), (arg_shapes, result_shape),
-                                                is_leaf=is_shape)
+        arg_shapes, result_shape = jax.tree.map(lambda t: _on_mesh_axes(mesh, t) if is_shape(t) else t,
+                                                (arg_shapes, result_shape), is_leaf=is_shape)
         return callback(cfg, mesh, arg_shapes, result_shape)
 
     return wrapped
