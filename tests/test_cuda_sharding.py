@@ -130,16 +130,6 @@ def _gpu_mesh() -> Mesh:
     return Mesh(np.array(jax.devices("gpu")), ("x",))
 
 
-def _assert_bits_equal(got, want, what: str):
-    from test_fused_mlp import _bits
-
-    leaves_g, leaves_w = jax.tree.leaves(got), jax.tree.leaves(want)
-    assert len(leaves_g) == len(leaves_w)
-    for i, (a, b) in enumerate(zip(leaves_g, leaves_w)):
-        assert a.shape == b.shape and a.dtype == b.dtype, (what, i, a.shape, b.shape, a.dtype, b.dtype)
-        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=f"{what}: result {i}")
-
-
 @pytest.mark.parametrize("spec,rows,gathers", [(("x", None), 1024, False), ((None, "x"), 1024, False),
                                                (("x", None), 384, True), (("x", None), 128, True)],
                          ids=("rows", "cols", "rows-cut", "one-tile"))
@@ -149,7 +139,7 @@ def test_sharded_swiglu_kernels_are_bit_exact(spec, rows, gathers):
     result, its codes, scales and pmax-reduced amaxes, bit for bit the one-GPU call's. Rows or columns split into
     whole tiles run without an all-gather; 384 rows over 2 GPUs (192 each) would cut the tile kernels' 128 x 128
     tiles, and that axis is gathered, as are 128 rows (one tile: a size-1 factor in the Shardy rule)."""
-    from test_fused_mlp import FMTS, _adversarial, _tile_spec
+    from test_fused_mlp import FMTS, _adversarial, _sharded_run, _tile_spec
 
     scales = jnp.array([0.05, 0.003, 0.007], jnp.float32)
     mult = (jnp.float32(0.37), jnp.float32(3.1e-3), jnp.float32(1.7e4))
@@ -162,19 +152,10 @@ def test_sharded_swiglu_kernels_are_bit_exact(spec, rows, gathers):
                 cuda.swiglu_h_tiles(g, u, spec_h), cuda.swiglu_h_tiles(g, u, spec_h, transposed=True),
                 cuda.swiglu_grad_tiles(g, u, d, spec_g))
 
-    arrays = _adversarial(m=rows, f=1024)
-    gpu0 = jax.devices("gpu")[0]
-    want = jax.jit(calls)(*(jax.device_put(t, gpu0) for t in arrays))
-    mesh = _gpu_mesh()
-    sharded = [jax.device_put(t, NamedSharding(mesh, P(*spec))) for t in arrays]
-    f = jax.jit(calls)
-    got = f(*sharded)
-    _assert_bits_equal(got, want, f"swiglu kernels {spec}")
-    hlo = f.lower(*sharded).compile().as_text()
+    mesh, got, hlo = _sharded_run(None, calls, _adversarial(m=rows, f=1024), spec, gathers, mesh=_gpu_mesh())
     for target in ("mxprec_swiglu_backward_fp8", "mxprec_swiglu_forward_fp8", "mxprec_swiglu_h_tiles",
                    "mxprec_swiglu_grad_tiles"):
         assert f'custom_call_target="{target}"' in hlo, target
-    assert ("all-gather" in hlo) == gathers
     if not gathers:
         assert "all-reduce" in hlo  # the per-tensor amaxes' pmax
         (h, _), (h_t, _), grads = got[4:]
@@ -190,19 +171,18 @@ def test_sharded_quantize_rows_and_transposed_is_bit_exact(xspec):
     the row copy keeps x's sharding."""
     from mxprec import formats
     from mxprec.scaling import TileScaling
+    from test_fused_mlp import _sharded_run
 
     rng = np.random.default_rng(33)
     x = (rng.standard_normal((2, 512, 512)) * np.exp2(rng.integers(-6, 6, (2, 512, 1)))).astype(np.float32)
     x[1, 300, 5] = -900.0
     row_spec, spec = TileScaling(formats.E5M2, (1, 128)), TileScaling(formats.E5M2, (1, 128))
-    f = jax.jit(lambda v: cuda.quantize_rows_and_transposed(jnp.asarray(v, jnp.bfloat16), row_spec, spec))
-    want = f(jax.device_put(x, jax.devices("gpu")[0]))
-    xd = jax.device_put(x, NamedSharding(_gpu_mesh(), xspec))
-    got = f(xd)
-    _assert_bits_equal([(q.data, q.scale, q.amax) for q in got], [(q.data, q.scale, q.amax) for q in want],
-                       f"rows+transposed {xspec}")
-    hlo = f.lower(xd).compile().as_text()
-    assert 'custom_call_target="mxprec_quantize_rows_transposed"' in hlo and "all-gather" not in hlo
+
+    def calls(v):
+        return cuda.quantize_rows_and_transposed(jnp.asarray(v, jnp.bfloat16), row_spec, spec)
+
+    _, got, hlo = _sharded_run(None, calls, [x], tuple(xspec), False, mesh=_gpu_mesh())
+    assert 'custom_call_target="mxprec_quantize_rows_transposed"' in hlo
     assert tuple(got[0].data.sharding.spec) + (None,) * (3 - len(got[0].data.sharding.spec)) == tuple(xspec)
 
 

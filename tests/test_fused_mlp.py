@@ -322,24 +322,30 @@ def test_block_kernel_path_emulated_equals_xla_path(monkeypatch, recipe):
     assert set(calls) == want
 
 
-def _sharded_run(monkeypatch, calls, arrays, spec, gathers):
-    """``calls`` under jit on a (2, 4) mesh of CPU devices ("data", "model") with ``arrays`` sharded per ``spec``, each
-    device's kernel call replaced by XLA's stand-in: asserts the results equal one device's bit for bit and that the
-    program all-gathers exactly when ``gathers``. Returns (mesh, results, compiled HLO text)."""
+def _sharded_run(monkeypatch, calls, arrays, spec, gathers, mesh=None):
+    """``calls`` under jit with ``arrays`` sharded per ``spec``: on a (2, 4) mesh of CPU devices ("data", "model"),
+    each device's kernel call replaced by XLA's stand-in, or, given a ``mesh`` (tests/test_cuda_sharding.py's GPUs),
+    with the kernels themselves. Asserts the results equal those of the mesh's first device alone bit for bit (shapes
+    and dtypes too) and that the program all-gathers exactly when ``gathers``. Returns (mesh, results, compiled HLO
+    text)."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    _emulate_kernels(monkeypatch)
-    cpus = jax.devices("cpu")
-    if len(cpus) < 8:
-        pytest.skip("needs 8 CPU devices (tests/conftest.py's XLA_FLAGS)")
-    mesh = Mesh(np.array(cpus[:8]).reshape(2, 4), ("data", "model"))
-    arrays = [jax.device_put(t, cpus[0]) for t in arrays]
+    if mesh is None:
+        _emulate_kernels(monkeypatch)
+        cpus = jax.devices("cpu")
+        if len(cpus) < 8:
+            pytest.skip("needs 8 CPU devices (tests/conftest.py's XLA_FLAGS)")
+        mesh = Mesh(np.array(cpus[:8]).reshape(2, 4), ("data", "model"))
+    arrays = [jax.device_put(t, mesh.devices.flat[0]) for t in arrays]
     want = jax.jit(calls)(*arrays)
     sharded = [jax.device_put(t, NamedSharding(mesh, P(*spec))) for t in arrays]
     f = jax.jit(calls)
     got = f(*sharded)
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        np.testing.assert_array_equal(_bits(a), _bits(b))
+    leaves_got, leaves_want = jax.tree.leaves(got), jax.tree.leaves(want)
+    assert len(leaves_got) == len(leaves_want)
+    for i, (a, b) in enumerate(zip(leaves_got, leaves_want)):
+        assert a.shape == b.shape and a.dtype == b.dtype, (i, a.shape, b.shape, a.dtype, b.dtype)
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=f"result {i}")
     hlo = f.lower(*sharded).compile().as_text()
     assert ("all-gather" in hlo) == gathers
     return mesh, got, hlo
