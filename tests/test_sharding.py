@@ -368,7 +368,6 @@ def test_quantize_rows_transposed_sharding_rule(mesh, monkeypatch, xspec, cols):
         assert spec[:2] == tuple(xspec)[:2] and spec[2] == (None if cut else xspec[2]), spec
 
 
-
 @pytest.mark.parametrize("shape,xspec", [((2, 256, 512), P(None, "model", None)), ((2, 128, 512), P(None, "data", None)),
                                          ((2, 512, 512), P(None, None, ("data", "model")))],
                          ids=("2_tiles_over_4", "1_tile_over_2", "4_tiles_over_8"))
@@ -408,6 +407,7 @@ def test_unit_tile_factors_are_written_whole():
     assert new == dict(ct=128, reduction_factors=())
     shapes[0], shapes[1], shapes[2] = (2, 256, 512), (2, 512, 256), (2, 512, 4)
     assert _merge_unit_factors(rule, dict(sizes, r=2), shapes) == (rule, dict(sizes, r=2))
+
 
 # mxprec.kernels.hip's calls share the package's sharding rules. No ROCm here: with the library "registered" (a
 # stand-in state), the custom-call targets they emit are served by the CPU handlers (the same contract), so the
