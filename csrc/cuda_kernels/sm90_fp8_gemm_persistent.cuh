@@ -295,6 +295,12 @@ constexpr int kSbAhead = MXPREC_PERSISTENT_SB_AHEAD;  // k blocks between a 128x
 #ifndef MXPREC_PERSISTENT_SPLIT_N_BLOCK
 #define MXPREC_PERSISTENT_SPLIT_N_BLOCK 1
 #endif
+// 1x128 B scales (the one-group and the split k loop): 1 reads a k block's B scales from shared memory into
+// registers right after issuing its WGMMAs, so the loads complete under them; 0 (the measured default) reads them
+// in the promotion. Forty-fourth session: built and SASS-checked (no spills), not run on a GPU.
+#ifndef MXPREC_PERSISTENT_SB_EARLY
+#define MXPREC_PERSISTENT_SB_EARLY 0
+#endif
 // Timing experiments only (wrong results): 1 replaces the epilogue-scaled kernels' epilogue by a sum of the
 // accumulators (so the promotion stays), 2 drops their promotion FADDs.
 #ifndef MXPREC_PERSISTENT_EXPERIMENT
@@ -466,6 +472,25 @@ __device__ __forceinline__ void promote_column_scales(float* acc, const float* p
     acc[4 * t + 1] = fmaf(part[4 * j + 1], sa0 * sbv.y, acc[4 * t + 1]);
     acc[4 * t + 2] = fmaf(part[4 * j + 2], sa1 * sbv.x, acc[4 * t + 2]);
     acc[4 * t + 3] = fmaf(part[4 * j + 3], sa1 * sbv.y, acc[4 * t + 3]);
+  }
+}
+// The same in two steps (MXPREC_PERSISTENT_SB_EARLY): load_column_scales reads the B scales of groups kJ0 ..
+// kJ0 + kGroups - 1 into registers ahead of the promotion, promote_loaded_column_scales promotes with them.
+template <int kGroups, int kJ0>
+__device__ __forceinline__ void load_column_scales(float2* sbv, uint32_t sfb) {
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) sbv[j] = lds_f32x2(sfb + 32 * (kJ0 + j));
+}
+template <int kGroups, int kJ0>
+__device__ __forceinline__ void promote_loaded_column_scales(float* acc, const float* part, float sa0, float sa1,
+                                                             const float2* sbv) {
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    const int t = kJ0 + j;
+    acc[4 * t + 0] = fmaf(part[4 * j + 0], sa0 * sbv[j].x, acc[4 * t + 0]);
+    acc[4 * t + 1] = fmaf(part[4 * j + 1], sa0 * sbv[j].y, acc[4 * t + 1]);
+    acc[4 * t + 2] = fmaf(part[4 * j + 2], sa1 * sbv[j].x, acc[4 * t + 2]);
+    acc[4 * t + 3] = fmaf(part[4 * j + 3], sa1 * sbv[j].y, acc[4 * t + 3]);
   }
 }
 
@@ -733,6 +758,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     float part1[kAcc];  // the next k block's (kPipelined)
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) part1[i] = 0.f;
+    // 1x128 B scales with MXPREC_PERSISTENT_SB_EARLY: the B scales of the k block (split loop: of the half) being
+    // promoted, loaded while its WGMMAs run.
+    constexpr bool kSbEarly = kRowsB == 1 && MXPREC_PERSISTENT_SB_EARLY != 0;
+    float2 sbv[kAcc / 4];
 
     int s = 0;
     uint32_t phase = 0;
@@ -853,7 +882,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             promote_groups<kAcc / 4, 0, kAcc / 4>(acc, part, s0, s1, s0, s1);
           }
         } else {
-          promote_column_scales<kAcc / 4, 0>(acc, part, sc.sa0, sc.sa1, sfb0 + stage * Smem::kSfbBytes);
+          if constexpr (kSbEarly) {
+            promote_loaded_column_scales<kAcc / 4, 0>(acc, part, sc.sa0, sc.sa1, sbv);
+          } else {
+            promote_column_scales<kAcc / 4, 0>(acc, part, sc.sa0, sc.sa1, sfb0 + stage * Smem::kSfbBytes);
+          }
           __syncwarp();  // every lane has read the stage's B scales
           release(stage);
         }
@@ -917,6 +950,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           } else if constexpr (kRowsB == 128) {
             promote_two_scale_tiles<kHalfGroups, kJ0, kBlockN>(acc, half, off_b, sc.sa0 * sc.sb, sc.sa1 * sc.sb,
                                                                sc.sa0 * sc.sb_hi, sc.sa1 * sc.sb_hi);
+          } else if constexpr (kSbEarly) {
+            promote_loaded_column_scales<kHalfGroups, kJ0>(acc, half, sc.sa0, sc.sa1, sbv);
           } else {
             promote_column_scales<kHalfGroups, kJ0>(acc, half, sc.sa0, sc.sa1, sfb0 + sc.stage * Smem::kSfbBytes);
           }
@@ -931,8 +966,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           issue_half(lo, 0);
           issue_half(hi, kHalfN);
           advance();
+          if constexpr (kSbEarly) load_column_scales<kHalfGroups, 0>(sbv, sfb0 + sc.stage * Smem::kSfbBytes);
           wgmma_wait<1>();  // lo
           promote_half(std::integral_constant<int, 0>{}, sc, lo);
+          if constexpr (kSbEarly) {
+            load_column_scales<kHalfGroups, kHalfGroups>(sbv, sfb0 + sc.stage * Smem::kSfbBytes);
+          }
           wgmma_wait<0>();  // hi
           if constexpr (kRowsB != 1) release(sc.stage);
           promote_half(std::integral_constant<int, 1>{}, sc, hi);
@@ -945,6 +984,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kb = 0; kb < nk; ++kb) {
           // (Only 128x128 B scales use the parity; this loop runs them only with MXPREC_PERSISTENT_SPLIT_N_BLOCK=0.)
           const KBlockScales sc = kRowsB == 128 && kb % 2 == 1 ? issue(kb, part0, Odd{}) : issue(kb, part0, Even{});
+          if constexpr (kSbEarly) load_column_scales<kAcc / 4, 0>(sbv, sfb0 + sc.stage * Smem::kSfbBytes);
           wgmma_wait<0>();
           promote(sc, part0);
           advance();
