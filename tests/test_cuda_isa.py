@@ -385,6 +385,47 @@ def test_sm90_persistent_block_scale_loads_are_not_read_in_their_iteration():
     assert checked == 18, checked  # 3 pairs x 2 outputs x clusters 1x1 / 1x2 / 2x1
 
 
+def _column_scale_loads_before_the_first_wgmma_wait(sass):
+    """{tile columns: the set over the 1x128-scaled persistent kernels' k loops of how many LDS.64 (column-scale
+    loads) come before the loop's first WARPGROUP.DEPBAR}."""
+    counts = {}
+    for body in re.split(r"\n\s*Function : ", sass)[1:]:
+        shape = re.search(r"blockwise_gemm_kernelILi\dELi\dELi1ELi(\d+)E", body.split("\n", 1)[0])
+        if shape is None:
+            continue
+        instructions = [(int(m.group(1), 16), m.group(2))
+                        for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", body)]
+        for first, last in _innermost_wgmma_loops(instructions):
+            ops = [op for _, op in instructions[first:last + 1]]
+            wait = next(i for i, op in enumerate(ops) if "WARPGROUP.DEPBAR" in op)
+            counts.setdefault(int(shape.group(1)), set()).add(sum("LDS.64" in op for op in ops[:wait]))
+    return counts
+
+
+@needs_toolchain
+@_slow
+def test_sm90_persistent_sb_early_knob_loads_column_scales_under_the_wgmmas(tmp_path):
+    """MXPREC_PERSISTENT_SB_EARLY=1 (a build knob, off by default; forty-fourth session, h200_wgrad_promotion.md):
+    with 1x128 B scales the k loop reads the column scales into registers before waiting for the WGMMAs (the k
+    block's 16 column groups at 128 columns, the first half's 10 / 12 at 160 / 192), where the default build reads
+    none (Nsight Compute: the promotion waited on those loads). The knob's build compiles the persistent TU alone
+    (~1 min), without spills or serialized WGMMAs (build.sh fails on C7514)."""
+    default = _first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o")
+    assert _column_scale_loads_before_the_first_wgmma_wait(_sass(default)) == {128: {0}, 160: {0}, 192: {0}}
+    (tmp_path / "obj").mkdir()
+    for obj in (BUILD / "obj").glob("*.o"):
+        shutil.copy(obj, tmp_path / "obj" / obj.name)
+    env = {**os.environ, "PYTHON": sys.executable, "JOBS": "1", "ONLY": "sm90_fp8_gemm_persistent*",
+           "EXTRA_NVCC_FLAGS": "-DMXPREC_PERSISTENT_SB_EARLY=1"}
+    res = subprocess.run(["bash", str(KERNELS / "build.sh"), str(tmp_path)], capture_output=True, text=True, env=env,
+                         check=False)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
+    early = tmp_path / "obj" / "sm90_fp8_gemm_persistent.o"
+    usage = re.findall(r"STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", _cuobjdump_out("--dump-resource-usage", early))
+    assert usage and set(usage) == {("0", "0")}, usage
+    assert _column_scale_loads_before_the_first_wgmma_wait(_sass(early)) == {128: {16}, 160: {10}, 192: {12}}
+
+
 def _promotion_tool():
     """benchmarks/sass_promotion_yield.py, the decoder of the promotion instructions' control bits."""
     spec = importlib.util.spec_from_file_location("sass_promotion_yield", ROOT / "benchmarks" / "sass_promotion_yield.py")
