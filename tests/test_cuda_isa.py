@@ -385,9 +385,9 @@ def test_sm90_persistent_block_scale_loads_are_not_read_in_their_iteration():
     assert checked == 18, checked  # 3 pairs x 2 outputs x clusters 1x1 / 1x2 / 2x1
 
 
-def _column_scale_loads_before_the_first_wgmma_wait(sass):
-    """{tile columns: the set over the 1x128-scaled persistent kernels' k loops of how many LDS.64 (column-scale
-    loads) come before the loop's first WARPGROUP.DEPBAR}."""
+def _column_scale_reads(sass):
+    """{tile columns: the set over the 1x128-scaled persistent kernels' k loops of (LDS.64 before the loop's first
+    WARPGROUP.DEPBAR, LDS.64 in the loop, SHFL in the loop)}: how the promotion reads the column scales."""
     counts = {}
     for body in re.split(r"\n\s*Function : ", sass)[1:]:
         shape = re.search(r"blockwise_gemm_kernelILi\dELi\dELi1ELi(\d+)E", body.split("\n", 1)[0])
@@ -398,32 +398,39 @@ def _column_scale_loads_before_the_first_wgmma_wait(sass):
         for first, last in _innermost_wgmma_loops(instructions):
             ops = [op for _, op in instructions[first:last + 1]]
             wait = next(i for i, op in enumerate(ops) if "WARPGROUP.DEPBAR" in op)
-            counts.setdefault(int(shape.group(1)), set()).add(sum("LDS.64" in op for op in ops[:wait]))
+            counts.setdefault(int(shape.group(1)), set()).add(
+                (sum("LDS.64" in op for op in ops[:wait]), sum("LDS.64" in op for op in ops),
+                 sum("SHFL" in op for op in ops)))
     return counts
 
 
 @needs_toolchain
 @_slow
-def test_sm90_persistent_sb_early_knob_loads_column_scales_under_the_wgmmas(tmp_path):
-    """MXPREC_PERSISTENT_SB_EARLY=1 (a build knob, off by default; forty-fourth session, h200_wgrad_promotion.md):
-    with 1x128 B scales the k loop reads the column scales into registers before waiting for the WGMMAs (the k
-    block's 16 column groups at 128 columns, the first half's 10 / 12 at 160 / 192), where the default build reads
-    none (Nsight Compute: the promotion waited on those loads). The knob's build compiles the persistent TU alone
-    (~1 min), without spills or serialized WGMMAs (build.sh fails on C7514)."""
+@pytest.mark.parametrize("mode", [1, 2])
+def test_sm90_persistent_sb_early_knob_reads_column_scales_under_the_wgmmas(tmp_path, mode):
+    """MXPREC_PERSISTENT_SB_EARLY (a build knob, off by default; forty-fourth session, h200_wgrad_promotion.md), with
+    1x128 B scales. The default build reads the column scales in the promotion, one LDS.64 per column group (16 /
+    20 / 24 per k block at 128 / 160 / 192 columns), all after the WGMMA wait (Nsight Compute: the promotion waited
+    on them, and they were ~30 % of the kernel's shared-memory traffic). Mode 1 issues them before the wait (the k
+    block's 16 at 128 columns, the first half's 10 / 12 in the split loop). Mode 2 loads each scale once per warp
+    and shuffles it to the lanes that use it: no LDS.64, two SHFL per column group. Each mode's build compiles the
+    persistent TU alone (~1 min), without spills or serialized WGMMAs (build.sh fails on C7514)."""
     default = _first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o")
-    assert _column_scale_loads_before_the_first_wgmma_wait(_sass(default)) == {128: {0}, 160: {0}, 192: {0}}
+    assert _column_scale_reads(_sass(default)) == {128: {(0, 16, 0)}, 160: {(0, 20, 0)}, 192: {(0, 24, 0)}}
     (tmp_path / "obj").mkdir()
     for obj in (BUILD / "obj").glob("*.o"):
         shutil.copy(obj, tmp_path / "obj" / obj.name)
     env = {**os.environ, "PYTHON": sys.executable, "JOBS": "1", "ONLY": "sm90_fp8_gemm_persistent*",
-           "EXTRA_NVCC_FLAGS": "-DMXPREC_PERSISTENT_SB_EARLY=1"}
+           "EXTRA_NVCC_FLAGS": f"-DMXPREC_PERSISTENT_SB_EARLY={mode}"}
     res = subprocess.run(["bash", str(KERNELS / "build.sh"), str(tmp_path)], capture_output=True, text=True, env=env,
                          check=False)
     assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
-    early = tmp_path / "obj" / "sm90_fp8_gemm_persistent.o"
-    usage = re.findall(r"STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", _cuobjdump_out("--dump-resource-usage", early))
+    built = tmp_path / "obj" / "sm90_fp8_gemm_persistent.o"
+    usage = re.findall(r"STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", _cuobjdump_out("--dump-resource-usage", built))
     assert usage and set(usage) == {("0", "0")}, usage
-    assert _column_scale_loads_before_the_first_wgmma_wait(_sass(early)) == {128: {16}, 160: {10}, 192: {12}}
+    want = {1: {128: {(16, 16, 0)}, 160: {(10, 20, 0)}, 192: {(12, 24, 0)}},
+            2: {128: {(0, 0, 32)}, 160: {(0, 0, 40)}, 192: {(0, 0, 48)}}}[mode]
+    assert _column_scale_reads(_sass(built)) == want
 
 
 def _promotion_tool():

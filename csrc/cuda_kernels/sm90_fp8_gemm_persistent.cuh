@@ -42,6 +42,9 @@ namespace mxprec {
 namespace cuda {
 namespace persistent {
 
+template <int N>
+using IntC = std::integral_constant<int, N>;  // compile-time counts passed to the consumer's lambdas
+
 constexpr int kBlockM = 128;       // rows per CTA tile (2 consumer warpgroups x 64)
 constexpr int kBlockK = 128;       // K per stage = one scale block
 constexpr int kThreads = 384;      // producer warpgroup + 2 consumer warpgroups
@@ -296,8 +299,11 @@ constexpr int kSbAhead = MXPREC_PERSISTENT_SB_AHEAD;  // k blocks between a 128x
 #define MXPREC_PERSISTENT_SPLIT_N_BLOCK 1
 #endif
 // 1x128 B scales (the one-group and the split k loop): 1 reads a k block's B scales from shared memory into
-// registers right after issuing its WGMMAs, so the loads complete under them; 0 (the measured default) reads them
-// in the promotion. Forty-fourth session: built and SASS-checked (no spills), not run on a GPU.
+// registers right after issuing its WGMMAs, so the loads complete under them; 2 does the same with one 32-bit load
+// per scale per warp and shuffles to the lanes that use it (a thread's LDS.64 costs 2 shared-memory wavefronts
+// while 8 lanes read each address: with 1 and 0 the scales' loads are ~30 % of the Wgrad kernel's shared-memory
+// traffic); 0 (the measured default) reads them in the promotion. Forty-fourth session: built and SASS-checked
+// (no spills), not run on a GPU.
 #ifndef MXPREC_PERSISTENT_SB_EARLY
 #define MXPREC_PERSISTENT_SB_EARLY 0
 #endif
@@ -480,6 +486,24 @@ template <int kGroups, int kJ0>
 __device__ __forceinline__ void load_column_scales(float2* sbv, uint32_t sfb) {
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) sbv[j] = lds_f32x2(sfb + 32 * (kJ0 + j));
+}
+// MXPREC_PERSISTENT_SB_EARLY=2: the same values as load_column_scales, from the stage's B scales at `sfb_tile`
+// (the tile's column 0): lane l of the warp loads column 8 kJ0 + 32 i + l, and each thread takes its two columns
+// of group j (8 j + 2 (lane % 4) and the next, counted from column 8 kJ0) from the lanes that loaded them.
+template <int kGroups, int kJ0>
+__device__ __forceinline__ void shuffle_column_scales(float2* sbv, uint32_t sfb_tile, int lane) {
+  constexpr int kCols = 8 * kGroups, kLoads = (kCols + 31) / 32;
+  float v[kLoads];
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    v[i] = 32 * i + lane < kCols ? lds_f32(sfb_tile + 4 * (8 * kJ0 + 32 * i + lane)) : 0.f;
+  }
+  const int src = 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {  // 8 j + src <= 8 j + 6 lies in load j / 4, at lane 8 (j % 4) + src
+    sbv[j].x = __shfl_sync(0xffffffffu, v[j / 4], 8 * (j % 4) + src);
+    sbv[j].y = __shfl_sync(0xffffffffu, v[j / 4], 8 * (j % 4) + src + 1);
+  }
 }
 template <int kGroups, int kJ0>
 __device__ __forceinline__ void promote_loaded_column_scales(float* acc, const float* part, float sa0, float sa1,
@@ -762,6 +786,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     // promoted, loaded while its WGMMAs run.
     constexpr bool kSbEarly = kRowsB == 1 && MXPREC_PERSISTENT_SB_EARLY != 0;
     float2 sbv[kAcc / 4];
+    // Loads groups kJ0 .. kJ0 + kGroups - 1 of stage `stage`'s B scales into sbv (MXPREC_PERSISTENT_SB_EARLY 1 or 2).
+    auto load_scales = [&](auto groups, auto first, int stage) {
+      constexpr int kGroups = decltype(groups)::value, kJ0 = decltype(first)::value;
+      if constexpr (MXPREC_PERSISTENT_SB_EARLY == 2) {
+        shuffle_column_scales<kGroups, kJ0>(sbv, base + Smem::kSfb + stage * Smem::kSfbBytes, lane);
+      } else {
+        load_column_scales<kGroups, kJ0>(sbv, sfb0 + stage * Smem::kSfbBytes);
+      }
+    };
 
     int s = 0;
     uint32_t phase = 0;
@@ -966,12 +999,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           issue_half(lo, 0);
           issue_half(hi, kHalfN);
           advance();
-          if constexpr (kSbEarly) load_column_scales<kHalfGroups, 0>(sbv, sfb0 + sc.stage * Smem::kSfbBytes);
+          if constexpr (kSbEarly) load_scales(IntC<kHalfGroups>{}, IntC<0>{}, sc.stage);
           wgmma_wait<1>();  // lo
           promote_half(std::integral_constant<int, 0>{}, sc, lo);
-          if constexpr (kSbEarly) {
-            load_column_scales<kHalfGroups, kHalfGroups>(sbv, sfb0 + sc.stage * Smem::kSfbBytes);
-          }
+          if constexpr (kSbEarly) load_scales(IntC<kHalfGroups>{}, IntC<kHalfGroups>{}, sc.stage);
           wgmma_wait<0>();  // hi
           if constexpr (kRowsB != 1) release(sc.stage);
           promote_half(std::integral_constant<int, 1>{}, sc, hi);
@@ -984,7 +1015,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kb = 0; kb < nk; ++kb) {
           // (Only 128x128 B scales use the parity; this loop runs them only with MXPREC_PERSISTENT_SPLIT_N_BLOCK=0.)
           const KBlockScales sc = kRowsB == 128 && kb % 2 == 1 ? issue(kb, part0, Odd{}) : issue(kb, part0, Even{});
-          if constexpr (kSbEarly) load_column_scales<kAcc / 4, 0>(sbv, sfb0 + sc.stage * Smem::kSfbBytes);
+          if constexpr (kSbEarly) load_scales(IntC<kAcc / 4>{}, IntC<0>{}, sc.stage);
           wgmma_wait<0>();
           promote(sc, part0);
           advance();
