@@ -465,6 +465,15 @@ __device__ __forceinline__ void promote_two_scale_tiles(float* acc, const float*
     }
   }
 }
+// One column group of a thread's accumulators with 1x128 B scales: acc[0..3] += part[0..3] * (sa * sb), rows r0
+// (registers 0, 1) and r0 + 8 (2, 3) with A scales sa0 / sa1, the group's two columns with B scales sbv.x / sbv.y.
+__device__ __forceinline__ void promote_column_group(float* acc, const float* part, float sa0, float sa1,
+                                                     float2 sbv) {
+  acc[0] = fmaf(part[0], sa0 * sbv.x, acc[0]);
+  acc[1] = fmaf(part[1], sa0 * sbv.y, acc[1]);
+  acc[2] = fmaf(part[2], sa1 * sbv.x, acc[2]);
+  acc[3] = fmaf(part[3], sa1 * sbv.y, acc[3]);
+}
 // 1x128 B scales: acc += part * (sa * sb[n]) for kGroups column groups (tile groups kJ0 ..), sb of the tile's columns
 // read from the stage's shared-memory B scales at `sfb` (this thread's first column), two per group.
 template <int kGroups, int kJ0>
@@ -472,12 +481,7 @@ __device__ __forceinline__ void promote_column_scales(float* acc, const float* p
                                                       uint32_t sfb) {
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) {
-    const int t = kJ0 + j;
-    const float2 sbv = lds_f32x2(sfb + 32 * t);
-    acc[4 * t + 0] = fmaf(part[4 * j + 0], sa0 * sbv.x, acc[4 * t + 0]);
-    acc[4 * t + 1] = fmaf(part[4 * j + 1], sa0 * sbv.y, acc[4 * t + 1]);
-    acc[4 * t + 2] = fmaf(part[4 * j + 2], sa1 * sbv.x, acc[4 * t + 2]);
-    acc[4 * t + 3] = fmaf(part[4 * j + 3], sa1 * sbv.y, acc[4 * t + 3]);
+    promote_column_group(acc + 4 * (kJ0 + j), part + 4 * j, sa0, sa1, lds_f32x2(sfb + 32 * (kJ0 + j)));
   }
 }
 // The same in two steps (MXPREC_PERSISTENT_SB_EARLY): load_column_scales reads the B scales of groups kJ0 ..
@@ -509,13 +513,7 @@ template <int kGroups, int kJ0>
 __device__ __forceinline__ void promote_loaded_column_scales(float* acc, const float* part, float sa0, float sa1,
                                                              const float2* sbv) {
 #pragma unroll
-  for (int j = 0; j < kGroups; ++j) {
-    const int t = kJ0 + j;
-    acc[4 * t + 0] = fmaf(part[4 * j + 0], sa0 * sbv[j].x, acc[4 * t + 0]);
-    acc[4 * t + 1] = fmaf(part[4 * j + 1], sa0 * sbv[j].y, acc[4 * t + 1]);
-    acc[4 * t + 2] = fmaf(part[4 * j + 2], sa1 * sbv[j].x, acc[4 * t + 2]);
-    acc[4 * t + 3] = fmaf(part[4 * j + 3], sa1 * sbv[j].y, acc[4 * t + 3]);
-  }
+  for (int j = 0; j < kGroups; ++j) promote_column_group(acc + 4 * (kJ0 + j), part + 4 * j, sa0, sa1, sbv[j]);
 }
 
 // The epilogue's scales when kRowsB == 0. Per-tensor (row == nullptr): D = alpha * acc, or fma(alpha, acc,
