@@ -342,6 +342,11 @@ def test_sm90_persistent_blockwise_sass():
         assert ("BAR.ARV" in body) == store_warps, name
 
 
+def _kernel_instructions(body):
+    """(address, instruction text) of one kernel's SASS (a body of cuobjdump's output after "Function : ")."""
+    return [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", body)]
+
+
 def _innermost_wgmma_loops(instructions):
     """(first, last) indices of the innermost loops holding a QGMMA: a predicated backward branch closes each (the
     unconditional backward branches are the mbarrier retry stubs' returns into the loop, not loops)."""
@@ -369,8 +374,7 @@ def test_sm90_persistent_block_scale_loads_are_not_read_in_their_iteration():
         shape = re.search(r"blockwise_gemm_kernelILi\dELi\dELi(\d+)ELi(\d+)E", name)
         if shape is None or shape.groups() != ("128", "128"):
             continue
-        instructions = [(int(m.group(1), 16), m.group(2))
-                        for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", body)]
+        instructions = _kernel_instructions(body)
         loops = _innermost_wgmma_loops(instructions)
         assert loops, name
         for first, last in loops:
@@ -393,8 +397,7 @@ def _column_scale_reads(sass):
         shape = re.search(r"blockwise_gemm_kernelILi\dELi\dELi1ELi(\d+)E", body.split("\n", 1)[0])
         if shape is None:
             continue
-        instructions = [(int(m.group(1), 16), m.group(2))
-                        for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", body)]
+        instructions = _kernel_instructions(body)
         for first, last in _innermost_wgmma_loops(instructions):
             ops = [op for _, op in instructions[first:last + 1]]
             wait = next(i for i, op in enumerate(ops) if "WARPGROUP.DEPBAR" in op)
@@ -404,21 +407,26 @@ def _column_scale_reads(sass):
     return counts
 
 
+def test_sm90_persistent_reads_column_scales_in_the_promotion():
+    """The default build (MXPREC_PERSISTENT_SB_EARLY=0, the one measured) with 1x128 B scales: one LDS.64 of column
+    scales per column group (16 / 20 / 24 per k block at 128 / 160 / 192 columns), all after the WGMMA wait (Nsight
+    Compute, forty-fourth session: the promotion waited on them, and they were ~30 % of the kernel's shared-memory
+    traffic; h200_wgrad_promotion.md)."""
+    default = _first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o")
+    assert _column_scale_reads(_sass(default)) == {128: {(0, 16, 0)}, 160: {(0, 20, 0)}, 192: {(0, 24, 0)}}
+
+
 @needs_toolchain
 @_slow
 @pytest.mark.parametrize("mode", [1, 2])
 def test_sm90_persistent_sb_early_knob_reads_column_scales_under_the_wgmmas(tmp_path, mode):
-    """MXPREC_PERSISTENT_SB_EARLY (a build knob, off by default; forty-fourth session, h200_wgrad_promotion.md), with
-    1x128 B scales. The default build reads the column scales in the promotion, one LDS.64 per column group (16 /
-    20 / 24 per k block at 128 / 160 / 192 columns), all after the WGMMA wait (Nsight Compute: the promotion waited
-    on them, and they were ~30 % of the kernel's shared-memory traffic). Mode 1 issues them before the wait (the k
-    block's 16 at 128 columns, the first half's 10 / 12 in the split loop). Mode 2 loads each scale once per warp
-    and shuffles it to the lanes that use it: no LDS.64, two SHFL per column group. Each mode's build compiles the
-    persistent TU alone (~1 min), without spills or serialized WGMMAs (build.sh fails on C7514)."""
-    default = _first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o")
-    assert _column_scale_reads(_sass(default)) == {128: {(0, 16, 0)}, 160: {(0, 20, 0)}, 192: {(0, 24, 0)}}
+    """MXPREC_PERSISTENT_SB_EARLY (a build knob, off by default; the default build: the test above), with 1x128 B
+    scales. Mode 1 issues the column-scale LDS.64 before the WGMMA wait (the k block's 16 at 128 columns, the first
+    half's 10 / 12 in the split loop). Mode 2 loads each scale once per warp and shuffles it to the lanes that use
+    it: no LDS.64, two SHFL per column group. Each mode's build compiles the persistent TU alone (~1 min), without
+    spills or serialized WGMMAs (build.sh fails on C7514)."""
     (tmp_path / "obj").mkdir()
-    for obj in (BUILD / "obj").glob("*.o"):
+    for obj in (_first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o").parent).glob("*.o"):
         shutil.copy(obj, tmp_path / "obj" / obj.name)
     env = {**os.environ, "PYTHON": sys.executable, "JOBS": "1", "ONLY": "sm90_fp8_gemm_persistent*",
            "EXTRA_NVCC_FLAGS": f"-DMXPREC_PERSISTENT_SB_EARLY={mode}"}
