@@ -853,8 +853,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      using Even = std::integral_constant<int, 0>;
-      using Odd = std::integral_constant<int, 1>;
+      using Even = IntC<0>;
+      using Odd = IntC<1>;
       // The same where kb's parity is known only at run time (the loops that take one k block per iteration).
       auto take_b_scales_any = [&](int kb, KBlockScales& sc) {
         if (kb % 2 == 0) {
@@ -999,11 +999,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           advance();
           if constexpr (kSbEarly) load_scales(IntC<kHalfGroups>{}, IntC<0>{}, sc.stage);
           wgmma_wait<1>();  // lo
-          promote_half(std::integral_constant<int, 0>{}, sc, lo);
+          promote_half(IntC<0>{}, sc, lo);
           if constexpr (kSbEarly) load_scales(IntC<kHalfGroups>{}, IntC<kHalfGroups>{}, sc.stage);
           wgmma_wait<0>();  // hi
           if constexpr (kRowsB != 1) release(sc.stage);
-          promote_half(std::integral_constant<int, 1>{}, sc, hi);
+          promote_half(IntC<1>{}, sc, hi);
           if constexpr (kRowsB == 1) {
             __syncwarp();  // every lane has read the stage's B scales
             release(sc.stage);
