@@ -4,9 +4,10 @@ Data bits and scale bits must match exactly. For the FP32-scaled FP8 schemes (te
 row / tile) NaN codes are compared as "both NaN" (the NaN payload/sign is not part of the
 contract). MX NaN blocks must be exactly scale byte 0xFF with codes 0.
 
-XLA on CPU flushes FP32 subnormals to zero (FTZ/DAZ). The inputs here are chosen so that no
-input and no *scale* is an FP32 subnormal; only dequantized outputs may land in the FP32
-subnormal range, where a flushed ±0 is accepted (``ftz_ok``).
+XLA on CPU flushes FP32 subnormals to zero (FTZ/DAZ), and the contract makes that explicit: subnormal
+inputs are zeros of their sign, and FP32 scales are never below 2^-126 (the reference does both; the tiny-group
+tests below check them). Dequantized outputs may land in the FP32 subnormal range, where a flushed ±0 is
+accepted (``ftz_ok``).
 
 Most checks run ``quantize`` under ``jax.jit`` (one compile per spec/shape keeps the file fast);
 ``test_eager_matches_reference`` covers the eager path.
@@ -624,6 +625,107 @@ def test_delayed_defaults_and_eager_update():
     for bad in (0.0, np.nan, np.inf):
         st2 = mxprec.update_delayed_state(st, jnp.float32(bad), mxprec.DelayedScaling(formats.E4M3, history_len=1, amax_compute="most_recent"))
         assert float(st2.scale) == 2.0
+
+
+# --------------------------------------------------------------------------------------------
+# tiny groups and FP32 subnormal inputs (docs/numerics.md: DAZ inputs, FP32 scales >= 2^-126)
+# --------------------------------------------------------------------------------------------
+
+# Where amax / divisor leaves the FP32 normal range (the scale floor): E4M3, E5M2, NVFP4's tensor scale; and
+# NVFP4's block amax / 6.
+TINY_EDGES = [448.0 * 2.0**-126, 57344.0 * 2.0**-126, 2688.0 * 2.0**-126, 6.0 * 2.0**-126, 2.0**-126]
+
+
+def tiny_rows(seed, kmax=-100):
+    """Rows of 32 with FP32-normal amaxes 2^k (k in [-126, kmax]) times U(1, 2), the floor edges above and their FP32
+    neighbours, and bodies amax * U(2^-40, 1) * ±1 (FP32 subnormals kept: the contract reads them as zeros), plus
+    rows of subnormals only, of -0 and of one subnormal beside normals."""
+    rng = np.random.default_rng(seed)
+    am = [np.float32(2.0**k * rng.uniform(1, 2)) for k in range(-126, kmax + 1)]
+    for e in TINY_EDGES:
+        if e <= 2.0**kmax:
+            b = np.float32(e)
+            am += [b, np.nextafter(b, np.float32(0)), np.nextafter(b, np.float32(1))]
+    am = np.array([a for a in am if a >= F32_MIN_NORMAL], np.float32)
+    body = am[:, None].astype(np.float64) * np.exp2(-rng.uniform(0, 40, (am.size, 31)))
+    body *= rng.choice([-1.0, 1.0], body.shape)
+    lead = np.where(np.arange(am.size) % 2, -am, am)
+    rows = np.concatenate([lead[:, None], body], 1).astype(np.float32)
+    special = np.zeros((4, 32), np.float32)
+    special[0] = (rng.uniform(-1, 1, 32) * 2.0**-126).astype(np.float32)  # subnormals only: amax +0
+    special[1] = -0.0
+    special[2] = np.float32(2.0**-125)
+    special[2, 3] = np.float32(-(2.0**-127))
+    special[3, ::2] = np.float32(2.0**-149)
+    return np.concatenate([rows, special])
+
+
+def test_tiny_rows_hold_what_they_claim():
+    x = tiny_rows(0)
+    a = np.abs(x)
+    assert ((a > 0) & (a < F32_MIN_NORMAL)).sum() > 300  # FP32 subnormal inputs
+    row_amax = a.max(1)
+    assert (row_amax < 448.0 * 2.0**-126).sum() > 10 and (row_amax >= 57344.0 * 2.0**-126).sum() > 10
+    assert np.isin(np.float32(448.0 * 2.0**-126), row_amax)
+
+
+TINY_CASES = [
+    ("row", "E4M3", "rceil", False),
+    ("row", "E5M2", "rceil", False),
+    ("tile", "E4M3", "rceil", False),
+    ("tile", "E5M2", "rceil", True),
+    ("mx", "E4M3", "rceil", False),
+    ("mx", "E5M2", "floor", False),
+    ("mx", "E2M3", "floor", False),
+    ("mx", "E2M1", "rceil", False),
+    ("nvfp4", None, "rceil", False),
+]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("kind,fmt,rule,p2", TINY_CASES)
+def test_tiny_groups_and_subnormal_inputs(kind, fmt, rule, p2, dtype):
+    """Groups whose scale would be an FP32 subnormal take 2^-126 (they had scale +0 on the CPU, and every code NaN
+    or saturated), and FP32 subnormal inputs are zeros of their sign, against the reference. bf16 keeps most of
+    the subnormals (its own subnormals are FP32 ones)."""
+    check(kind, jx(pad_rows(tiny_rows(1)), dtype), fmt, -1, rule=rule, p2=p2)
+
+
+@pytest.mark.parametrize("kind,fmt", [("tensor", "E4M3"), ("tensor", "E5M2"), ("nvfp4", None)])
+def test_tiny_tensor_scales(kind, fmt):
+    """Whole tensors below the floor edge of TensorScaling (E4M3 / E5M2) and NVFP4's tensor scale (amax < 2688 *
+    2^-126): one scale of 2^-126, codes of the values rather than NaN / saturation."""
+    x = tiny_rows(2, kmax=-119)
+    out, _ = check(kind, jx(x), fmt, -1)
+    got = out["tensor_scale"] if kind == "nvfp4" else out["scale"]
+    assert float(got) == 2.0**-126
+    assert np.count_nonzero(out["codes"]) > 0  # (NVFP4: most blocks' s_b * 2^-126 is subnormal: codes 0)
+    if kind == "tensor":  # every value finite: no NaN code, none saturated
+        v = R.decode(out["codes"], R.get_format(fmt))
+        assert not np.isnan(v).any() and np.abs(v).max() < R.get_format(fmt).max_finite
+
+
+@pytest.mark.parametrize("margin", [0, 3, -2])
+@pytest.mark.parametrize("fmt", FP8)
+def test_delayed_update_floors_tiny_scales(fmt, margin):
+    """update_delayed_state with tiny amaxes (the edge, its neighbours, far below): the new scale is
+    max(floored(ref / max_finite) * 2^margin, 2^-126), and the next step's codes follow it."""
+    f = R.get_format(fmt)
+    spec = mxprec.DelayedScaling(F(fmt), history_len=1, amax_compute="most_recent", margin=margin)
+    edge = np.float32(f.max_finite * 2.0**-126)
+    amaxes = [np.float32(1e-37), edge, np.nextafter(edge, np.float32(0)), np.nextafter(edge, np.float32(1)),
+              np.float32(2.0**-126), np.float32(edge * 4)]
+    update = jax.jit(lambda st, a: mxprec.update_delayed_state(st, a, spec))
+    quant = jax.jit(lambda x, st: mxprec.quantize(x, spec, axis=-1, state=st).codes())
+    x = tiny_rows(3, kmax=-105)
+    h, s = np.zeros(1, np.float32), np.float32(1)
+    st = mxprec.DelayedScalingState.init(spec)
+    for a in amaxes:
+        st = update(st, jnp.float32(a))
+        h, s = R.ref_delayed_update(h, s, a, f, "most_recent", margin)
+        assert_f32_equal(np.asarray(st.scale), s, f"scale after amax {a!r}")
+        assert s >= F32_MIN_NORMAL
+        assert_codes_nan_aware(np.asarray(quant(jx(x), st)), R.ref_delayed(x, f, s), f, f"codes under {s!r}", x)
 
 
 # --------------------------------------------------------------------------------------------

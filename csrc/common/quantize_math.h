@@ -6,7 +6,8 @@
 // FTZ/DAZ on x86-64. GPUs keep FP32 denormals and have their own NaN rules, so the exact functions
 // here make both explicit:
 //   * DAZ/FTZ: inputs, amaxes and every division / multiplication result go through
-//     flush_denormal (e.g. a tiny amax gives s = amax / 448 = +0 exactly as on the CPU);
+//     flush_denormal (e.g. a tiny block amax / 6 in NVFP4's block scale is +0 exactly as on the CPU), and an
+//     FP32 scale is never below 2**-126 (floored_scale);
 //   * x86 SSE NaN results (div_f32 / mul_f32): a NaN operand propagates (quieted, the first one
 //     wins), and an invalid operation (Inf/Inf, 0/0, 0*Inf) yields the x86 "default NaN"
 //     0xFFC00000 (negative), whose sign reaches the element code (E4M3 0xFF, not 0x7F).
@@ -90,10 +91,18 @@ MXPREC_HD inline uint32_t finish_key(uint32_t k) {
 
 // ------------------------------------------------------------------------------------ scales
 
-// 1. TensorScaling: s = amax / max_finite, 1 if amax == 0 (amax as read: flushed first, DAZ).
+// FP32 scales are normal: amax / divisor, or 2**-126 where amax < divisor * 2**-126 (the quotient would be
+// subnormal, and flushed to +0 it would make every code NaN or saturated). The test is on amax (divisor * 2**-126
+// is exact), so it does not depend on how a platform rounds or flushes the quotient. NaN / Inf propagate.
+constexpr float kMinScale = 0x1p-126f;
+MXPREC_HD inline float floored_scale(float amax, float divisor) {
+  return amax < divisor * kMinScale ? kMinScale : div_f32(amax, divisor);
+}
+
+// 1. TensorScaling: s = amax / max_finite (floored_scale), 1 if amax == 0 (amax as read: flushed first, DAZ).
 MXPREC_HD inline float tensor_scale(float amax, ElemFormat f) {
   amax = flush_denormal(amax);
-  return amax == 0.0f ? 1.0f : div_f32(amax, format_info(f).max_finite);
+  return amax == 0.0f ? 1.0f : floored_scale(amax, format_info(f).max_finite);
 }
 
 // 3. / 4. Row and tile FP32 scale (quantize._per_group_fp32_scale); power_of_two: tile only.
@@ -105,7 +114,7 @@ MXPREC_HD inline float group_scale(float amax, ElemFormat f, bool power_of_two) 
     s = exp2i(mx_exponent(safe, f, ScaleRule::kRceil, -126, 127));
     s = is_finite(amax) ? s : amax;
   } else {
-    s = div_f32(amax, format_info(f).max_finite);
+    s = floored_scale(amax, format_info(f).max_finite);
   }
   return amax == 0.0f ? 1.0f : s;
 }
@@ -135,10 +144,10 @@ MXPREC_HD inline uint8_t encode_mx(float x, const MxScale& m, ElemFormat f) {
   return encode_grid(m.zero ? 0.0f : round_to_grid(mx_divide(flush_denormal(x), m.e), f), f);
 }
 
-// 6. NVFP4: tensor scale s_t = amax_t / 2688 (1 if amax_t == 0).
+// 6. NVFP4: tensor scale s_t = amax_t / 2688 (floored_scale; 1 if amax_t == 0).
 MXPREC_HD inline float nvfp4_tensor_scale(float amax_t) {
   amax_t = flush_denormal(amax_t);
-  return amax_t == 0.0f ? 1.0f : div_f32(amax_t, kNvfp4TensorDivisor);
+  return amax_t == 0.0f ? 1.0f : floored_scale(amax_t, kNvfp4TensorDivisor);
 }
 
 // NVFP4 block scale from the (finished) block amax and s_t: s_b (E4M3 grid value), its code and

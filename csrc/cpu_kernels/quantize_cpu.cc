@@ -104,8 +104,8 @@ ffi::Error QuantizeImpl(ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffe
   float ts = 1.0f;  // NVFP4 tensor scale
   switch (d.kind) {
     case ScalingKind::kTensor: {
-      const float s = d.delayed ? *static_cast<const float*>(scale_in.untyped_data())
-                                : (amax_tensor == 0.0f ? 1.0f : amax_tensor / fi.max_finite);
+      const float s =
+          d.delayed ? *static_cast<const float*>(scale_in.untyped_data()) : tensor_scale(amax_tensor, d.fmt);
       for (auto& g : gs) g.s = s;
       break;
     }

@@ -7,14 +7,14 @@
 // FP32 semantics. The CPU lowering (the contract's oracle on CPU) runs under FTZ/DAZ on x86-64.
 // The GPU keeps FP32 denormals and has its own NaN rules, so this header makes both explicit:
 //   * DAZ/FTZ: inputs, amaxes and every division / multiplication result go through
-//     flush_denormal (e.g. a tiny amax gives s = amax / 448 = +0 exactly as on the CPU);
+//     flush_denormal, and an FP32 scale is never below 2**-126 (quantize_math.h's floored_scale);
 //   * x86 SSE NaN results (div_f32 / mul_f32): a NaN operand propagates (quieted, the first one
 //     wins), and an invalid operation (Inf/Inf, 0/0, 0*Inf) yields the x86 "default NaN"
 //     0xFFC00000 (negative), whose sign reaches the element code (E4M3 0xFF, not 0x7F).
 // With these, the device result equals the CPU lowering's bit for bit (host-tested against the
-// numpy reference, which follows the same x86 rules; it does not flush, so tests avoid denormal
-// inputs and intermediates). Those functions (div_f32, mul_f32, amax_*, tensor_scale, group_scale,
-// encode_scaled, nvfp4_tensor_scale, quantize_nvfp4_block_load) live in csrc/common/quantize_math.h,
+// numpy reference, which follows the same x86 rules and flushes as the contract does). Those functions
+// (div_f32, mul_f32, amax_*, tensor_scale, group_scale, encode_scaled, nvfp4_tensor_scale,
+// quantize_nvfp4_block_load) live in csrc/common/quantize_math.h,
 // shared with the CUDA quantize kernels; this header keeps the gfx950 tile geometry.
 #ifndef MXPREC_CSRC_HIP_KERNELS_SCALED_GROUP_H_
 #define MXPREC_CSRC_HIP_KERNELS_SCALED_GROUP_H_

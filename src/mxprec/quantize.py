@@ -34,6 +34,7 @@ from mxprec.scaling import (
     exact_div,
     exp2_int,
     floor_log2,
+    floored_scale,
     mx_exponent,
 )
 
@@ -198,7 +199,7 @@ def unpack(data: jax.Array, fmt: ElementFormat, axis: int) -> jax.Array:
 
 def _normalize_axis(x_shape: tuple, axis: int) -> int:
     ndim = len(x_shape)
-    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
         raise ValueError(f"axis {axis!r} is out of range for a tensor of shape {x_shape} (rank {ndim})")
     return int(axis) % ndim
 
@@ -225,6 +226,8 @@ def _validate(x, spec, axis: int) -> int:
     shape = tuple(x.shape)
     if len(shape) == 0:
         raise ValueError("quantize: scalar input has no axis to quantize along; reshape it to (1,)")
+    if 0 in shape:
+        raise ValueError(f"quantize: input of shape {shape} is empty: there is nothing to quantize")
     axis = _normalize_axis(shape, axis)
     n = shape[axis]
     block = {
@@ -291,7 +294,7 @@ def _per_group_fp32_scale(amax: jax.Array, fmt: ElementFormat, power_of_two: boo
         s = exp2_int(mx_exponent(safe, fmt, "rceil", lo=-126, hi=127))
         s = jnp.where(jnp.isfinite(amax), s, amax)  # NaN/Inf propagate like the plain rule
     else:
-        s = exact_div(amax, fmt.max_finite)
+        s = floored_scale(amax, fmt.max_finite)
     return jnp.where(amax == 0, jnp.float32(1), s)
 
 
@@ -406,7 +409,7 @@ def quantize(
         scale = jax.lax.bitcast_convert_type(jnp.moveaxis(byte, -1, axis), jnp.float8_e8m0fnu)
 
     elif isinstance(spec, NVFP4Scaling):
-        tensor_scale = jnp.where(amax_t == 0, jnp.float32(1), exact_div(amax_t, 6 * 448))
+        tensor_scale = jnp.where(amax_t == 0, jnp.float32(1), floored_scale(amax_t, 6 * 448))
         xt = _blocked(jnp.moveaxis(x32, axis, -1), spec.block)
         amax_b = _amax(xt, axis=-1, keepdims=True)
         sb = round_to_grid(

@@ -35,6 +35,15 @@ __all__ = [
 _FP8_ONLY = ("e4m3", "e5m2")
 
 
+def _check_int(name: str, v, lo: int | None = None) -> int:
+    """``v`` as an int: a Python / numpy integer (not a bool, not a float), at least ``lo``."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
+    if lo is not None and v < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {v}")
+    return int(v)
+
+
 def _check_fp8(spec_name: str, fmt: ElementFormat) -> ElementFormat:
     fmt = formats.element_format(fmt)
     if fmt.name not in _FP8_ONLY:
@@ -78,8 +87,8 @@ class DelayedScaling:
 
     def __post_init__(self):
         object.__setattr__(self, "fmt", _check_fp8("DelayedScaling", self.fmt))
-        if self.history_len < 1:
-            raise ValueError(f"DelayedScaling.history_len must be >= 1, got {self.history_len}")
+        object.__setattr__(self, "history_len", _check_int("DelayedScaling.history_len", self.history_len, 1))
+        object.__setattr__(self, "margin", _check_int("DelayedScaling.margin", self.margin))
         if self.amax_compute not in ("max", "most_recent"):
             raise ValueError(
                 f"DelayedScaling.amax_compute must be 'max' or 'most_recent', got {self.amax_compute!r}"
@@ -127,9 +136,10 @@ class TileScaling:
 
     def __post_init__(self):
         object.__setattr__(self, "fmt", _check_fp8("TileScaling", self.fmt))
-        tile = tuple(int(t) for t in self.tile)
-        if len(tile) != 2 or min(tile) < 1:
+        tile = tuple(self.tile)
+        if len(tile) != 2:
             raise ValueError(f"TileScaling.tile must be two positive ints, got {self.tile!r}")
+        tile = tuple(_check_int(f"TileScaling.tile[{i}]", t, 1) for i, t in enumerate(tile))
         object.__setattr__(self, "tile", tile)
 
     @property
@@ -161,7 +171,8 @@ class MXScaling:
         object.__setattr__(self, "fmt", formats.element_format(self.fmt))
         if self.scale_rule not in ("rceil", "floor"):
             raise ValueError(f"MXScaling.scale_rule must be 'rceil' or 'floor', got {self.scale_rule!r}")
-        if self.block < 1 or (self.fmt.bits == 4 and self.block % 2) or (self.fmt.bits == 6 and self.block % 4):
+        object.__setattr__(self, "block", _check_int("MXScaling.block", self.block, 1))
+        if (self.fmt.bits == 4 and self.block % 2) or (self.fmt.bits == 6 and self.block % 4):
             raise ValueError(f"MXScaling.block={self.block} is invalid for {self.fmt!r}")
 
     @property
@@ -177,6 +188,10 @@ class NVFP4Scaling:
     """NVFP4: E2M1 elements, an E4M3 scale per 16, an FP32 tensor scale amax / (6 * 448)."""
 
     block: int = 16
+
+    def __post_init__(self):
+        if _check_int("NVFP4Scaling.block", self.block) != 16:
+            raise ValueError(f"NVFP4Scaling.block is the format's 16 (E4M3 scale per 16 E2M1 values), got {self.block}")
 
     @property
     def fmt(self) -> ElementFormat:

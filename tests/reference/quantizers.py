@@ -6,8 +6,12 @@ Deliberately written in a different style from a JAX implementation:
   ml_dtypes) and picks the nearest grid point with ties to the even code, working on exact
   float64 values (every FP32 value and every grid point is exact in float64);
 * exponents come from ``np.frexp`` in float64 (exact, FP32 subnormals included);
-* FP32 scale arithmetic is done on ``np.float32`` scalars/arrays (IEEE FP32 division, numpy
-  does not flush subnormals);
+* FP32 scale arithmetic is done on ``np.float32`` scalars/arrays (IEEE FP32 division), with the
+  contract's FTZ / DAZ made explicit (numpy does not flush): FP32 subnormal inputs are read as
+  zeros of their sign (``_daz``) and every FP32 division / multiplication result that is subnormal
+  is flushed to a zero of its sign (``_div32``, ``_mul32``);
+* an FP32 scale is never below 2^-126: a scale that would be (amax < max_finite * 2^-126) is
+  2^-126 (``_scale_floor``);
 * power-of-two (MX) element scaling is done exactly in float64 (x * 2^-e is exact there).
 
 Codes are returned as uint8 arrays holding the raw bit pattern of the element format in the low
@@ -210,13 +214,22 @@ def decode(codes, fmt) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
+F32_MIN_NORMAL = np.float32(2.0**-126)
+
+
 def _f32(x) -> np.ndarray:
     return np.asarray(x).astype(np.float32)
 
 
+def _daz(x) -> np.ndarray:
+    """float32(x) with every FP32 subnormal replaced by a zero of its sign (FTZ / DAZ)."""
+    x = _f32(x)
+    return np.where(np.abs(x) < F32_MIN_NORMAL, np.copysign(np.float32(0.0), x), x).astype(np.float32)
+
+
 def ref_amax(x, axis=None, keepdims=False) -> np.ndarray:
-    """max |float32(x)|; NaN if the group holds a NaN."""
-    return np.max(np.abs(_f32(x)), axis=axis, keepdims=keepdims).astype(np.float32)
+    """max |float32(x)| of the DAZ-read input (a subnormal maximum is +0); NaN if the group holds a NaN."""
+    return np.max(np.abs(_daz(x)), axis=axis, keepdims=keepdims).astype(np.float32)
 
 
 def floor_log2(a):
@@ -239,8 +252,23 @@ def mx_exponent(amax, fmt, rule: str):
 
 
 def _div32(a, b) -> np.ndarray:
+    """IEEE FP32 a / b, a subnormal quotient flushed to a zero of its sign (FTZ)."""
     with np.errstate(all="ignore"):
-        return (_f32(a) / _f32(b)).astype(np.float32)
+        return _daz((_f32(a) / _f32(b)).astype(np.float32))
+
+
+def _mul32(a, b) -> np.ndarray:
+    """IEEE FP32 a * b, a subnormal product flushed to a zero of its sign (FTZ)."""
+    with np.errstate(all="ignore"):
+        return _daz((_f32(a) * _f32(b)).astype(np.float32))
+
+
+def _scale_floor(amax, divisor) -> np.ndarray:
+    """amax / divisor (FP32), or 2^-126 where amax < divisor * 2^-126 (the quotient would be subnormal):
+    FP32 scales are normal. NaN / Inf propagate; amax == 0 is the caller's case."""
+    amax = _f32(amax)
+    tiny = amax < np.float32(divisor) * F32_MIN_NORMAL
+    return np.where(tiny, F32_MIN_NORMAL, _div32(amax, np.float32(divisor))).astype(np.float32)
 
 
 def _clip_encode_f32(q32, fmt) -> np.ndarray:
@@ -250,10 +278,10 @@ def _clip_encode_f32(q32, fmt) -> np.ndarray:
 
 
 def _amax_scale(amax, fmt) -> np.ndarray:
-    """s = amax / max_finite (FP32), 1 where amax == 0 (NaN/Inf propagate)."""
+    """s = amax / max_finite (FP32, at least 2^-126), 1 where amax == 0 (NaN/Inf propagate)."""
     fmt = get_format(fmt)
     amax = _f32(amax)
-    s = _div32(amax, np.float32(fmt.max_finite))
+    s = _scale_floor(amax, fmt.max_finite)
     return np.where(amax == 0, np.float32(1.0), s).astype(np.float32)
 
 
@@ -284,7 +312,7 @@ def _unblocks(xb, axis):
 
 def ref_tensor(x, fmt):
     """-> (codes uint8 x.shape, scale float32 scalar)."""
-    x32 = _f32(x)
+    x32 = _daz(x)
     s = _amax_scale(ref_amax(x32), fmt)[()]
     codes = _clip_encode_f32(_div32(x32, s), fmt)
     return codes, np.float32(s)
@@ -292,7 +320,7 @@ def ref_tensor(x, fmt):
 
 def ref_delayed(x, fmt, scale):
     """Quantize with the given (previous) scale -> codes."""
-    return _clip_encode_f32(_div32(_f32(x), np.float32(scale)), fmt)
+    return _clip_encode_f32(_div32(_daz(x), _daz(np.float32(scale))), fmt)
 
 
 def ref_delayed_update(history, scale, amax, fmt, amax_compute="max", margin=0):
@@ -308,15 +336,15 @@ def ref_delayed_update(history, scale, amax, fmt, amax_compute="max", margin=0):
         raise ValueError(amax_compute)
     if ref == 0 or not np.isfinite(ref):
         new = np.float32(scale)
-    else:
-        with np.errstate(all="ignore"):
-            new = np.float32(np.float32(ref) / np.float32(fmt.max_finite)) * np.float32(2.0**margin)
+    else:  # the quotient at least 2^-126, times 2^margin, at least 2^-126 again (margin < 0)
+        new = _mul32(_scale_floor(ref, fmt.max_finite), np.float32(2.0**margin))[()]
+        new = max(np.float32(new), F32_MIN_NORMAL)
     return h, np.float32(new)
 
 
 def ref_row(x, fmt, axis=-1):
     """-> (codes, scale float32 of x.shape with shape[axis] = 1)."""
-    x32 = _f32(x)
+    x32 = _daz(x)
     s = _amax_scale(ref_amax(x32, axis=axis, keepdims=True), fmt)
     return _clip_encode_f32(_div32(x32, s), fmt), s
 
@@ -364,11 +392,11 @@ def _tile_unview(y4, axis, row_axis):
 def ref_tile(x, fmt, axis=-1, tile=(1, 128), power_of_two=False):
     """-> (codes uint8 x.shape, scales float32 x.shape with shape[axis]/=tc, shape[row]/=tr).
 
-    power_of_two with a NaN/Inf tile amax is not defined by the spec; we return a NaN scale.
+    power_of_two with a NaN / Inf tile amax: the amax is the scale, as for the plain rule.
     """
     fmt = get_format(fmt)
     tr, tc = tile
-    x32 = _f32(x)
+    x32 = _daz(x)
     axis, row_axis = _tile_axes(x32.ndim, axis, tr)
     v = _tile_view(x32, axis, row_axis, tr, tc)
     amax = np.max(np.abs(v), axis=(-3, -1), keepdims=True).astype(np.float32)
@@ -377,7 +405,7 @@ def ref_tile(x, fmt, axis=-1, tile=(1, 128), power_of_two=False):
         safe = np.where(finite_pos, amax, np.float32(1.0))
         e = np.clip(mx_exponent(safe, fmt, "rceil"), -126, 127)
         s = np.ldexp(np.float64(1.0), e).astype(np.float32)
-        s = np.where(amax == 0, np.float32(1.0), np.where(finite_pos, s, np.float32(np.nan)))
+        s = np.where(amax == 0, np.float32(1.0), np.where(finite_pos, s, amax))
     else:
         s = _amax_scale(amax, fmt)
     s = s.astype(np.float32)
@@ -406,7 +434,7 @@ def ref_dequant_tile(codes, scales, fmt, axis=-1, tile=(1, 128)) -> np.ndarray:
 def ref_mx(x, fmt, axis=-1, block=32, rule="rceil"):
     """-> (codes uint8 x.shape, scale_bytes uint8 x.shape with shape[axis] /= block)."""
     fmt = get_format(fmt)
-    x32 = _f32(x)
+    x32 = _daz(x)
     axis = _norm_axis(axis, x32.ndim)
     xb = _blocks(x32, axis, block)
     absb = np.abs(xb)
@@ -449,18 +477,17 @@ def ref_dequant_mx(codes, scale_bytes, fmt, axis=-1, block=32) -> np.ndarray:
 def ref_nvfp4(x, axis=-1):
     """-> (codes uint8 x.shape (E2M1), block_scale_bytes uint8 (E4M3 bits, shape[axis]/=16),
     tensor_scale float32 scalar)."""
-    x32 = _f32(x)
+    x32 = _daz(x)
     axis = _norm_axis(axis, x32.ndim)
     amax_t = ref_amax(x32)[()]
-    s_t = np.float32(1.0) if amax_t == 0 else _div32(amax_t, np.float32(2688.0))[()]
+    s_t = np.float32(1.0) if amax_t == 0 else _scale_floor(amax_t, 2688.0)[()]
     xb = _blocks(x32, axis, 16)
     amax_b = np.max(np.abs(xb), axis=-1).astype(np.float32)
     t = _div32(_div32(amax_b, np.float32(6.0)), s_t)
     t = np.minimum(t, np.float32(448.0))  # NaN propagates
     sb_codes = encode(t, E4M3)
     sb_val = decode(sb_codes, E4M3)
-    with np.errstate(all="ignore"):
-        eff = (sb_val * np.float32(s_t)).astype(np.float32)
+    eff = _mul32(sb_val, np.float32(s_t))
     q = _div32(xb, eff[..., None])
     codes = _clip_encode_f32(q, E2M1)
     codes = np.where((eff == 0)[..., None], np.uint8(0), codes).astype(np.uint8)
