@@ -382,6 +382,76 @@ def test_bad_inputs_raise_clearly():
         mxprec.dot_general(jnp.zeros((32, 128), jnp.int32), jnp.zeros((128, 32), jnp.float32), dn, recipe="mxfp8")
 
 
+def test_backward_block_sizes_are_checked_with_the_callers_shapes():
+    """The forward needs only K to fit the blocks (inference with 8 tokens runs); differentiating also needs M
+    (Wgrad's contraction) and N (Dgrad's): a ValueError naming the GEMM and the caller's shapes, at trace time."""
+    dn = (((1,), (0,)), ((), ()))
+    for name, (m, k, n), gemm in (("mxfp8", (8, 64, 32), "Wgrad's contraction size M=8"),
+                                  ("mxfp8", (64, 64, 40), "Dgrad's contraction size N=40"),
+                                  ("nvfp4", (8, 64, 32), "Wgrad's contraction size M=8")):
+        x, w, _ = _inputs((m, k), (k, n))
+        assert mxprec.dot_general(x, w, dn, recipe=name).shape == (m, n)
+        loss = lambda x, w: jnp.sum(mxprec.dot_general(x, w, dn, recipe=name))
+        with pytest.raises(ValueError, match=rf"{gemm} to be a multiple of .*lhs float32\({m}, {k}\)"):
+            jax.grad(loss, (0, 1))(x, w)
+
+
+@pytest.mark.parametrize("name", ["fp8_current", "fp8_delayed", "mxfp8", "fp8_block", "nvfp4"])
+def test_zero_size_operands(name):
+    """An empty GEMM (an MoE expert with no tokens, K = 0, N = 0): lax.dot_general's result (empty, or zeros for
+    K = 0), zero or empty gradients, and a delayed state left as it was (its cotangent is the state itself)."""
+    dn = (((1,), (0,)), ((), ()))
+    recipe = mxprec.recipes.get(name)
+    for (m, k, n) in ((0, 128, 128), (128, 0, 128), (128, 128, 0)):
+        x = jnp.ones((m, k), jnp.float32)
+        w = jnp.ones((k, n), jnp.float32)
+        st = mxprec.DotGeneralState.init(recipe)
+        if st is not None:  # a state that is not the initial one: a zero cotangent would show
+            st = jax.tree.map(lambda v: v + 3.0, st)
+
+        def loss(x, w, st):
+            return jnp.sum(mxprec.dot_general(x, w, dn, recipe=recipe, state=st, preferred_element_type=jnp.float32))
+
+        y = jax.jit(lambda x, w, st: mxprec.dot_general(x, w, dn, recipe=recipe, state=st))(x, w, st)
+        np.testing.assert_array_equal(np.asarray(y), np.zeros((m, n), np.float32))
+        dx, dw, dst = jax.jit(jax.grad(loss, (0, 1, 2)))(x, w, st)
+        assert dx.shape == x.shape and dw.shape == w.shape and dx.dtype == dw.dtype == jnp.float32
+        assert not np.asarray(dx).any() and not np.asarray(dw).any()
+        if st is not None:
+            for got, want in zip(jax.tree.leaves(dst), jax.tree.leaves(st)):
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_state_must_match_the_recipe():
+    dn = (((1,), (0,)), ((), ()))
+    x, w = jnp.zeros((32, 128), jnp.float32), jnp.zeros((128, 32), jnp.float32)
+    delayed = mxprec.recipes.get("fp8_delayed")
+    for name in ("fp8_current", "bf16"):  # a state cotangent of zeros would overwrite a Flax collection
+        with pytest.raises(ValueError, match=rf"{name}' has no delayed scaling, so state must be None"):
+            mxprec.dot_general(x, w, dn, recipe=name, state=mxprec.DotGeneralState.init(delayed))
+    st = mxprec.DotGeneralState.init(delayed)
+    short = mxprec.DelayedScalingState.init(DelayedScaling(mxprec.formats.E4M3, history_len=16))
+    with pytest.raises(ValueError, match=r"state.lhs should have \(amax_history, scale\) shapes \(\(1024,\), \(\)\)"):
+        mxprec.dot_general(x, w, dn, recipe=delayed, state=mxprec.DotGeneralState(short, st.rhs, st.grad))
+
+
+@pytest.mark.parametrize("name", ["fp8_delayed", "fp8_current"])
+def test_stochastic_grad_rounding_changes_the_gradients(name):
+    """stochastic_grad_rounding=True quantizes dY with stochastic rounding for every scaling kind (delayed
+    included: it had been dropped there); same inputs, RNE vs SR gradients differ."""
+    dn = (((1,), (0,)), ((), ()))
+    x, w, _ = _inputs((64, 64), (64, 64))
+    g = jax.random.normal(jax.random.key(2), (64, 64)) * 1e-3
+    grads = []
+    for sr in (False, True):
+        r = mxprec.recipes.get(name, stochastic_grad_rounding=sr)
+        st = mxprec.DotGeneralState.init(r)
+        loss = lambda a, b: jnp.sum(
+            mxprec.dot_general(a, b, dn, recipe=r, state=st, preferred_element_type=jnp.float32) * g)
+        grads.append(jax.jit(jax.grad(loss, (0, 1)))(x, w))
+    assert not all(bool(jnp.array_equal(a, b)) for a, b in zip(*grads))
+
+
 def test_recipe_names_and_describe():
     names = mxprec.recipes.names()
     for n in ["bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_rowwise", "fp8_block", "mxfp8", "mxfp8_floor",

@@ -80,6 +80,36 @@ def test_bad_input_raises_before_compute():
         mxprec.MXScaling(formats.E4M3, scale_rule="ceil")
     with pytest.raises(ValueError, match="unknown element format 'e9m9'"):
         mxprec.MXScaling("e9m9")
+    with pytest.raises(ValueError, match=r"input of shape \(0, 32\) is empty"):
+        mxprec.quantize(jnp.ones((0, 32), jnp.float32), formats.MXFP8)
+    with pytest.raises(ValueError, match="axis True is out of range"):
+        mxprec.quantize(jnp.ones((4, 32), jnp.float32), formats.MXFP8, axis=True)
+
+
+@pytest.mark.parametrize(
+    "make,err,match",
+    [
+        (lambda: mxprec.DelayedScaling(history_len=2.5), TypeError, "history_len must be an int, got float"),
+        (lambda: mxprec.DelayedScaling(history_len=0), ValueError, "history_len must be >= 1, got 0"),
+        (lambda: mxprec.DelayedScaling(margin=0.5), TypeError, "margin must be an int, got float"),
+        (lambda: mxprec.MXScaling(formats.E4M3, block=True), TypeError, "block must be an int, got bool"),
+        (lambda: mxprec.MXScaling(formats.E2M1, block=3), ValueError, "block=3 is invalid"),
+        (lambda: mxprec.TileScaling(tile=(1.5, 32)), TypeError, r"tile\[0\] must be an int, got float"),
+        (lambda: mxprec.TileScaling(tile=(1, 0)), ValueError, r"tile\[1\] must be >= 1"),
+        (lambda: mxprec.TileScaling(tile=(1, 2, 3)), ValueError, "two positive ints"),
+        (lambda: mxprec.NVFP4Scaling(block=32), ValueError, "block is the format's 16"),
+        (lambda: mxprec.NVFP4Scaling(block=0), ValueError, "block is the format's 16"),
+    ],
+)
+def test_spec_fields_are_validated(make, err, match):
+    with pytest.raises(err, match=match):
+        make()
+
+
+def test_delayed_update_checks_the_history_length():
+    state = mxprec.DelayedScalingState.init(mxprec.DelayedScaling(history_len=16))
+    with pytest.raises(ValueError, match=r"amax_history has shape \(16,\), but .* keeps \(1024,\)"):
+        mxprec.update_delayed_state(state, jnp.float32(1.0), mxprec.DelayedScaling())
 
 
 @pytest.mark.parametrize("fmt", [formats.E4M3, formats.E5M2], ids=lambda f: f.name)

@@ -137,6 +137,7 @@ class _Meta(NamedTuple):
     backend: str
     x_dtype: Any
     w_dtype: Any
+    desc: str = ""  # the caller's operands and dimension_numbers, for the backward's errors
 
 
 def _to_f32(tree):
@@ -153,6 +154,10 @@ def max_combining(tree):
     Call once, inside the differentiated function, before the state's first use: the cotangents
     (= updated states) of all its uses then combine by elementwise max instead of sum, and flow
     back to the float32 input unchanged. Mathematically: ``new_state = max_i update_i(state)``.
+
+    Differentiate under ``jax.jit``: with two or more uses, an eager ``jax.grad`` (jax 0.10) fails adding the
+    cotangents (``KeyError: EArray`` in JAX's ``add_jaxvals``: the max-combining dtype is Flax's
+    ``fp32_max_grad``, whose eager addition JAX does not register). Under jit they combine as documented.
     """
     return _to_max_grad(tree)
 
@@ -192,7 +197,7 @@ def _q(t, spec, axis, recipe: Recipe, state: DelayedScalingState | None = None, 
             elif cuda.available():  # libmxprec_cuda.so: every kind (csrc/cuda_kernels/cuda_quantize.cu)
                 return ffi.quantize(t, spec, axis, state=delayed_state, amax=state is not None)
     if isinstance(spec, DelayedScaling):
-        return quantize(t, spec, axis=axis, state=state)
+        return quantize(t, spec, axis=axis, state=state, key=key)
     return quantize(t, spec, axis=axis, key=key)
 
 
@@ -305,15 +310,34 @@ def _grad_keys(recipe: Recipe, g):
     return jax.random.fold_in(base, 1), jax.random.fold_in(base, 2)
 
 
-def _fwd(meta: _Meta, x, w, state, gemm=kernels.scaled_gemm):
-    """(Fprop output, residuals); ``gemm``: scaled_gemm or a function with its signature (mxprec.fused_mlp passes
-    scaled_gemm_deferred, whose output is a (y, multiplier) pair)."""
+def _is_empty(x, w) -> bool:
+    """A zero-size GEMM (B, M, K or N is 0, e.g. an MoE expert that got no tokens): nothing to quantize."""
+    return 0 in tuple(x.shape) + tuple(w.shape)
+
+
+def _fprop(meta: _Meta, x, w, state, gemm):
+    """(Fprop output, X's and W's Fprop copies, the FP32 state); a zero-size GEMM's output is zeros (or empty)."""
     r = meta.recipe
     st = _to_f32(state)
     be = meta.backend
+    if _is_empty(x, w):
+        return jnp.zeros((x.shape[0], x.shape[1], w.shape[2]), meta.out_dtype), None, None, st
     qx = _q(x, r.fprop_lhs, 2, r, st.lhs if st else None, backend=be)
     qw = _q(w, r.fprop_rhs, 1, r, st.rhs if st else None, backend=be, weight=True)
     y = gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=meta.out_dtype, backend=meta.backend)
+    return y, qx, qw, st
+
+
+def _fwd(meta: _Meta, x, w, state, gemm=kernels.scaled_gemm):
+    """(Fprop output, residuals); ``gemm``: scaled_gemm or a function with its signature (mxprec.fused_mlp passes
+    scaled_gemm_deferred, whose output is a (y, multiplier) pair). Runs only under differentiation, so it checks
+    the backward GEMMs' block sizes first (the forward alone does not need them)."""
+    r = meta.recipe
+    _check_blocks(r, (x.shape[1], x.shape[2], w.shape[2]), _BACKWARD_ROLES, meta.desc)
+    y, qx, qw, st = _fprop(meta, x, w, state, gemm)
+    if qx is None:  # zero-size: the residuals are the (empty) operands
+        return y, (x, w, None, st)
+    be = meta.backend
     if r.residuals == "quantized":
         rx = _q_wgrad(x, r.wgrad_lhs, r, st.lhs if st else None, backend=be, q_prev=qx)
         rw = _reuse_or_quantize(w, qw, r.dgrad_rhs, 2, r, st.rhs if st else None, backend=be, weight=True)
@@ -368,6 +392,9 @@ def _state_cotangent(meta: _Meta, st, amax, amax_g):
 
 def _bwd(meta: _Meta, res, g):
     rx, rw, amax, st = res
+    if _is_empty(rx, rw):  # zero-size: zero (or empty) gradients, the state unchanged
+        dx, dw = jnp.zeros(rx.shape, meta.x_dtype), jnp.zeros(rw.shape, meta.w_dtype)
+        return dx, dw, None if st is None else _to_max_grad(st)
     qg_d, qg_w = _grad_copies(meta, g, st.grad if st else None)
     dx = _dgrad(meta, qg_d, rw, st)
     dw = _wgrad(meta, rx, qg_w, st)
@@ -376,7 +403,7 @@ def _bwd(meta: _Meta, res, g):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _gemm(meta: _Meta, x, w, state):
-    return _fwd(meta, x, w, state)[0]
+    return _fprop(meta, x, w, state, kernels.scaled_gemm)[0]
 
 
 _gemm.defvjp(_fwd, _bwd)
@@ -385,21 +412,71 @@ _gemm.defvjp(_fwd, _bwd)
 # ----------------------------------------------------------------------------- public op
 
 
-def _check_blocks(recipe: Recipe, c: Canonical, desc: str) -> None:
-    """Fprop contraction/tile divisibility, checked before anything runs."""
-    for role, size, rows in (("fprop_lhs", c.K, c.M), ("fprop_rhs", c.K, c.N)):
+# Each GEMM operand's quantization: (contraction size, size along its tile rows), by name, of the canonical
+# X (B, M, K), W (B, K, N), dY (B, M, N): Fprop contracts K, Dgrad N, Wgrad M.
+_OPERAND_AXES = {
+    "fprop_lhs": ("K", "M"),
+    "fprop_rhs": ("K", "N"),
+    "dgrad_grad": ("N", "M"),
+    "dgrad_rhs": ("N", "K"),
+    "wgrad_lhs": ("M", "K"),
+    "wgrad_grad": ("M", "N"),
+}
+_FPROP_ROLES = ("fprop_lhs", "fprop_rhs")
+_BACKWARD_ROLES = ("dgrad_grad", "dgrad_rhs", "wgrad_lhs", "wgrad_grad")
+
+
+def _check_blocks(recipe: Recipe, mkn: tuple[int, int, int], roles, desc: str) -> None:
+    """Block / tile divisibility of ``roles``' operands (``mkn``: the canonical M, K, N), checked before they are
+    quantized. dot_general checks Fprop's; the backward's are checked when it is traced (a forward alone, e.g.
+    inference with few tokens, does not need M to be a multiple of a block)."""
+    size_of = dict(zip("MKN", mkn))
+    for role in roles:
         spec = recipe.spec(role)
-        block = getattr(spec, "block", None) if spec is not None and spec.kind in ("mx", "nvfp4", "tile") else None
+        if spec is None:
+            continue
+        (c_name, r_name), gemm = _OPERAND_AXES[role], role.split("_")[0].capitalize()
+        size, rows = size_of[c_name], size_of[r_name]
+        block = getattr(spec, "block", None) if spec.kind in ("mx", "nvfp4", "tile") else None
         if block and size % block:
             raise ValueError(
-                f"dot_general: recipe {recipe.name!r} {role} ({spec.describe()}) needs the contraction "
-                f"size K={size} to be a multiple of {block}: {desc}"
+                f"dot_general: recipe {recipe.name!r} {role} ({spec.describe()}) needs {gemm}'s contraction "
+                f"size {c_name}={size} to be a multiple of {block}: {desc}"
             )
-        tr = spec.tile[0] if spec is not None and spec.kind == "tile" else 1
+        tr = spec.tile[0] if spec.kind == "tile" else 1
         if tr > 1 and rows % tr:
             raise ValueError(
-                f"dot_general: recipe {recipe.name!r} {role} ({spec.describe()}) needs the non-contracted "
-                f"size {rows} to be a multiple of {tr}: {desc}"
+                f"dot_general: recipe {recipe.name!r} {role} ({spec.describe()}) needs {gemm}'s non-contracted "
+                f"size {r_name}={rows} to be a multiple of {tr}: {desc}"
+            )
+
+
+def _check_state(recipe: Recipe, state, desc: str) -> None:
+    """``state`` is None for a recipe without delayed scaling (its cotangent would overwrite a Flax collection with
+    zeros), and for a delayed recipe holds one DelayedScalingState of the recipe's history length per scaled
+    operand."""
+    if not recipe.is_delayed:
+        if state is not None:
+            raise ValueError(
+                f"dot_general: recipe {recipe.name!r} has no delayed scaling, so state must be None "
+                f"(got {type(state).__name__}): {desc}"
+            )
+        return
+    if state is None:
+        raise ValueError(
+            f"dot_general: recipe {recipe.name!r} uses delayed scaling and needs "
+            "state=DotGeneralState.init(recipe) (Flax modules from recipe.dot_general_cls() manage it)"
+        )
+    if not isinstance(state, DotGeneralState):
+        raise TypeError(f"dot_general: state must be a DotGeneralState, got {type(state).__name__}")
+    for t in ("lhs", "rhs", "grad"):
+        spec, sub = recipe.delayed_spec(t), getattr(state, t)
+        want = None if spec is None else ((spec.history_len,), ())
+        got = None if sub is None else (tuple(jnp.shape(sub.amax_history)), tuple(jnp.shape(sub.scale)))
+        if got != want:
+            raise ValueError(
+                f"dot_general: recipe {recipe.name!r} state.{t} should have (amax_history, scale) shapes {want}, "
+                f"got {got} (DotGeneralState.init(recipe) makes one)"
             )
 
 
@@ -434,6 +511,8 @@ def dot_general(
             raise TypeError(f"dot_general: {name} must be floating, got {jnp.result_type(t)} {jnp.shape(t)}")
     c = canonicalize(lhs.shape, rhs.shape, dimension_numbers)
     out_dtype = preferred_element_type or recipe.output_dtype or lhs.dtype
+    desc = f"lhs {lhs.dtype}{tuple(lhs.shape)}, rhs {rhs.dtype}{tuple(rhs.shape)}, dimension_numbers {dimension_numbers}"
+    _check_state(recipe, state, desc)
 
     if not recipe.quantized:
         # Nothing to quantize: XLA's own dot (and JAX's own transpose rules) are the exact answer.
@@ -445,17 +524,11 @@ def dot_general(
         y = lax.dot_general(l, r_, dimension_numbers, precision=precision, preferred_element_type=out_dtype)
         return _finish(y, out_sharding)
 
-    desc = f"lhs {lhs.dtype}{tuple(lhs.shape)}, rhs {rhs.dtype}{tuple(rhs.shape)}, dimension_numbers {dimension_numbers}"
-    _check_blocks(recipe, c, desc)
-    if recipe.is_delayed and state is None:
-        raise ValueError(
-            f"dot_general: recipe {recipe.name!r} uses delayed scaling and needs "
-            "state=DotGeneralState.init(recipe) (Flax modules from recipe.dot_general_cls() manage it)"
-        )
+    _check_blocks(recipe, (c.M, c.K, c.N), _FPROP_ROLES, desc)
     backend = kernels.resolve_backend(recipe.backend)
     x = jnp.transpose(lhs, c.lhs_perm).reshape(c.B, c.M, c.K)
     w = jnp.transpose(rhs, c.rhs_perm).reshape(c.B, c.K, c.N)
-    meta = _Meta(recipe, jnp.dtype(out_dtype), backend, jnp.dtype(lhs.dtype), jnp.dtype(rhs.dtype))
+    meta = _Meta(recipe, jnp.dtype(out_dtype), backend, jnp.dtype(lhs.dtype), jnp.dtype(rhs.dtype), desc)
     st = _to_max_grad(state) if state is not None else None
     y = _gemm(meta, x, w, st)
     return _finish(y.reshape(c.out_shape), out_sharding)

@@ -37,6 +37,7 @@ from jax import lax
 
 from mxprec import kernels
 from mxprec.dot_general import (
+    _FPROP_ROLES,
     DotGeneralState,
     _amax_of,
     _check_blocks,
@@ -51,7 +52,6 @@ from mxprec.dot_general import (
     _state_cotangent,
     _to_f32,
     _wgrad,
-    canonicalize,
     max_combining,
 )
 from mxprec.kernels.scaled_gemm import scaled_gemm_deferred
@@ -419,11 +419,11 @@ def swiglu_mlp(x, wi_0, wi_1, wo, *, recipe: Recipe | str, state: FusedMLPState 
                          f"state=FusedMLPState.init(recipe): {desc}")
     d, f = wi_0.shape
     m = x.size // d
-    for lhs, rhs in (((m, d), (d, f)), ((m, f), (f, d))):
-        _check_blocks(recipe, canonicalize(lhs, rhs, (((1,), (0,)), ((), ()))), desc)
+    for mkn in ((m, d, f), (m, f, d)):  # the backward's are checked where it is traced (dot_general._fwd)
+        _check_blocks(recipe, mkn, _FPROP_ROLES, desc)
     backend = kernels.resolve_backend(recipe.backend)
     dt = jnp.dtype(x.dtype)
-    meta = _Meta(_GemmMeta(recipe, dt, backend, dt, dt), swiglu_kernel)
+    meta = _Meta(_GemmMeta(recipe, dt, backend, dt, dt, desc), swiglu_kernel)
     st = max_combining(state) if state is not None else None
     y = _block(meta, x.reshape(1, m, d), wi_0[None], wi_1[None], wo[None], st)
     return _finish(lax.convert_element_type(y.reshape(x.shape), dt), None)

@@ -246,6 +246,19 @@ def mx_exponent(amax: jax.Array, fmt: ElementFormat, rule: str, lo: int = -127, 
     return jnp.clip(e, lo, hi)
 
 
+F32_MIN_NORMAL = np.float32(2.0**-126)  # the smallest FP32 scale (FP32 scales are normal)
+
+
+def floored_scale(amax: jax.Array, divisor: float) -> jax.Array:
+    """``exact_div(amax, divisor)``, or 2**-126 where ``amax < divisor * 2**-126``: where the quotient would be an FP32
+    subnormal (which XLA on CPU, and the kernels after it, flush to 0: every code would then be a NaN or saturate).
+    NaN / Inf propagate; ``amax == 0`` is the caller's case. The test is on ``amax`` (``divisor * 2**-126`` is exact),
+    so every platform agrees whether or not it flushes subnormal quotients."""
+    amax = jnp.asarray(amax, jnp.float32)
+    tiny = amax < jnp.float32(divisor) * F32_MIN_NORMAL
+    return jnp.where(tiny, F32_MIN_NORMAL, exact_div(amax, divisor))
+
+
 def exact_div(a: jax.Array, b) -> jax.Array:
     """IEEE FP32 ``a / b``, elementwise, never rewritten into ``a * (1 / b)``.
 
@@ -315,11 +328,17 @@ def update_delayed_state(state: DelayedScalingState, amax: jax.Array, spec: Dela
     """Pushes ``amax`` (the amax of the tensor just quantized) and recomputes the scale.
 
     history = roll(history, 1); history[0] = amax; ref = max(history) or history[0];
-    scale = (ref / max_finite) * 2**margin, kept unchanged when ref is 0 or not finite.
+    scale = max(floored_scale(ref, max_finite) * 2**margin, 2**-126), kept unchanged when ref is 0 or not finite.
     """
+    if tuple(jnp.shape(state.amax_history)) != (spec.history_len,):
+        raise ValueError(
+            f"update_delayed_state: amax_history has shape {tuple(jnp.shape(state.amax_history))}, "
+            f"but {spec.describe()} keeps ({spec.history_len},)"
+        )
     amax = jnp.asarray(amax, jnp.float32).reshape(())
     history = jnp.roll(state.amax_history, 1).at[0].set(amax)
     ref = jnp.max(history) if spec.amax_compute == "max" else history[0]
-    new_scale = exact_div(ref, spec.fmt.max_finite) * jnp.float32(2.0**spec.margin)
+    new_scale = floored_scale(ref, spec.fmt.max_finite) * jnp.float32(2.0**spec.margin)
+    new_scale = jnp.where(new_scale < F32_MIN_NORMAL, F32_MIN_NORMAL, new_scale)  # margin < 0
     ok = jnp.isfinite(ref) & (ref > 0)
     return DelayedScalingState(amax_history=history, scale=jnp.where(ok, new_scale, state.scale))
