@@ -105,6 +105,32 @@ def test_bad_microbatches():
         ga.accumulate_gradients(linear_loss, jnp.float32(1), {"x": jnp.zeros((2, 3), jnp.float32), "mask": jnp.zeros((3, 3), jnp.bool_)})
 
 
+def test_empty_microbatch_axis_raises():
+    """M = 0 micro-batches: the scan would never run and the delayed-scaling leaves would keep their -inf start."""
+    with pytest.raises(ValueError, match=r"empty micro-batch axis \(M = 0\)"):
+        ga.accumulate_gradients(linear_loss, jnp.float32(1),
+                                {"x": jnp.zeros((0, 2), jnp.float32), "mask": jnp.zeros((0, 2), jnp.bool_)})
+
+
+def test_integer_parameter_leaves():
+    """An int leaf (a step counter) in params: a float32 zero gradient of its shape, the float ones as usual; and
+    unscale_grads passes jax.vjp's float0 gradients of int leaves through."""
+
+    def loss(p, m):
+        s, n = linear_loss(p["w"], m)
+        return s + 0.0 * p["step"].astype(jnp.float32), n
+
+    params = {"w": jnp.float32(1.0), "step": jnp.int32(7)}
+    ls = lsm.DynamicLossScale.create(8.0)
+    mean, grads = jax.jit(lambda p, m: ga.accumulate_gradients(loss, p, m, loss_scale=ls))(params, SEED)
+    assert float(mean) == 5.0 and float(grads["w"]) == 5.0
+    assert grads["step"].dtype == jnp.float32 and float(grads["step"]) == 0.0
+    _, vjp = jax.vjp(lambda p: loss(p, jax.tree_util.tree_map(lambda v: v[0], SEED))[0], params)
+    (g,) = vjp(jnp.float32(8.0))
+    un = lsm.unscale_grads(g, ls)
+    assert un["step"].dtype == jax.dtypes.float0 and float(un["w"]) == 1.0
+
+
 def test_throughput():
     assert ga.throughput(80, 100, 1.0) == {"useful_tokens_per_s": 80.0, "positions_per_s": 100.0}
     with pytest.raises(ValueError, match="seconds must be > 0, got 0"):

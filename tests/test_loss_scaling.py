@@ -92,3 +92,11 @@ def test_bad_config():
         lsm.StaticLossScale.create(-1.0)
     with pytest.raises(ValueError, match="leaf mismatch"):
         lsm.masked_update(jnp.asarray(True), jnp.zeros((2,), jnp.float32), jnp.zeros((3,), jnp.float32))
+    with pytest.raises(ValueError, match="max_scale must be a finite float32, got inf"):
+        lsm.DynamicLossScale.create(8.0, max_scale=float("inf"))
+    with pytest.raises(ValueError, match="max_scale must be a finite float32"):
+        lsm.DynamicLossScale.create(8.0, max_scale=1e39)
+    for bad in (lambda f: lsm.masked_update(f, jnp.zeros(()), jnp.ones(())),
+                lambda f: lsm.DynamicLossScale.create(8.0).update(f)):
+        with pytest.raises(ValueError, match=r"finite must be a bool scalar .* shape \(1,\)"):
+            bad(jnp.asarray([True]))

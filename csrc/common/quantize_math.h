@@ -91,12 +91,14 @@ MXPREC_HD inline uint32_t finish_key(uint32_t k) {
 
 // ------------------------------------------------------------------------------------ scales
 
-// FP32 scales are normal: amax / divisor, or 2**-126 where amax < divisor * 2**-126 (the quotient would be
-// subnormal, and flushed to +0 it would make every code NaN or saturated). The test is on amax (divisor * 2**-126
-// is exact), so it does not depend on how a platform rounds or flushes the quotient. NaN / Inf propagate.
+// FP32 scales are normal: amax / divisor, or 2**-126 where the quotient is below it (div_f32 has flushed a
+// subnormal one to +0, which would make every code NaN or saturated). The same as testing amax < divisor * 2**-126,
+// as mxprec.scaling.floored_scale does: a quotient that rounds up to 2**-126 is 2**-126 either way. NaN / Inf
+// propagate.
 constexpr float kMinScale = 0x1p-126f;
 MXPREC_HD inline float floored_scale(float amax, float divisor) {
-  return amax < divisor * kMinScale ? kMinScale : div_f32(amax, divisor);
+  const float q = div_f32(amax, divisor);
+  return q < kMinScale ? kMinScale : q;
 }
 
 // 1. TensorScaling: s = amax / max_finite (floored_scale), 1 if amax == 0 (amax as read: flushed first, DAZ).

@@ -36,6 +36,8 @@ def _num_microbatches(microbatches: Any) -> int:
     if None in sizes or len(sizes) != 1:
         raise ValueError(f"every microbatch leaf needs the same leading (micro-batch) axis; got sizes {sizes}")
     (m,) = sizes
+    if m == 0:
+        raise ValueError("microbatches has an empty micro-batch axis (M = 0): a cycle needs at least one micro-batch")
     return int(m)
 
 
@@ -70,8 +72,11 @@ def microbatch_grads(
         scaled = c * loss_scale.scale if loss_scale is not None else c
         return scaled, (c, n)
 
-    grads, (c, _) = jax.grad(contribution, has_aux=True)(params)
-    return c, jax.tree_util.tree_map(lambda g: g.astype(jnp.float32), grads)
+    grads, (c, _) = jax.grad(contribution, has_aux=True, allow_int=True)(params)
+    # an integer parameter's gradient (float0) is a float32 zero, as the accumulator holds it
+    return c, jax.tree_util.tree_map(
+        lambda g: jnp.zeros(g.shape, jnp.float32) if g.dtype == jax.dtypes.float0 else g.astype(jnp.float32), grads
+    )
 
 
 def accumulate_gradients(

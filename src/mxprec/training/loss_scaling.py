@@ -21,6 +21,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 __all__ = [
@@ -60,6 +61,9 @@ class DynamicLossScale:
             raise ValueError(f"backoff_factor must be in (0, 1], got {self.backoff_factor}")
         if not 0.0 < self.min_scale <= self.max_scale:
             raise ValueError(f"need 0 < min_scale <= max_scale, got {self.min_scale}, {self.max_scale}")
+        if not self.max_scale <= float(np.finfo(np.float32).max):
+            # an Inf scale never backs off (Inf * backoff = Inf): every later step would be skipped
+            raise ValueError(f"max_scale must be a finite float32, got {self.max_scale}")
 
     @classmethod
     def create(
@@ -90,6 +94,8 @@ class DynamicLossScale:
     def update(self, finite: jax.Array) -> DynamicLossScale:
         """New state after one cycle; ``finite`` is a bool ``()`` (see :func:`all_finite`)."""
         finite = jnp.asarray(finite, jnp.bool_)
+        if finite.shape != ():
+            raise ValueError(f"finite must be a bool scalar (all_finite's result), got shape {finite.shape}")
         next_good = self.good_steps + jnp.int32(1)
         grow = jnp.logical_and(finite, next_good >= jnp.int32(self.growth_interval))
         grown = jnp.minimum(self.scale * jnp.float32(self.growth_factor), jnp.float32(self.max_scale))
@@ -130,8 +136,15 @@ def scale_loss(loss: jax.Array, ls: LossScale) -> jax.Array:
 
 
 def unscale_grads(grads: Any, ls: LossScale) -> Any:
-    """Divide every gradient leaf by ``ls.scale``, in float32 (leaves come back float32)."""
-    return jax.tree_util.tree_map(lambda g: jnp.asarray(g).astype(jnp.float32) / ls.scale, grads)
+    """Divide every gradient leaf by ``ls.scale``, in float32 (leaves come back float32). ``float0`` leaves (the
+    gradients ``jax.vjp`` / ``jax.grad(allow_int=True)`` give integer parameters) pass through."""
+
+    def unscale(g):
+        if getattr(g, "dtype", None) == jax.dtypes.float0:
+            return g
+        return jnp.asarray(g).astype(jnp.float32) / ls.scale
+
+    return jax.tree_util.tree_map(unscale, grads)
 
 
 def all_finite(tree: Any) -> jax.Array:
@@ -158,6 +171,8 @@ def masked_update(finite: jax.Array, new: Any, old: Any) -> Any:
     if new_def != old_def:
         raise ValueError(f"new and old trees differ: {new_def} vs {old_def}")
     finite = jnp.asarray(finite, jnp.bool_)
+    if finite.shape != ():
+        raise ValueError(f"finite must be a bool scalar (all_finite's result), got shape {finite.shape}")
     out = []
     for n, o in zip(new_leaves, old_leaves):
         n, o = jnp.asarray(n), jnp.asarray(o)
