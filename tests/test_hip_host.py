@@ -447,8 +447,7 @@ def test_tile_quantize(exe, tmp_path, fmt, tr, pow2):
         x[130:256, 0:128] = _ties(fmt, 126 * 128, rng).reshape(126, 128)
         x[129, 5] = mf
     x[3, 300] = np.nan  # NaN tile: scale NaN (plain and power-of-two)
-    if not pow2:  # Inf amax: plain s = Inf (power-of-two Inf: the reference returns NaN, the
-        x[4, 10] = -np.inf  # contract and the CPU lowering pass Inf through; not compared)
+    x[4, 10] = -np.inf  # Inf amax: s = Inf, plain and power-of-two (the contract passes it through)
     data, scale, amax, ts = _squant(exe, tmp_path, "tile", fmt, x, tr=tr, tc=128, pow2=pow2)
     codes, s = R.ref_tile(x, FMTS[fmt], axis=-1, tile=(tr, 128), power_of_two=pow2)
     assert _same_codes(data, codes, fmt)

@@ -80,8 +80,6 @@ def test_bad_input_raises_before_compute():
         mxprec.MXScaling(formats.E4M3, scale_rule="ceil")
     with pytest.raises(ValueError, match="unknown element format 'e9m9'"):
         mxprec.MXScaling("e9m9")
-    with pytest.raises(ValueError, match=r"input of shape \(0, 32\) is empty"):
-        mxprec.quantize(jnp.ones((0, 32), jnp.float32), formats.MXFP8)
     with pytest.raises(ValueError, match="axis True is out of range"):
         mxprec.quantize(jnp.ones((4, 32), jnp.float32), formats.MXFP8, axis=True)
 
@@ -104,6 +102,20 @@ def test_bad_input_raises_before_compute():
 def test_spec_fields_are_validated(make, err, match):
     with pytest.raises(err, match=match):
         make()
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_empty_tensors_quantize_to_the_contract_defaults(dtype):
+    """No elements: amax +0, per-tensor scale 1, empty codes and scales (as the FFI lowering's
+    test_empty_tensor_quantizes_to_the_contract_defaults), on the XLA path too."""
+    q = mxprec.quantize(jnp.zeros((0, 64), dtype), mxprec.TensorScaling())
+    assert q.data.shape == (0, 64) and float(q.amax) == 0.0 and float(q.scale) == 1.0
+    q = mxprec.quantize(jnp.zeros((0, 64), dtype), formats.MXFP8)
+    assert q.data.shape == (0, 64) and q.scale.shape == (0, 2) and float(q.amax) == 0.0
+    q = mxprec.quantize(jnp.zeros((4, 0), dtype), mxprec.RowScaling())
+    assert q.scale.shape == (4, 1) and np.all(np.asarray(q.scale) == 1.0)
+    q = mxprec.quantize(jnp.zeros((0, 32), dtype), mxprec.NVFP4Scaling())
+    assert q.data.shape == (0, 16) and float(q.tensor_scale) == 1.0
 
 
 def test_delayed_update_checks_the_history_length():

@@ -622,8 +622,9 @@ def test_delayed_defaults_and_eager_update():
     x = jnp.array([np.inf, -np.inf, 1.0], jnp.float32)
     q = jax.jit(lambda x, st: mxprec.quantize(x, spec, axis=-1, state=st))(x, st)
     assert _u8(np.asarray(q.codes())).tolist() == R.ref_delayed(np.asarray(x), R.E4M3, 2.0).tolist() == [0x7E, 0xFE, 0x30]
+    st1 = mxprec.DelayedScalingState(amax_history=jnp.zeros((1,), jnp.float32), scale=st.scale)
     for bad in (0.0, np.nan, np.inf):
-        st2 = mxprec.update_delayed_state(st, jnp.float32(bad), mxprec.DelayedScaling(formats.E4M3, history_len=1, amax_compute="most_recent"))
+        st2 = mxprec.update_delayed_state(st1, jnp.float32(bad), mxprec.DelayedScaling(formats.E4M3, history_len=1, amax_compute="most_recent"))
         assert float(st2.scale) == 2.0
 
 

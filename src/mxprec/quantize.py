@@ -226,8 +226,6 @@ def _validate(x, spec, axis: int) -> int:
     shape = tuple(x.shape)
     if len(shape) == 0:
         raise ValueError("quantize: scalar input has no axis to quantize along; reshape it to (1,)")
-    if 0 in shape:
-        raise ValueError(f"quantize: input of shape {shape} is empty: there is nothing to quantize")
     axis = _normalize_axis(shape, axis)
     n = shape[axis]
     block = {
@@ -262,7 +260,7 @@ def tensor_amax(x: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
     25.12 -> 24.85 GB (XLA packs the gradients' quantize fusions differently; docs/backends/cuda.md,
     tenth session).
     """
-    if x.dtype == jnp.bfloat16:
+    if x.dtype == jnp.bfloat16 and x.size:
         b16 = jnp.max(jax.lax.bitcast_convert_type(jnp.abs(x), jnp.uint16), axis=axis, keepdims=keepdims)
         return _amax_from_bits(b16.astype(jnp.uint32) << 16)
     return _amax(x.astype(jnp.float32), axis, keepdims)
@@ -275,9 +273,11 @@ def _amax(x32: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
     order and every NaN pattern lies above +Inf, so the NaN rule needs no second reduction (XLA's
     float max reduction need not propagate NaN, and a separate any(isnan) pass cost a second read
     of x where XLA did not fuse the two). A subnormal maximum is flushed to +0 on every platform,
-    as XLA's CPU runtime (the oracle) and the native kernels do.
+    as XLA's CPU runtime (the oracle) and the native kernels do. An empty group's amax is +0 (the contract's).
     """
-    return _amax_from_bits(jnp.max(jax.lax.bitcast_convert_type(jnp.abs(x32), jnp.uint32), axis=axis, keepdims=keepdims))
+    bits = jax.lax.bitcast_convert_type(jnp.abs(x32), jnp.uint32)
+    initial = 0 if x32.size == 0 else None  # (the identity of the unsigned max; only where there is nothing to max)
+    return _amax_from_bits(jnp.max(bits, axis=axis, keepdims=keepdims, initial=initial))
 
 
 def _amax_from_bits(bits: jax.Array) -> jax.Array:
@@ -404,7 +404,7 @@ def quantize(
         e = mx_exponent(safe, fmt, spec.scale_rule)
         ut = None if uniform is None else _blocked(jnp.moveaxis(uniform, axis, -1), spec.block)
         codes = _codes(jnp.where(bad | zero, jnp.float32(0), _mx_divide(xt, e)), fmt, ut)
-        codes = jnp.moveaxis(codes.reshape(*xt.shape[:-2], -1), -1, axis)
+        codes = jnp.moveaxis(codes.reshape(*xt.shape[:-2], xt.shape[-2] * xt.shape[-1]), -1, axis)
         byte = jnp.where(bad, 255, jnp.where(zero, 0, e + 127)).astype(jnp.uint8)[..., 0]
         scale = jax.lax.bitcast_convert_type(jnp.moveaxis(byte, -1, axis), jnp.float8_e8m0fnu)
 
@@ -422,7 +422,7 @@ def quantize(
         ut = None if uniform is None else _blocked(jnp.moveaxis(uniform, axis, -1), spec.block)
         g = round_to_grid(exact_div(xt, eff), fmt, ut)
         g = jnp.where(eff == 0, jnp.float32(0), g)
-        codes = jnp.moveaxis(encode(g, fmt).reshape(*xt.shape[:-2], -1), -1, axis)
+        codes = jnp.moveaxis(encode(g, fmt).reshape(*xt.shape[:-2], xt.shape[-2] * xt.shape[-1]), -1, axis)
         scale = jnp.moveaxis(sb[..., 0].astype(jnp.float8_e4m3fn), -1, axis)
     else:  # pragma: no cover - _validate rejects this
         raise TypeError(spec)
