@@ -394,6 +394,25 @@ def test_amdahl_f_comes_from_the_bf16_profile_when_every_projection_is_quantized
     assert am["f_source"] == "standalone" and am["f_measured"] == pytest.approx(0.5)
 
 
+def test_saved_format_follows_what_dot_general_keeps():
+    """The memory prediction's saved-activation format: per-tensor FP8 recipes keep X's 1-byte Fprop copy with
+    wide residuals (it is exactly Wgrad's operand), the other recipes their BF16 source; quantized residuals the
+    recipe's format."""
+    from mxprec import recipes
+
+    got = {n: bench._saved_format(recipes.get(n)) for n in ("bf16", "fp8_current", "fp8_delayed", "fp8_rowwise",
+                                                            "fp8_block", "mxfp8")}
+    assert got == {"bf16": "bf16", "fp8_current": "fp8", "fp8_delayed": "fp8", "fp8_rowwise": "bf16",
+                   "fp8_block": "bf16", "mxfp8": "bf16"}
+    assert bench._saved_format(recipes.get("mxfp8", residuals="quantized")) == "mxfp8"
+
+
+def test_pipelined_timing_needs_a_warmup_step():
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--config", "micro", "--timing", "pipelined", "--warmup", "0"])
+    assert bench.parse_args(["--config", "micro", "--timing", "pipelined", "--warmup", "1"]).warmup == 1
+
+
 def test_bf16_arm_is_traced_on_a_gpu_without_profile_flag(monkeypatch):
     """Amdahl's f needs the BF16 arm's profile: on a GPU that arm is traced into a temporary directory even
     without --profile (deleted afterwards); other arms and CPUs are not; --profile DIR traces every arm there."""

@@ -44,7 +44,9 @@ Columns
 * peak memory: ``device.memory_stats()["peak_bytes_in_use"]`` where the device reports it (GPU),
   else null. On accelerators every arm runs in its own process (``--isolate auto``) so that each
   peak is that arm's own. Predicted: :func:`mxprec.analysis.llama_memory` (FSDP 1; saved values
-  in the recipe's residual format: BF16 unless ``Recipe.residuals == "quantized"``).
+  in the format dot_general saves them in: the quantized format with ``Recipe.residuals == "quantized"``, FP8
+  for per-tensor recipes with wide residuals (X's Fprop copy is the exact Wgrad operand, so it is kept), else
+  BF16).
 * backend: the backend line of ``Recipe.describe()``.
 
 Outputs ``<out>/llama_<config>.json`` (``device``, ``command``, ``date``, ``model``, ``rows``, …),
@@ -135,11 +137,17 @@ def _amdahl_format(recipe) -> str:
 
 
 def _saved_format(recipe) -> str:
-    """Storage format of the saved matmul inputs, as a key of analysis.memory.RECIPE_SAVED_FORMAT."""
-    if not recipe.quantized or recipe.residuals != "quantized":
+    """Storage format of the saved matmul inputs, as a key of analysis.memory.RECIPE_SAVED_FORMAT: the recipe's
+    with ``residuals="quantized"``; with wide residuals FP8 where X's Fprop copy is exactly Wgrad's operand (the same
+    per-tensor spec: dot_general's ``_reuse_or_keep`` keeps that 1-byte copy), else BF16."""
+    from mxprec.scaling import DelayedScaling, TensorScaling
+
+    if not recipe.quantized:
         return "bf16"
-    fmt = _amdahl_format(recipe)
-    return fmt
+    if recipe.residuals == "quantized":
+        return _amdahl_format(recipe)
+    lhs = recipe.fprop_lhs
+    return "fp8" if isinstance(lhs, (TensorScaling, DelayedScaling)) and lhs == recipe.wgrad_lhs else "bf16"
 
 
 def amdahl_arch(device_kind: str) -> tuple[str, str]:
@@ -676,7 +684,7 @@ def markdown(result: dict) -> str:
             continue
         lines.append(
             f"| {r['arm']} | {r['step_s_mean'] * 1e3:.1f} | {r['step_s_std'] * 1e3:.1f} | "
-            f"{r['tflops_per_device']:.3g} | {r['tokens_per_s_per_device']:,.0f} | "
+            f"{r['tflops_per_device']:.4g} | {r['tokens_per_s_per_device']:,.0f} | "
             f"{_fmt(r['expected_speedup'], '.2f')} | {_fmt(r['speedup_vs_bf16'], '.2f')} | "
             f"{_fmt(r['peak_mem_gb'], '.2f')} | {_fmt(r['predicted_mem_gb'], '.2f')} | {r['compile_s']:.1f} | "
             f"{r['backend']} |")
@@ -782,6 +790,8 @@ def parse_args(argv):
             setattr(args, k, d[k])
     if args.steps < 1 or args.warmup < 0 or args.batch < 1:
         p.error("need --steps >= 1, --warmup >= 0, --batch >= 1")
+    if args.timing == "pipelined" and args.warmup < 1:
+        p.error("--timing pipelined needs --warmup >= 1 (the first timed interval starts when a warmup step ends)")
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     args.quantize = tuple(g.strip() for g in args.quantize.split(",") if g.strip())
     return args

@@ -5,8 +5,9 @@ kernels are the complete events (``ph == "X"``) on a GPU process's ``Stream`` th
 per-op rows (``XLA Ops``) are summed separately so a kernel can be traced back to its HLO op.
 
     summary = summarize_trace(log_dir, steps=2)
-    summary["categories_ms"]   # {"gemm_fp8": .., "gemm_bf16": .., "attention": .., "other": ..} per step
-    summary["idle"]            # time the GPU ran no kernel between the first and last traced kernel
+    summary["categories_ms"]   # {"gemm_fp8": .., "gemm_wide": .., "attention": .., "other": ..} per step
+    summary["idle"]            # per GPU: time it ran no kernel between its first and last traced kernel
+                               # (idle_gaps' dict, one per GPU process)
 """
 
 from __future__ import annotations
