@@ -380,6 +380,9 @@ def test_bad_inputs_raise_clearly():
         mxprec.dot_general(jnp.zeros((32, 128), jnp.float32), jnp.zeros((128, 32), jnp.float32), dn, recipe="fp8_delayed")
     with pytest.raises(TypeError, match="floating"):
         mxprec.dot_general(jnp.zeros((32, 128), jnp.int32), jnp.zeros((128, 32), jnp.float32), dn, recipe="mxfp8")
+    with pytest.raises(TypeError, match=r"quantizes float32 / bfloat16 / float16 operands; lhs is float8_e4m3fn"):
+        mxprec.dot_general(jnp.zeros((32, 128), jnp.float8_e4m3fn), jnp.zeros((128, 32), jnp.float32), dn,
+                           recipe="mxfp8")
 
 
 def test_backward_block_sizes_are_checked_with_the_callers_shapes():

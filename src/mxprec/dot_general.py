@@ -44,7 +44,7 @@ from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
 from mxprec import kernels
-from mxprec.quantize import QTensor, quantize, tensor_amax
+from mxprec.quantize import SUPPORTED_INPUT_DTYPES, QTensor, quantize, tensor_amax
 from mxprec.recipes import Recipe, get as get_recipe
 from mxprec.scaling import (
     DelayedScaling,
@@ -524,6 +524,12 @@ def dot_general(
         y = lax.dot_general(l, r_, dimension_numbers, precision=precision, preferred_element_type=out_dtype)
         return _finish(y, out_sharding)
 
+    for name, t in (("lhs", lhs), ("rhs", rhs)):
+        if jnp.dtype(t.dtype) not in SUPPORTED_INPUT_DTYPES:
+            raise TypeError(
+                f"dot_general: recipe {recipe.name!r} quantizes float32 / bfloat16 / float16 operands; {name} is "
+                f"{t.dtype}: {desc}"
+            )
     _check_blocks(recipe, (c.M, c.K, c.N), _FPROP_ROLES, desc)
     backend = kernels.resolve_backend(recipe.backend)
     x = jnp.transpose(lhs, c.lhs_perm).reshape(c.B, c.M, c.K)
