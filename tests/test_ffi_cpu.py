@@ -472,6 +472,31 @@ def test_quantize_vmap():
 
 # ----------------------------------------------------------------------------- scaled_gemm
 
+
+@pytest.mark.parametrize("spec", [TensorScaling(E4M3), RowScaling(E4M3)], ids=_sid)
+@pytest.mark.parametrize("backend", ["xla", "ffi"])
+def test_scaled_gemm_scales_on_either_side_of_one_do_not_overflow(spec, backend):
+    """lhs ~1e36 (scale ~1e33) times rhs ~1e-30 (scale ~1e-32): the result ~1e6 is finite, so no intermediate may
+    overflow (the XLA path had multiplied the FP8 dot by the lhs scale first: Inf)."""
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((1, 4, 64)) * 1e36).astype(np.float32)
+    w = (rng.standard_normal((1, 64, 4)) * 1e-30).astype(np.float32)
+    qx, qw = quantize(jnp.asarray(x), spec, axis=2), quantize(jnp.asarray(w), spec, axis=1)
+    y = np.asarray(scaled_gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32, backend=backend))
+    want = np.asarray(reference_scaled_gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32))
+    assert np.isfinite(y).all() and np.isfinite(want).all()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("backend", ["xla", "ffi"])
+def test_scaled_gemm_refuses_integer_operands_and_output_dtypes(backend):
+    q = quantize(jnp.ones((1, 4, 64), jnp.float32), TensorScaling(E4M3), axis=2)
+    with pytest.raises(TypeError, match=r"unquantized rhs is float32 / bfloat16 / float16.*int8 \(1, 64, 4\)"):
+        scaled_gemm(q, jnp.ones((1, 64, 4), jnp.int8), lhs_contract=2, rhs_contract=1, backend=backend)
+    with pytest.raises(TypeError, match="out_dtype must be float32, bfloat16 or float16, got int32"):
+        scaled_gemm(q, jnp.ones((1, 64, 4), jnp.float32), lhs_contract=2, rhs_contract=1, out_dtype=jnp.int32,
+                    backend=backend)
+
 QUANTIZED_PRESETS = [
     "fp8_delayed",
     "fp8_current",

@@ -56,13 +56,23 @@ def _dims(lhs_contract: int, rhs_contract: int):
     return (((lhs_contract,), (rhs_contract,)), ((0,), (0,)))
 
 
-def _check(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int) -> None:
+_WIDE_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def _check(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype=None) -> None:
     for name, op, c in (("lhs", lhs, lhs_contract), ("rhs", rhs, rhs_contract)):
         if c not in (1, 2):
             raise ValueError(f"scaled_gemm: {name}_contract must be 1 or 2, got {c}")
         shape = op.shape
         if len(shape) != 3:
             raise ValueError(f"scaled_gemm: {name} must be 3-D (B, rows, cols), got shape {shape}")
+        if not isinstance(op, QTensor) and jnp.dtype(op.dtype) not in _WIDE_DTYPES:
+            raise TypeError(
+                f"scaled_gemm: an unquantized {name} is float32 / bfloat16 / float16 (quantize FP8 / integer data "
+                f"into a QTensor), got {op.dtype} {tuple(shape)}"
+            )
+    if out_dtype is not None and jnp.dtype(out_dtype) not in _WIDE_DTYPES:
+        raise TypeError(f"scaled_gemm: out_dtype must be float32, bfloat16 or float16, got {jnp.dtype(out_dtype)}")
         if isinstance(op, QTensor) and op.axis != c:
             raise ValueError(
                 f"scaled_gemm: {name} is quantized along axis {op.axis} but contracts axis {c}"
@@ -99,6 +109,16 @@ def _row_scale_for_output(q: QTensor, contract: int, is_lhs: bool) -> jax.Array:
     # Row scales have shape[contract] == 1; move the kept (free) axis into the output position.
     s = jnp.squeeze(s, axis=contract)  # (B, free)
     return s[:, :, None] if is_lhs else s[:, None, :]
+
+
+def _apply_scales(acc: jax.Array, sl: jax.Array, sr: jax.Array) -> jax.Array:
+    """``acc * sl * sr`` with no intermediate overflow or underflow the result does not have: scales on either side
+    of 1 multiply each other first (their product lies between them), others one after the other (the intermediate
+    then lies between acc and the result). For the usual scales (both below 1) that is ``(acc * sl) * sr``."""
+    opposite = (jnp.abs(sl) >= 1) != (jnp.abs(sr) >= 1)
+    first = jnp.where(opposite, sl * sr, sl)
+    second = jnp.where(opposite, jnp.float32(1), sr)
+    return (acc * first) * second
 
 
 _FP8_FORMS = ("direct", "native", "direct_fast")
@@ -187,9 +207,8 @@ def _xla_scaled_gemm(
                     return y, lhs.scale * rhs.scale
                 return (y.astype(jnp.float32) * (lhs.scale * rhs.scale)).astype(out_dtype)
         acc = lax.dot_general(ld, rd, dims, precision=algo, preferred_element_type=jnp.float32)
-        acc = acc * _row_scale_for_output(lhs, lhs_contract, True)
-        acc = acc * _row_scale_for_output(rhs, rhs_contract, False)
-        return acc.astype(out_dtype)
+        sl, sr = _row_scale_for_output(lhs, lhs_contract, True), _row_scale_for_output(rhs, rhs_contract, False)
+        return _apply_scales(acc, sl, sr).astype(out_dtype)
     if not isinstance(lhs, QTensor) and not isinstance(rhs, QTensor):
         return lax.dot_general(lhs, rhs, dims, preferred_element_type=jnp.float32).astype(out_dtype)
     if jax.default_backend() == "gpu" and _bf16_exact(lhs) and _bf16_exact(rhs):
@@ -252,7 +271,7 @@ def scaled_gemm(
     Returns:
       ``(B, M, N)`` array of ``out_dtype``.
     """
-    _check(lhs, rhs, lhs_contract, rhs_contract)
+    _check(lhs, rhs, lhs_contract, rhs_contract, out_dtype)
     kw = dict(lhs_contract=lhs_contract, rhs_contract=rhs_contract, out_dtype=out_dtype)
     if backend not in ("xla", "ffi", "auto"):
         raise ValueError(f"scaled_gemm: backend must be 'auto', 'xla' or 'ffi', got {backend!r}")
