@@ -132,7 +132,8 @@ def _load(platform: str) -> tuple[ctypes.CDLL | None, str]:
                             target, jax.ffi.pycapsule(getattr(lib, symbol)), platform=platform
                         )
                     result = (lib, "")
-                except (OSError, AttributeError) as e:
+                except (OSError, AttributeError, RuntimeError, ValueError) as e:  # as native.py: a failed
+                    # registration reads as a library that could not load, not as an exception at first use
                     result = (
                         None,
                         f"mxprec native library {found} failed to load: {e}; rebuild it with {hint}",
