@@ -132,7 +132,8 @@ def test_supports_quantize():
     assert not hip.supports_quantize(MXScaling(block=16))
     assert not hip.supports_quantize(TileScaling(tile=(128, 64)))
     assert not hip.supports_quantize(TileScaling(tile=(32, 128)))
-    assert not hip.supports_quantize(NVFP4Scaling(block=32))
+    with pytest.raises(ValueError, match="NVFP4Scaling.block is the format's 16"):  # refused by the spec itself
+        NVFP4Scaling(block=32)
     assert not hip.supports_quantize("mx")
 
 
