@@ -44,6 +44,7 @@ from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
 from mxprec import kernels
+from mxprec.kernels.scaled_gemm import scaled_gemm_deferred
 from mxprec.quantize import SUPPORTED_INPUT_DTYPES, QTensor, quantize, tensor_amax
 from mxprec.recipes import Recipe, get as get_recipe
 from mxprec.scaling import (
@@ -321,7 +322,8 @@ def _fprop(meta: _Meta, x, w, state, gemm):
     st = _to_f32(state)
     be = meta.backend
     if _is_empty(x, w):
-        return jnp.zeros((x.shape[0], x.shape[1], w.shape[2]), meta.out_dtype), None, None, st
+        y = jnp.zeros((x.shape[0], x.shape[1], w.shape[2]), meta.out_dtype)
+        return ((y, None) if gemm is scaled_gemm_deferred else y), None, None, st  # the gemm's output form
     qx = _q(x, r.fprop_lhs, 2, r, st.lhs if st else None, backend=be)
     qw = _q(w, r.fprop_rhs, 1, r, st.rhs if st else None, backend=be, weight=True)
     y = gemm(qx, qw, lhs_contract=2, rhs_contract=1, out_dtype=meta.out_dtype, backend=meta.backend)
