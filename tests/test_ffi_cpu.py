@@ -496,6 +496,8 @@ def test_scaled_gemm_refuses_integer_operands_and_output_dtypes(backend):
     with pytest.raises(TypeError, match="out_dtype must be float32, bfloat16 or float16, got int32"):
         scaled_gemm(q, jnp.ones((1, 64, 4), jnp.float32), lhs_contract=2, rhs_contract=1, out_dtype=jnp.int32,
                     backend=backend)
+    with pytest.raises(ValueError, match="lhs is quantized along axis 2 but contracts axis 1"):
+        scaled_gemm(q, jnp.ones((1, 4, 64), jnp.float32), lhs_contract=1, rhs_contract=1, backend=backend)
 
 QUANTIZED_PRESETS = [
     "fp8_delayed",

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mxprec.quantize import QTensor, dequantize, scale_as_f32
+from mxprec.quantize import SUPPORTED_INPUT_DTYPES, QTensor, dequantize, scale_as_f32
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
 __all__ = ["Operand", "reference_scaled_gemm", "scaled_gemm", "scaled_gemm_deferred"]
@@ -56,9 +56,6 @@ def _dims(lhs_contract: int, rhs_contract: int):
     return (((lhs_contract,), (rhs_contract,)), ((0,), (0,)))
 
 
-_WIDE_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-
-
 def _check(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out_dtype=None) -> None:
     for name, op, c in (("lhs", lhs, lhs_contract), ("rhs", rhs, rhs_contract)):
         if c not in (1, 2):
@@ -66,17 +63,17 @@ def _check(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out
         shape = op.shape
         if len(shape) != 3:
             raise ValueError(f"scaled_gemm: {name} must be 3-D (B, rows, cols), got shape {shape}")
-        if not isinstance(op, QTensor) and jnp.dtype(op.dtype) not in _WIDE_DTYPES:
+        if not isinstance(op, QTensor) and jnp.dtype(op.dtype) not in SUPPORTED_INPUT_DTYPES:
             raise TypeError(
                 f"scaled_gemm: an unquantized {name} is float32 / bfloat16 / float16 (quantize FP8 / integer data "
                 f"into a QTensor), got {op.dtype} {tuple(shape)}"
             )
-    if out_dtype is not None and jnp.dtype(out_dtype) not in _WIDE_DTYPES:
-        raise TypeError(f"scaled_gemm: out_dtype must be float32, bfloat16 or float16, got {jnp.dtype(out_dtype)}")
         if isinstance(op, QTensor) and op.axis != c:
             raise ValueError(
                 f"scaled_gemm: {name} is quantized along axis {op.axis} but contracts axis {c}"
             )
+    if out_dtype is not None and jnp.dtype(out_dtype) not in SUPPORTED_INPUT_DTYPES:
+        raise TypeError(f"scaled_gemm: out_dtype must be float32, bfloat16 or float16, got {jnp.dtype(out_dtype)}")
     if lhs.shape[0] != rhs.shape[0] or lhs.shape[lhs_contract] != rhs.shape[rhs_contract]:
         raise ValueError(
             f"scaled_gemm: lhs {lhs.shape} (contract {lhs_contract}) and rhs {rhs.shape} "
