@@ -37,6 +37,14 @@ __all__ = [
 ]
 
 
+def _finite_flag(finite) -> jax.Array:
+    """``finite`` as a bool ``()`` (all_finite's result); a shaped flag would broadcast the state's scalars."""
+    finite = jnp.asarray(finite, jnp.bool_)
+    if finite.shape != ():
+        raise ValueError(f"finite must be a bool scalar (all_finite's result), got shape {finite.shape}")
+    return finite
+
+
 @struct.dataclass(kw_only=True)
 class DynamicLossScale:
     """Dynamic loss-scale state (a pytree; ``scale`` float32 ``()``, ``good_steps`` int32 ``()``).
@@ -93,9 +101,7 @@ class DynamicLossScale:
 
     def update(self, finite: jax.Array) -> DynamicLossScale:
         """New state after one cycle; ``finite`` is a bool ``()`` (see :func:`all_finite`)."""
-        finite = jnp.asarray(finite, jnp.bool_)
-        if finite.shape != ():
-            raise ValueError(f"finite must be a bool scalar (all_finite's result), got shape {finite.shape}")
+        finite = _finite_flag(finite)
         next_good = self.good_steps + jnp.int32(1)
         grow = jnp.logical_and(finite, next_good >= jnp.int32(self.growth_interval))
         grown = jnp.minimum(self.scale * jnp.float32(self.growth_factor), jnp.float32(self.max_scale))
@@ -170,9 +176,7 @@ def masked_update(finite: jax.Array, new: Any, old: Any) -> Any:
     old_leaves, old_def = jax.tree_util.tree_flatten(old)
     if new_def != old_def:
         raise ValueError(f"new and old trees differ: {new_def} vs {old_def}")
-    finite = jnp.asarray(finite, jnp.bool_)
-    if finite.shape != ():
-        raise ValueError(f"finite must be a bool scalar (all_finite's result), got shape {finite.shape}")
+    finite = _finite_flag(finite)
     out = []
     for n, o in zip(new_leaves, old_leaves):
         n, o = jnp.asarray(n), jnp.asarray(o)
