@@ -148,6 +148,13 @@ raster_sweep() {  # raster_sweep SHAPES SUFFIX RASTER:SWIZZLE...: the default pe
       benchmarks/cuda_fp8_gemm.py --only mxprec --shapes "$shapes" --out "$R/raster_${rs/:/_sw}$suffix.json"
   done
 }
+# Libraries carried compressed: the device tool carries at most 64 MiB, and three ~21 MB libraries (the built one plus
+# two build-cuda/ab/*.so) do not fit. Pack them here with
+#   (cd build-cuda && tar cf - libmxprec_cuda.so ab/*.so | xz -6 -T2 > libs.tar.xz)
+# and carry build-cuda/libs.tar.xz alone (~4 MB); it is unpacked over build-cuda/ before any stage.
+if [ -f build-cuda/libs.tar.xz ]; then
+  tar xJf build-cuda/libs.tar.xz -C build-cuda || { echo "could not unpack build-cuda/libs.tar.xz" >&2; exit 1; }
+fi
 # The libraries the *-ab stages compare in one call: the built one, then every build-cuda/ab/*.so.
 shopt -s nullglob
 AB_LIBS=("$PWD/build-cuda/libmxprec_cuda.so" "$PWD"/build-cuda/ab/*.so)

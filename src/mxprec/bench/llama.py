@@ -248,8 +248,8 @@ def init_train_state(model, cfg, tx, *, batch: int, seed: int = 0, loss_scale: b
 def make_train_step(model, tx):
     """``step(state, batch) -> (state, {"loss", "finite"})`` for :func:`init_train_state` states.
 
-    Gradients come from ``jax.vjp`` (the OWG leaves are in Flax's ``fp32_max_grad`` dtype, which
-    ``jax.grad`` rejects). With a loss scale: gradients unscaled once, checked for finiteness, the
+    Gradients come from ``jax.vjp`` with a unit cotangent; the OWG leaves' "gradients" are their new
+    values (Flax's ``fp32_max_grad`` dtype). With a loss scale: gradients unscaled once, checked for finiteness, the
     parameter and optimizer update skipped on overflow, the scale updated. The delayed-scaling
     (OWG) state is always replaced by its new value.
     """
