@@ -416,11 +416,18 @@ def test_quantize_bit_exact(spec, case):
     assert not bad, bad
 
 
+def _tiny_tensor() -> np.ndarray:
+    """A whole tensor of tiny normals (amax ~5e-37): every tensor-wide scale takes the 2**-126 floor too, NVFP4's
+    s_t = amax / 2688 included."""
+    return _normal(5) * np.float32(1e-37)
+
+
+@pytest.mark.parametrize("inputs", [_subnormal, _tiny_tensor], ids=lambda f: f.__name__.strip("_"))
 @pytest.mark.parametrize("spec", SPECS, ids=_sid)
-def test_quantize_subnormal_inputs_and_tiny_scales(spec):
+def test_quantize_subnormal_inputs_and_tiny_scales(spec, inputs):
     """FP32 subnormal inputs and groups whose scale takes the 2**-126 floor: the C++ lowering, XLA's oracle and the
     numpy reference agree (all three read subnormal inputs as zeros of their sign)."""
-    x = _subnormal()
+    x = inputs()
     q = _ffi_q(spec, -1)(jnp.asarray(x), _state(spec))
     assert not _matches_reference(q, spec, x, -1)
     r = _jax_q(spec, -1)(jnp.asarray(x), _state(spec))

@@ -126,7 +126,7 @@ ffi::Error QuantizeImpl(ffi::AnyBuffer x, ffi::AnyBuffer scale_in, ffi::AnyBuffe
       }
       break;
     case ScalingKind::kNVFP4: {
-      ts = amax_tensor == 0.0f ? 1.0f : amax_tensor / kNvfp4TensorDivisor;
+      ts = nvfp4_tensor_scale(amax_tensor);
       for (int64_t g = 0; g < ngroups; ++g) {
         const float sb = round_to_grid(xla_min(gamax[g] / 6.0f / ts, 448.0f), ElemFormat::kE4M3);
         gs[g].s = sb * ts;
