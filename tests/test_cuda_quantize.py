@@ -334,11 +334,13 @@ SUBNORMAL_SPECS = [
 
 
 @needs_gpu
+@pytest.mark.parametrize("inputs", [C._subnormal, C._tiny_tensor], ids=lambda f: f.__name__.strip("_"))
 @pytest.mark.parametrize("spec", SUBNORMAL_SPECS, ids=_sid)
-def test_fp32_subnormals_follow_the_cpu_ftz_rules(spec):
-    """FP32 denormal inputs (zeros of their sign) and tiny amaxes (scales at the 2**-126 floor): the exact path, vs
-    the CPU oracle and the numpy reference (which flushes as the contract does)."""
-    x = C._subnormal()
+def test_fp32_subnormals_follow_the_cpu_ftz_rules(spec, inputs):
+    """FP32 denormal inputs (zeros of their sign) and tiny amaxes (scales at the 2**-126 floor; a whole tiny tensor
+    floors the tensor-wide scales too): the exact path, vs the CPU oracle and the numpy reference (which flushes as
+    the contract does)."""
+    x = inputs()
     _check_both_axes(spec, x, reference=True, what="subnormal")
 
 
