@@ -475,6 +475,9 @@ def test_quantize_vmap():
             assert np.array_equal(_u8(q.data[i]), _u8(one.data))
             assert _f32_equal(np.asarray(q.scale[i], np.float32), np.asarray(one.scale, np.float32))
             assert _f32_equal(q.amax[i], one.amax)
+    # amax=False: NaN under vmap too, as unbatched (the folded call's batching rule had computed the amaxes).
+    f = jax.jit(jax.vmap(lambda t: ffi.quantize(t, RowScaling(E4M3), -1, amax=False).amax))
+    assert np.isnan(np.asarray(f(x))).all()
 
 
 # ----------------------------------------------------------------------------- scaled_gemm

@@ -268,6 +268,27 @@ def test_sharded_gemm_keeps_the_backend_units(mesh, family, sharded, unit):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+@needs_ffi
+@pytest.mark.parametrize("n", [256, 512])
+def test_sharded_block_gemm_keeps_the_cuda_n_unit_with_a_1x128_rhs(mesh, n):
+    """fp8_block's Wgrad pair (1 x 128 on both sides) sharded over N with the CUDA wrapper's units: a shard's N stays
+    a multiple of 128 (the block kernels reject anything else), so N = 256 over 4 devices is gathered, 512 is not."""
+    from mxprec.kernels import cuda
+
+    spec = TileScaling(formats.E4M3, (1, 128))
+    rng = np.random.default_rng(29)
+    x = jnp.asarray(rng.standard_normal((1, 64, 256)).astype(np.float32))
+    w = jnp.asarray(rng.standard_normal((1, n, 256)).astype(np.float32))
+    f = jax.jit(lambda x, w: _unit_gemm(x, w, spec, spec, **cuda.gemm_shard_units("block", jnp.float32)))
+    wd = jax.device_put(w, NamedSharding(mesh, P(None, "model", None)))
+    hlo = f.lower(x, wd).compile().as_text()
+    gemm = [line for line in hlo.splitlines() if 'custom_call_target="mxprec_scaled_gemm"' in line]
+    assert len(gemm) == 1, gemm
+    local_n = n if n == 256 else n // 4
+    assert f"f32[1,64,{local_n}]" in gemm[0].split("custom-call(")[0], gemm[0]
+    np.testing.assert_array_equal(np.asarray(f(x, wd)), np.asarray(f(x, w)))
+
+
 def _quantize_transposed_stand_in(cfg, x):
     """What ``_quantize_transposed_call`` returns (``mxprec_quantize_transposed``, docs/ffi.md; a NaN amax with
     ``no_amax``), from mxprec.quantize: the CPU has no such kernel, so the next tests run the call's sharding rule and

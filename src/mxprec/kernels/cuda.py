@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 
 import jax
@@ -704,6 +705,15 @@ def _scale_tn(q: QTensor, contract: int, family: str) -> jax.Array:
     return jnp.swapaxes(s, 1, 2)
 
 
+def gemm_shard_units(family: str, out_dtype) -> dict:
+    """``{"k_unit", "n_unit"}``: what a shard's local K and N must be multiples of for the kernels (the partition
+    rule gathers a dimension whose shards would break them). K % 16 and N % 8 (a K-sharded GEMM's local output is
+    f32: N % 4); the block-scaled kernels need N % 128 with either rhs tile (a (1, 128) rhs's own tile rows, 1,
+    would let fp8_block's Wgrad sharded over N fall to a local N of 8)."""
+    n_unit = _N_ALIGN[jnp.dtype(out_dtype).name]
+    return {"k_unit": _K_ALIGN, "n_unit": math.lcm(n_unit, 128) if family == "block" else n_unit}
+
+
 def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: int, out_dtype, bias=None):
     """``out[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n] (+ bias[n])`` on the sm_90a FP8 kernels.
 
@@ -730,11 +740,10 @@ def scaled_gemm(lhs: QTensor, rhs: QTensor, *, lhs_contract: int, rhs_contract: 
     n = b.shape[1]
     bias_buf = _bias_buffer(bias, n)
     one = jnp.ones((), jnp.float32)
-    # Both operands are K-major after _to_tn: contract 2 on each. The shards' local GEMMs keep the kernels'
-    # K % 16 and N % 8 (a K-sharded GEMM's local output is f32, N % 4).
-    cfg = _GemmCfg(_operand_desc(lhs.spec, 2), _operand_desc(rhs.spec, 2), out_dtype.name, bias is not None,
-                   k_unit=_K_ALIGN, n_unit=_N_ALIGN[out_dtype.name])
+    # Both operands are K-major after _to_tn: contract 2 on each.
     family = _family(lhs.spec, rhs.spec)[0]
+    cfg = _GemmCfg(_operand_desc(lhs.spec, 2), _operand_desc(rhs.spec, 2), out_dtype.name, bias is not None,
+                   **gemm_shard_units(family, out_dtype))
     ls = _scale_tn(lhs, lhs_contract, family)
     rs = _scale_tn(rhs, rhs_contract, family)
     return _gemm_vmappable(cfg)(a, ls, one, b, rs, one, bias_buf)

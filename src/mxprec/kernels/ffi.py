@@ -850,7 +850,8 @@ def _quant_vmappable(cfg: _QuantCfg):
             xs = x if xb else jnp.broadcast_to(x, (axis_size,) + x.shape)
             data, scale, _, ts = f(xs.reshape((-1,) + xs.shape[2:]), scale_in)
             unfold = lambda t: t.reshape((axis_size, t.shape[0] // axis_size) + t.shape[1:])
-            amax = _amax(xs, axis=(1, 2, 3))
+            # The folded call's amax spans every example: each one's own, or NaN as unbatched with no_amax.
+            amax = jnp.full((axis_size,), jnp.nan, jnp.float32) if cfg.no_amax else _amax(xs, axis=(1, 2, 3))
             return (unfold(data), unfold(scale), amax, jnp.broadcast_to(ts, (axis_size,))), (True,) * 4
         xs = x if xb else jnp.broadcast_to(x, (axis_size,) + x.shape)
         ss = scale_in if sb else jnp.broadcast_to(scale_in, (axis_size,))
