@@ -652,3 +652,66 @@ def test_gpu_block_with_kernel_equals_xla_path(recipe):
         stats.append((float(np.mean(a != b)), float(np.max(np.abs(a - b)) / np.max(np.abs(b)))))
     print("fp8_block, kernels vs XLA's path (fraction differing, max error / max |ref|):", stats)
     assert all(rel <= 2.0 ** -5 for _, rel in stats), stats
+
+
+@pytest.mark.parametrize("recipe", ["fp8_delayed", "fp8_current", "mxfp8"])
+@pytest.mark.parametrize("mdf", [(0, 128, 256), (128, 128, 0), (128, 0, 256)], ids=lambda t: "x".join(map(str, t)))
+def test_zero_size_block(recipe, mdf):
+    """M, D or F = 0 (e.g. an MoE expert with no tokens): as three dot_generals, zeros (or empty) outputs and
+    gradients, and a delayed state comes back unchanged (its backward had read a missing amax)."""
+    m, d, f = mdf
+    x, w0, w1, wo = (jnp.zeros(s, BF16) for s in ((m, d), (d, f), (d, f), (f, d)))
+    ct = jnp.ones((m, d), BF16)
+    r = get_recipe(recipe)
+    st = _state(r)
+    y, g = _value_and_grads(_fused(r, "auto"), (x, w0, w1, wo, ct), st)
+    y_ref, g_ref = _value_and_grads(_composed(r, st), (x, w0, w1, wo, ct), st)
+    _assert_trees_bitwise((y, g[:4]), (y_ref, g_ref[:4]))
+    assert y.shape == (m, d) and not np.asarray(y, np.float32).any()
+    if st is not None:
+        _assert_trees_bitwise(g[4], st)
+
+
+def test_state_is_checked():
+    """A state where the recipe has no delayed scaling, a state of another type, or histories of another length:
+    errors before anything is traced (as dot_general's)."""
+    x, w0, w1, wo, _ = _operands()
+    delayed = get_recipe("fp8_delayed")
+    with pytest.raises(ValueError, match="no delayed scaling, so state must be None"):
+        swiglu_mlp(x, w0, w1, wo, recipe="fp8_current", state=FusedMLPState.init(delayed))
+    with pytest.raises(TypeError, match="must be a FusedMLPState"):
+        swiglu_mlp(x, w0, w1, wo, recipe=delayed, state=DotGeneralState.init(delayed))
+    short = jax.tree.map(lambda a: a[:16] if a.ndim else a, FusedMLPState.init(delayed))  # 16-long histories
+    with pytest.raises(ValueError, match="state.wi_0"):
+        swiglu_mlp(x, w0, w1, wo, recipe=delayed, state=short)
+
+
+def test_tile_kernel_path_is_off_with_delayed_weights(monkeypatch):
+    """1 x 128 tiles for h and dY with delayed-scaling weights: the tile kernels' path has no state to pass, so the
+    block takes XLA's path under "auto" and "cuda" says why (it had raised DelayedScaling needs state)."""
+    import dataclasses
+
+    from mxprec import fused_mlp
+    from mxprec.scaling import DelayedScaling
+
+    r = dataclasses.replace(get_recipe("fp8_block"), fprop_rhs=DelayedScaling(formats.E4M3, history_len=4),
+                            dgrad_rhs=DelayedScaling(formats.E4M3, history_len=4))
+    meta = fused_mlp._Meta(fused_mlp._GemmMeta(r, BF16, "xla", BF16, BF16, ""), "cuda")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    with pytest.raises(ValueError, match="takes no delayed-scaling state"):
+        fused_mlp._kernel_use(meta, 128, 256)
+
+
+def test_swiglu_gradients_keep_each_operand_dtype():
+    gate = jnp.ones((4, 8), BF16)
+    up = jnp.ones((4, 8), jnp.float32)
+    d_gate, d_up = jax.vjp(swiglu, gate, up)[1](jnp.ones((4, 8), BF16))
+    assert (d_gate.dtype, d_up.dtype) == (jnp.dtype(BF16), jnp.dtype(jnp.float32))
+
+
+def test_flax_block_takes_a_preset_name():
+    from mxprec.flax.linen import FusedSwiGLUMLP
+
+    x = jnp.ones((2, 128), BF16)
+    v = FusedSwiGLUMLP(256, "fp8_current").init(jax.random.key(0), x)
+    assert FusedSwiGLUMLP(256, "fp8_current").apply(v, x).shape == (2, 128)

@@ -336,6 +336,22 @@ def test_file_batches_windows(tmp_path):
         bench.file_batches(str(path), cfg, 2, 1)
 
 
+def test_save_gemm_remat_keeps_the_fused_blocks_gemm_outputs():
+    """remat="save_gemm" saves every projection's output, the fused MLP block's gate and up too: its compiled gradient
+    runs as many dots as the unfused block's (the fused one had recomputed the wi_0 / wi_1 Fprop, +2 per layer)."""
+    import re
+
+    def dots(remat, fused):
+        cfg = L.micro(n_layers=1, remat=remat, fused_mlp=fused, quantize=("mlp",))
+        tokens = jnp.zeros((2, cfg.seq), jnp.int32)
+        model = L.Llama(cfg, recipe="fp8_current")
+        params = model.init(jax.random.key(1), tokens)["params"]
+        loss = lambda p: L.cross_entropy_loss(model.apply({"params": p}, tokens), tokens)[0]
+        return len(re.findall(r"= [^ ]+ dot\(", jax.jit(jax.grad(loss)).lower(params).compile().as_text()))
+
+    assert dots("save_gemm", True) == dots("save_gemm", False) < dots("full", True)
+
+
 def test_loss_picks_agree_bit_for_bit_and_select_has_no_scatter():
     """``pick="select"`` (default) and ``"gather"`` give the same loss and logits gradient, bit for bit;
     only "gather"'s backward scatters into an FP32 [..., V] buffer."""
@@ -361,14 +377,19 @@ def test_loss_picks_agree_bit_for_bit_and_select_has_no_scatter():
         g = jax.grad(lambda lg: L.cross_entropy_loss(lg, targets, pick=pick)[0])
         return jax.jit(g).lower(logits).as_text()
 
-    # a target outside [0, V): NaN, unless the mask drops its position ("gather" wraps negative targets)
-    assert np.isnan(float(L.cross_entropy_loss(logits, targets.at[0, 0].set(-1), pick="select")[0]))
-    bad = targets.at[0, 0].set(50)
-    for pick in L.LOSS_PICKS:
-        assert np.isnan(float(L.cross_entropy_loss(logits, bad, pick=pick)[0])), pick
-        m0 = jnp.ones_like(mask).at[0, 0].set(False)
-        loss_m, grad_m = jax.value_and_grad(lambda lg: L.cross_entropy_loss(lg, bad, m0, pick=pick)[0])(logits)
-        assert np.isfinite(float(loss_m)) and bool(jnp.all(jnp.isfinite(grad_m.astype(jnp.float32)))), pick
+    # a target outside [0, V) (negative, >= V, or a uint32 id that the int32 cast would wrap to -1): NaN under
+    # either pick, unless the mask drops its position
+    m0 = jnp.ones_like(mask).at[0, 0].set(False)
+    for bad in (targets.at[0, 0].set(-1), targets.at[0, 0].set(50),
+                targets.astype(jnp.uint32).at[0, 0].set(2**32 - 1)):
+        for pick in L.LOSS_PICKS:
+            assert np.isnan(float(L.cross_entropy_loss(logits, bad, pick=pick)[0])), (pick, bad[0, 0])
+            loss_m, grad_m = jax.value_and_grad(lambda lg: L.cross_entropy_loss(lg, bad, m0, pick=pick)[0])(logits)
+            assert np.isfinite(float(loss_m)) and bool(jnp.all(jnp.isfinite(grad_m.astype(jnp.float32)))), pick
+    with pytest.raises(ValueError, match="mask"):
+        L.cross_entropy_loss(logits, targets, mask[:, :1])  # (B, 1) would broadcast and count B, not B * S
+    with pytest.raises(ValueError, match="integer ids"):
+        L.cross_entropy_loss(logits, targets[:, :4])
 
     assert "scatter" not in hlo("select")
     assert "scatter" in hlo("gather")

@@ -453,32 +453,32 @@ def _check_blocks(recipe: Recipe, mkn: tuple[int, int, int], roles, desc: str) -
             )
 
 
-def _check_state(recipe: Recipe, state, desc: str) -> None:
+def _check_state(recipe: Recipe, state, desc: str, op: str = "dot_general") -> None:
     """``state`` is None for a recipe without delayed scaling (its cotangent would overwrite a Flax collection with
     zeros), and for a delayed recipe holds one DelayedScalingState of the recipe's history length per scaled
-    operand."""
+    operand. ``op`` names the caller in the errors."""
     if not recipe.is_delayed:
         if state is not None:
             raise ValueError(
-                f"dot_general: recipe {recipe.name!r} has no delayed scaling, so state must be None "
+                f"{op}: recipe {recipe.name!r} has no delayed scaling, so state must be None "
                 f"(got {type(state).__name__}): {desc}"
             )
         return
     if state is None:
         raise ValueError(
-            f"dot_general: recipe {recipe.name!r} uses delayed scaling and needs "
+            f"{op}: recipe {recipe.name!r} uses delayed scaling and needs "
             "state=DotGeneralState.init(recipe) (Flax modules from recipe.dot_general_cls() manage it)"
         )
     if not isinstance(state, DotGeneralState):
-        raise TypeError(f"dot_general: state must be a DotGeneralState, got {type(state).__name__}")
+        raise TypeError(f"{op}: state must be a DotGeneralState, got {type(state).__name__}: {desc}")
     for t in ("lhs", "rhs", "grad"):
         spec, sub = recipe.delayed_spec(t), getattr(state, t)
         want = None if spec is None else ((spec.history_len,), ())
         got = None if sub is None else (tuple(jnp.shape(sub.amax_history)), tuple(jnp.shape(sub.scale)))
         if got != want:
             raise ValueError(
-                f"dot_general: recipe {recipe.name!r} state.{t} should have (amax_history, scale) shapes {want}, "
-                f"got {got} (DotGeneralState.init(recipe) makes one)"
+                f"{op}: recipe {recipe.name!r} state.{t} should have (amax_history, scale) shapes {want}, "
+                f"got {got} (DotGeneralState.init(recipe) makes one): {desc}"
             )
 
 

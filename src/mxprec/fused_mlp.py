@@ -28,29 +28,35 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 
 from mxprec import kernels
 from mxprec.dot_general import (
     _FPROP_ROLES,
+    CHECKPOINT_NAME,
     DotGeneralState,
     _amax_of,
     _check_blocks,
+    _check_state,
     _dgrad,
     _finish,
     _fwd as _gemm_fwd,
     _grad_copies,
+    _is_empty,
     _Meta as _GemmMeta,
     _q,
     _reuse_or_keep,
     _reuse_or_quantize,
     _state_cotangent,
     _to_f32,
+    _to_max_grad,
     _wgrad,
     max_combining,
 )
@@ -94,13 +100,13 @@ def swiglu_forward(gate, up):
 
 
 def swiglu_backward(gate, up, dh):
-    """``(d_gate, d_up)`` of :func:`swiglu_forward`: FP32, each rounded once to ``gate.dtype``.
+    """``(d_gate, d_up)`` of :func:`swiglu_forward`: FP32, each rounded once to its operand's dtype.
 
     ``d_up = dh * silu(g)``; ``d_gate = dh * u * sig * (1 + g * (1 - sig))`` (evaluated left to right).
     """
     g, sig, silu = _sigmoid_parts(gate)
     u, d = (_round(t.astype(F32), t.dtype).astype(F32) for t in (up, dh))
-    d_up = _round(d * silu, gate.dtype)
+    d_up = _round(d * silu, up.dtype)
     d_gate = _round(d * u * sig * (1.0 + g * (1.0 - sig)), gate.dtype)
     return d_gate, d_up
 
@@ -153,20 +159,27 @@ class _TileOperands(NamedTuple):
     up: jax.Array
 
 
+def _tagged_gemm_fwd(*args, **kw):
+    """dot_general's forward with its output tagged as dot_general's own (``CHECKPOINT_NAME``), so that
+    ``remat="save_gemm"`` keeps gate and up here too instead of recomputing their GEMMs."""
+    y, res = _gemm_fwd(*args, **kw)
+    return checkpoint_name(y, CHECKPOINT_NAME), res
+
+
 def _fwd(meta: _Meta, x, w0, w1, wo, state):
     if not _kernel_use(meta, x.shape[1], w0.shape[2]):
-        gate, res0 = _gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"))
-        up, res1 = _gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"))
+        gate, res0 = _tagged_gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"))
+        up, res1 = _tagged_gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"))
         y, res2 = _gemm_fwd(meta.gemm, swiglu_forward(gate, up), wo, _part(state, "wo"))
         return y, (res0, res1, res2, (gate, None), (up, None))
     if _is_tiles(meta.gemm.recipe):
-        gate, res0 = _gemm_fwd(meta.gemm, x, w0, None)
-        up, res1 = _gemm_fwd(meta.gemm, x, w1, None)
+        gate, res0 = _tagged_gemm_fwd(meta.gemm, x, w0, None)
+        up, res1 = _tagged_gemm_fwd(meta.gemm, x, w1, None)
         y, res2 = _wo_fwd_from_tiles(meta, gate, up, wo)
         return y, (res0, res1, res2, _TileOperands(gate, up))
     # the kernels apply XLA's per-tensor output scaling of gate and up themselves (scaled_gemm_deferred)
-    gate, res0 = _gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"), gemm=scaled_gemm_deferred)
-    up, res1 = _gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"), gemm=scaled_gemm_deferred)
+    gate, res0 = _tagged_gemm_fwd(meta.gemm, x, w0, _part(state, "wi_0"), gemm=scaled_gemm_deferred)
+    up, res1 = _tagged_gemm_fwd(meta.gemm, x, w1, _part(state, "wi_1"), gemm=scaled_gemm_deferred)
     y, res2 = _wo_fwd_from_codes(meta, gate, up, wo, _part(state, "wo"))
     return y, (res0, res1, res2, gate, up)
 
@@ -281,6 +294,8 @@ def _kernel_use(meta: _Meta, m: int, f: int) -> bool:
         why = f"recipe {r.name!r}: h / dY are neither per-tensor (delayed or current) FP8 nor FP8 1 x 128 tiles"
     elif r.dgrad_grad != r.wgrad_grad or r.stochastic_grad_rounding:
         why = f"recipe {r.name!r}: dY's Dgrad and Wgrad copies differ"
+    elif tiles and r.is_delayed:
+        why = f"recipe {r.name!r}: the 1 x 128 tile kernels' path takes no delayed-scaling state (its weights')"
     elif jax.default_backend() != "gpu":
         why = f"the kernel needs a CUDA GPU (JAX backend {jax.default_backend()})"
     else:
@@ -339,6 +354,9 @@ def _bwd(meta: _Meta, res, g):
     m = meta.gemm
     (rx0, rw0, amax0, st0), (rx1, rw1, amax1, st1), (rx2, rw2, amax2, st2) = res0, res1, res2
     st_all = None if st0 is None else FusedMLPState(st0, st1, st2)
+    if _is_empty(rx0, rw0):  # M, D or F is 0, so every GEMM is empty: zero (or empty) gradients, the state unchanged
+        zeros = tuple(jnp.zeros(t.shape, t.dtype) for t in (rx0, rw0, rw1, rw2))
+        return (*zeros, None if st_all is None else _to_max_grad(st_all))
     qg_d, qg_w = _grad_copies(m, g, _part(st2, "grad"))
     if isinstance(ops[0], _TileOperands):  # the 1 x 128 tile kernels' path (no delayed state: amaxes unused)
         dh = _dgrad(m, qg_d, rw2, st2)
@@ -417,8 +435,17 @@ def swiglu_mlp(x, wi_0, wi_1, wo, *, recipe: Recipe | str, state: FusedMLPState 
     if recipe.is_delayed and state is None:
         raise ValueError(f"swiglu_mlp: recipe {recipe.name!r} uses delayed scaling and needs "
                          f"state=FusedMLPState.init(recipe): {desc}")
+    if state is not None:
+        if not recipe.is_delayed:
+            raise ValueError(f"swiglu_mlp: recipe {recipe.name!r} has no delayed scaling, so state must be None "
+                             f"(got {type(state).__name__}): {desc}")
+        if not isinstance(state, FusedMLPState):
+            raise TypeError(f"swiglu_mlp: state must be a FusedMLPState (FusedMLPState.init(recipe)), got "
+                            f"{type(state).__name__}: {desc}")
+        for part in PROJECTIONS:
+            _check_state(recipe, getattr(state, part), desc, op=f"swiglu_mlp state.{part}")
     d, f = wi_0.shape
-    m = x.size // d
+    m = math.prod(x.shape[:-1])
     for mkn in ((m, d, f), (m, f, d)):  # the backward's are checked where it is traced (dot_general._fwd)
         _check_blocks(recipe, mkn, _FPROP_ROLES, desc)
     backend = kernels.resolve_backend(recipe.backend)

@@ -17,7 +17,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from mxprec.dot_general import DotGeneralState, dot_general, max_combining
-from mxprec.recipes import Recipe
+from mxprec.recipes import Recipe, get as get_recipe
 from mxprec.scaling import DelayedScalingState
 
 OVERWRITE_WITH_GRADIENT = "_overwrite_with_gradient"
@@ -59,7 +59,7 @@ def delayed_state_variables(module: nn.Module, recipe: Recipe) -> DotGeneralStat
 class MxDotGeneral(nn.Module):
     """A linen module with ``lax.dot_general``'s call signature running ``recipe``."""
 
-    recipe: Recipe
+    recipe: Recipe | str
 
     @nn.compact
     def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, out_sharding=None):
@@ -77,7 +77,7 @@ def make_dot_general_cls(recipe: Recipe):
 class _DelayedState(nn.Module):
     """Only the delayed-scaling variables of an :class:`MxDotGeneral` (same names, same collection)."""
 
-    recipe: Recipe
+    recipe: Recipe | str
 
     @nn.compact
     def __call__(self):
@@ -90,7 +90,7 @@ class _ProjectionVariables(nn.Module):
 
     in_features: int
     features: int
-    recipe: Recipe
+    recipe: Recipe | str
     param_dtype: Any = jnp.float32
 
     @nn.compact
@@ -100,12 +100,13 @@ class _ProjectionVariables(nn.Module):
         return kernel, _DelayedState(self.recipe, name="MxDotGeneral_0")()
 
 
-def fused_swiglu_mlp_in(module: nn.Module, x, d_ff: int, recipe: Recipe, dtype, param_dtype=jnp.float32,
+def fused_swiglu_mlp_in(module: nn.Module, x, d_ff: int, recipe: Recipe | str, dtype, param_dtype=jnp.float32,
                         swiglu_kernel: str = "auto"):
     """:func:`mxprec.fused_mlp.swiglu_mlp` with its variables declared in ``module`` (call from a compact method):
     ``wi_0`` / ``wi_1`` / ``wo`` children with the tree of :class:`FusedSwiGLUMLP`."""
     from mxprec.fused_mlp import FusedMLPState, swiglu_mlp
 
+    recipe = get_recipe(recipe)  # a preset name too, as swiglu_mlp takes
     d = x.shape[-1]
     shapes = {"wi_0": (d, d_ff), "wi_1": (d, d_ff), "wo": (d_ff, d)}
     kernels, states = {}, {}
@@ -124,7 +125,7 @@ class FusedSwiGLUMLP(nn.Module):
     checkpoints move between the fused and the unfused block). ``x (..., D) -> (..., D)`` in ``dtype``."""
 
     d_ff: int
-    recipe: Recipe
+    recipe: Recipe | str
     dtype: Any = jnp.bfloat16
     param_dtype: Any = jnp.float32
     swiglu_kernel: str = "auto"

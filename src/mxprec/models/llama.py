@@ -426,20 +426,26 @@ def cross_entropy_loss(logits: jax.Array, targets: jax.Array, mask: jax.Array | 
       buffer; on the H200 Llama step that buffer and the scatter held 2 GB each at the peak.
 
     Same loss and gradients bit for bit for targets in [0, V) (only one term of the sum is nonzero).
-    A target outside [0, V) makes the loss NaN under "select", unless ``mask`` excludes its position
-    ("gather" gives NaN for targets >= V but wraps negative ones, as take_along_axis does).
+    A target outside [0, V) makes the loss NaN under either pick (never a silent 0 or a wrapped id),
+    unless ``mask`` excludes its position. ``mask`` must have ``targets``' shape.
     """
     if pick not in LOSS_PICKS:
         raise ValueError(f"cross_entropy_loss: pick={pick!r}; known: {LOSS_PICKS}")
+    if not jnp.issubdtype(targets.dtype, jnp.integer) or targets.shape != logits.shape[:-1]:
+        raise ValueError(f"cross_entropy_loss: targets must be integer ids of shape logits.shape[:-1] = "
+                         f"{logits.shape[:-1]}, got {targets.dtype}{targets.shape}")
+    if mask is not None and mask.shape != targets.shape:
+        raise ValueError(f"cross_entropy_loss: mask {mask.shape} must have targets' shape {targets.shape}")
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    vocab_size = logp.shape[-1]
+    in_range = (targets >= 0) & (targets < vocab_size)  # before the int32 cast, which wraps ids >= 2**31
     tgt = targets[..., None].astype(jnp.int32)
     if pick == "gather":
         nll = -jnp.take_along_axis(logp, tgt, axis=-1)[..., 0]
     else:
         vocab = jax.lax.broadcasted_iota(jnp.int32, logp.shape, logp.ndim - 1)
         nll = -jnp.sum(jnp.where(vocab == tgt, logp, jnp.float32(0)), axis=-1)
-        in_range = (tgt[..., 0] >= 0) & (tgt[..., 0] < logp.shape[-1])
-        nll = jnp.where(in_range, nll, jnp.float32(jnp.nan))  # as "gather": never a silent 0
+    nll = jnp.where(in_range, nll, jnp.float32(jnp.nan))
     if mask is None:
         n = jnp.float32(math.prod(targets.shape))
         return jnp.sum(nll) / n, n
