@@ -1061,6 +1061,19 @@ def test_transpose_codes_rejects_wide_or_rank_1_inputs():
             cuda.transpose_codes(bad)
 
 
+def test_transpose_codes_states_its_grid_limits_before_the_kernel(monkeypatch):
+    """More than 65535 batch entries or 65535 x 128 rows: a ValueError before any kernel, and the GEMM paths leave
+    such operands to XLA's transpose (they had reached the handler's InvalidArgument at run time)."""
+    assert cuda.why_not_transpose_codes((65535, 128, 128)) == ""
+    assert cuda.why_not_transpose_codes((65535 * 128, 16)) == ""
+    for shape in ((70000, 128, 128), (2, 35000, 4, 8), (1, 65535 * 128 + 1, 128)):
+        assert "65535" in cuda.why_not_transpose_codes(shape), shape
+        with pytest.raises(ValueError, match="transpose_codes: shape"):
+            cuda.transpose_codes(jax.ShapeDtypeStruct(shape, jnp.uint8))
+    monkeypatch.setattr(cuda, "available", lambda: True)
+    assert cuda.transposes_codes((4, 128, 128)) and not cuda.transposes_codes((70000, 128, 128))
+
+
 @needs_gpu
 def test_transpose_handler_rejects_bad_buffers_with_an_error():
     # The handler itself (bypassing transpose_codes' checks) returns InvalidArgument naming the dtypes /

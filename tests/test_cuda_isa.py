@@ -183,6 +183,51 @@ def test_sm100_scale_layout_matches_cutlass(tmp_path):
     assert re.search(r"checked \d+ mismatches 0", res.stdout), res.stdout
 
 
+_PACKED_STRIDE_PROG = r"""
+#include <cstdio>
+#include "packed_stride64.h"
+#include "cutlass/gemm/gemm.h"
+using namespace mxprec::cuda::sm90;
+template <class S>
+long check(S s, int rows, int cols, int batch, long inner) {
+  const S got = packed_stride(s, rows, cols, batch);
+  const long long want = batch > 1 ? static_cast<long long>(rows) * cols : 0;
+  const long long batch_stride = cute::get<2>(got), inner_stride = cute::get<0>(got) + cute::get<1>(got) - 1;
+  if (batch_stride == want && inner_stride == inner) return 0;
+  printf("MISMATCH %d x %d x %d: batch %lld (want %lld), inner %lld (want %ld)\n", rows, cols, batch, batch_stride,
+         want, inner_stride, inner);
+  return 1;
+}
+int main() {
+  using A = cutlass::gemm::TagToStrideA_t<cutlass::layout::RowMajor>;     // (M, K), K contiguous
+  using B = cutlass::gemm::TagToStrideB_t<cutlass::layout::ColumnMajor>;  // (N, K), K contiguous
+  using D = cutlass::gemm::TagToStrideC_t<cutlass::layout::RowMajor>;     // (M, N), N contiguous
+  const int cases[][3] = {{262144, 16384, 2}, {196608, 16384, 2}, {16777216, 264, 2}, {8192, 8192, 2},
+                          {262144, 16384, 1}, {128, 64, 65535}};
+  long bad = 0, n = 0;
+  for (const auto& c : cases) {
+    bad += check(A{}, c[0], c[1], c[2], c[1]) + check(B{}, c[0], c[1], c[2], c[1]) + check(D{}, c[0], c[1], c[2], c[1]);
+    n += 3;
+  }
+  printf("checked %ld mismatches %ld\n", n, bad);
+  return bad != 0;
+}
+"""
+
+
+@needs_toolchain
+def test_cutlass_batch_strides_are_64_bit(tmp_path):
+    """The CUTLASS GEMMs' packed strides (packed_stride64.h): a batch of 2^31 elements or more keeps its stride
+    (CUTLASS's make_cute_packed_stride multiplies two ints: 262144 x 16384 wrapped to 0, and batch 1 read batch 0)."""
+    src = tmp_path / "strides.cu"
+    src.write_text(_PACKED_STRIDE_PROG)
+    exe = tmp_path / "strides"
+    subprocess.run([_nvcc(), *_nvcc_flags(), str(src), "-o", str(exe)], check=True, capture_output=True, text=True)
+    res = subprocess.run([str(exe)], check=False, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert re.search(r"checked 18 mismatches 0", res.stdout), res.stdout
+
+
 # --- PTX / SASS ---------------------------------------------------------------------------------
 
 

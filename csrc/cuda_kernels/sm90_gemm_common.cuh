@@ -23,7 +23,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/kernel_hardware_info.h"
 #include "cutlass/numeric_types.h"
-#include "cutlass/util/packed_stride.hpp"
+#include "packed_stride64.h"
 #include "sm90_fp8_overlap_mainloop.cuh"
 
 namespace mxprec {
@@ -117,10 +117,10 @@ struct PackedProblem {
   cutlass::KernelHardwareInfo hw;
 
   PackedProblem(int M, int N, int K, int L, int sm_count)
-      : sa(cutlass::make_cute_packed_stride(decltype(sa){}, cute::make_shape(M, K, L))),
-        sb(cutlass::make_cute_packed_stride(decltype(sb){}, cute::make_shape(N, K, L))),
-        sc(cutlass::make_cute_packed_stride(decltype(sc){}, cute::make_shape(M, N, L))),
-        sd(cutlass::make_cute_packed_stride(decltype(sd){}, cute::make_shape(M, N, L))) {
+      : sa(packed_stride(decltype(sa){}, M, K, L)),
+        sb(packed_stride(decltype(sb){}, N, K, L)),
+        sc(packed_stride(decltype(sc){}, M, N, L)),
+        sd(packed_stride(decltype(sd){}, M, N, L)) {
     hw.device_id = 0;  // only used when sm_count == 0
     hw.sm_count = sm_count;
   }

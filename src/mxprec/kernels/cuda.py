@@ -103,6 +103,7 @@ __all__ = [
     "transposes_codes",
     "why_not_quantize_rows_and_transposed",
     "why_not_quantize_transposed",
+    "why_not_transpose_codes",
     "why_unsupported",
 ]
 
@@ -370,16 +371,30 @@ def supports(
 
 # ----------------------------------------------------------------------------- FP8 code transposes
 
-def transposes_codes() -> bool:
-    """Whether backend="auto" / "ffi" make K-contiguous copies of FP8 codes with :func:`transpose_codes`:
-    ``MXPREC_XLA_FP8_TRANSPOSE`` is ``cuda`` (the default; see mxprec.kernels.scaled_gemm) and the library
-    is loaded. Otherwise XLA transposes them. Same bits either way."""
+def transposes_codes(shape=None) -> bool:
+    """Whether backend="auto" / "ffi" make K-contiguous copies of FP8 codes (of ``shape``, if given) with
+    :func:`transpose_codes`: ``MXPREC_XLA_FP8_TRANSPOSE`` is ``cuda`` (the default; see mxprec.kernels.scaled_gemm),
+    the library is loaded and the kernel takes the shape (:func:`why_not_transpose_codes`). Otherwise XLA
+    transposes them. Same bits either way."""
     from mxprec.kernels.scaled_gemm import _gpu_fp8_transpose
 
-    return _gpu_fp8_transpose() == "cuda" and available()
+    return _gpu_fp8_transpose() == "cuda" and available() and not (shape and why_not_transpose_codes(shape))
 
 
 _TRANSPOSE_DTYPES = tuple(jnp.dtype(d) for d in (jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.uint8, jnp.int8))
+_TRANSPOSE_MAX_GRID = 65535  # the kernel's grid: 128-row tiles along y, the batch along z (cuda_transpose.cu)
+
+
+def why_not_transpose_codes(shape) -> str:
+    """Empty string when :func:`transpose_codes` takes a tensor of ``shape`` (rank >= 2, at most 65535 tiles of 128
+    rows and 65535 batch entries, its grid's y and z limits), else why not."""
+    if len(shape) < 2:
+        return f"shape {tuple(shape)}: rank >= 2 needed"
+    batch, rows = math.prod(shape[:-2]), shape[-2]
+    if -(-rows // 128) > _TRANSPOSE_MAX_GRID or batch > _TRANSPOSE_MAX_GRID:
+        return (f"shape {tuple(shape)}: the kernel takes at most {_TRANSPOSE_MAX_GRID * 128} rows and "
+                f"{_TRANSPOSE_MAX_GRID} batch entries (the product of the leading dimensions)")
+    return ""
 
 
 def _transpose_call(x: jax.Array) -> jax.Array:
@@ -424,11 +439,15 @@ def transpose_codes(x: jax.Array) -> jax.Array:
 
     The custom call ``mxprec_transpose_bytes`` (csrc/cuda_kernels/cuda_transpose.cu): 128 x 128 byte tiles
     through shared memory, leading dimensions a batch. Shardings pass through with the last two axes swapped.
-    Same bits as ``jnp.swapaxes``; raises ValueError for other dtypes or ranks.
+    Same bits as ``jnp.swapaxes``; raises ValueError for other dtypes or ranks, and for shapes past the kernel's
+    grid (:func:`why_not_transpose_codes`).
     """
     if x.ndim < 2 or jnp.dtype(x.dtype) not in _TRANSPOSE_DTYPES:
         names = ", ".join(d.name for d in _TRANSPOSE_DTYPES)
         raise ValueError(f"transpose_codes: x must have rank >= 2 and dtype {names}; got shape {x.shape} dtype {x.dtype}")
+    why = why_not_transpose_codes(x.shape)
+    if why:
+        raise ValueError(f"transpose_codes: {why}")
     require()
     return _transpose_vmappable(x)
 
@@ -685,7 +704,7 @@ def _to_tn(q: QTensor, contract: int) -> jax.Array:
     """The operand's FP8 data as (B, rows, K), K contiguous (transposes when contract == 1)."""
     if contract == 2:
         return q.data
-    return transpose_codes(q.data) if transposes_codes() else jnp.swapaxes(q.data, 1, 2)
+    return transpose_codes(q.data) if transposes_codes(q.data.shape) else jnp.swapaxes(q.data, 1, 2)
 
 
 def _scale_tn(q: QTensor, contract: int, family: str) -> jax.Array:

@@ -165,9 +165,10 @@ def _fp8_codes_for_dot(lhs: QTensor, rhs: QTensor, lhs_contract: int, rhs_contra
     if cuda_transpose:
         from mxprec.kernels import cuda
 
-        if lhs_contract == 1:
+        # a shape past the kernel's grid stays as it is: the dot contracts axis 1 (XLA transposes it)
+        if lhs_contract == 1 and not cuda.why_not_transpose_codes(ld.shape):
             ld, lhs_contract = cuda.transpose_codes(ld), 2
-        if rhs_contract == 1:
+        if rhs_contract == 1 and not cuda.why_not_transpose_codes(rd.shape):
             rd, rhs_contract = cuda.transpose_codes(rd), 2
     elif jax.default_backend() == "gpu" and _gpu_fp8_transpose() != "fused":
         if lhs_contract == 1:
