@@ -249,8 +249,12 @@ const char* sm90_blockwise_persistent_run(const BlockwiseGemmArgs& p, DeviceScra
     return "persistent block-scaled GEMM: needs N, K > 0 multiples of 128 and M, L > 0";
   }
   std::string tile_n = env_or(kBlockEnv.tile_var, "auto");
-  if (tile_n == "auto") {  // 1x128 B scales on large outputs: 192 columns (+1-8 % measured); else 128
-    tile_n = kRowsB == 1 && static_cast<int64_t>(p.m) * p.n >= (int64_t{1} << 25) ? "192" : "128";
+  // auto: 1x128 B scales on large outputs with N >= 8192: 192 columns (the split loop, +1-8 % measured over 128 in
+  // the reading-in-the-promotion form); else 128, whose one-group loop loads the column scales under the WGMMAs
+  // (MXPREC_PERSISTENT_SB_EARLY 3). Forty-sixth session, two rounds: at 14336x16384x4096 128 (982 TFLOP/s) was ahead
+  // of 192 (952), at 4096x16384x14336 level (982 / 990), at 4096x16384x32000 behind (909 / 975).
+  if (tile_n == "auto") {
+    tile_n = kRowsB == 1 && static_cast<int64_t>(p.m) * p.n >= (int64_t{1} << 25) && p.n >= 8192 ? "192" : "128";
   }
   return launch_tile<kPair, kOut, kRowsB>(tile_n, p, EpilogueScales{}, kBlockEnv, scratch, stream);
 }

@@ -302,10 +302,12 @@ constexpr int kSbAhead = MXPREC_PERSISTENT_SB_AHEAD;  // k blocks between a 128x
 // registers right after issuing its WGMMAs, so the loads complete under them; 2 does the same with one 32-bit load
 // per scale per warp and shuffles to the lanes that use it (a thread's LDS.64 costs 2 shared-memory wavefronts
 // while 8 lanes read each address: with 1 and 0 the scales' loads are ~30 % of the Wgrad kernel's shared-memory
-// traffic); 0 (the measured default) reads them in the promotion. Forty-fourth session: built and SASS-checked
-// (no spills), not run on a GPU.
+// traffic); 0 reads them in the promotion; 3 (the default) is 1 in the one-group loop (128 columns) and 0 in the
+// split loop (160 / 192). Forty-sixth session (h200_wgrad_promotion.md, two rounds each): 1 took the 128-column
+// loop +3-6 % (e.g. 4096x16384x4096 900 -> 945 TFLOP/s) but the 192-column split loop -7 to -8 %; 2 was 7-14 %
+// slower than 0 everywhere.
 #ifndef MXPREC_PERSISTENT_SB_EARLY
-#define MXPREC_PERSISTENT_SB_EARLY 0
+#define MXPREC_PERSISTENT_SB_EARLY 3
 #endif
 // Timing experiments only (wrong results): 1 replaces the epilogue-scaled kernels' epilogue by a sum of the
 // accumulators (so the promotion stays), 2 drops their promotion FADDs.
@@ -782,9 +784,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kAcc; ++i) part1[i] = 0.f;
     // 1x128 B scales with MXPREC_PERSISTENT_SB_EARLY: the B scales of the k block (split loop: of the half) being
     // promoted, loaded while its WGMMAs run.
-    constexpr bool kSbEarly = kRowsB == 1 && MXPREC_PERSISTENT_SB_EARLY != 0;
+    constexpr bool kSbEarly = kRowsB == 1 && (MXPREC_PERSISTENT_SB_EARLY == 1 || MXPREC_PERSISTENT_SB_EARLY == 2 ||
+                                              (MXPREC_PERSISTENT_SB_EARLY == 3 && !kSplitN));
     float2 sbv[kAcc / 4];
-    // Loads groups kJ0 .. kJ0 + kGroups - 1 of stage `stage`'s B scales into sbv (MXPREC_PERSISTENT_SB_EARLY 1 or 2).
+    // Loads groups kJ0 .. kJ0 + kGroups - 1 of stage `stage`'s B scales into sbv (MXPREC_PERSISTENT_SB_EARLY 1 - 3).
     auto load_scales = [&](auto groups, auto first, int stage) {
       constexpr int kGroups = decltype(groups)::value, kJ0 = decltype(first)::value;
       if constexpr (MXPREC_PERSISTENT_SB_EARLY == 2) {
