@@ -59,7 +59,7 @@ def delayed_state_variables(module: nn.Module, recipe: Recipe) -> DotGeneralStat
 class MxDotGeneral(nn.Module):
     """A linen module with ``lax.dot_general``'s call signature running ``recipe``."""
 
-    recipe: Recipe | str
+    recipe: Recipe
 
     @nn.compact
     def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, out_sharding=None):
@@ -77,7 +77,7 @@ def make_dot_general_cls(recipe: Recipe):
 class _DelayedState(nn.Module):
     """Only the delayed-scaling variables of an :class:`MxDotGeneral` (same names, same collection)."""
 
-    recipe: Recipe | str
+    recipe: Recipe
 
     @nn.compact
     def __call__(self):
@@ -90,7 +90,7 @@ class _ProjectionVariables(nn.Module):
 
     in_features: int
     features: int
-    recipe: Recipe | str
+    recipe: Recipe
     param_dtype: Any = jnp.float32
 
     @nn.compact
