@@ -25,6 +25,8 @@
 #   quant        benchmarks/cuda_quantize.py (all kinds)
 #   quant-ab     cuda_quantize.py per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so;
 #                QUANT_KERNELS, QUANT_SHAPES, QUANT_ARGS e.g. --no-peer), for same-call A/B of kernel variants
+#   onchip-ab    per-tensor current scaling in one read (onchip_kernel): its GPU tests, then cuda_quantize.py with
+#                MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2 interleaved (ONCHIP_ROUNDS, default 2; QUANT_SHAPES)
 #   gemm-ab:SHAPES  benchmarks/gemm.py --backend ffi per library (GEMM_RECIPES, default fp8_block)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
 #                merge the per-arm JSONs afterwards with `python -m mxprec.bench llama --merge ...`
@@ -334,6 +336,17 @@ for stage in "$@"; do
         name="$(basename "$lib" .so)"
         step "quant_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/cuda_quantize.py \
           ${QUANT_KERNELS:+--kernels "$QUANT_KERNELS"} --shapes "${QUANT_SHAPES:-16384x4096}" ${QUANT_ARGS:-} --out "$R/quant_$name"
+      done ;;
+    onchip-ab)  # per-tensor current scaling in one read of x: onchip_kernel's GPU tests, then cuda_quantize.py
+      # (tensor_e4m3, delayed_e4m3 as the control) with MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2 interleaved, ONCHIP_ROUNDS
+      # rounds (default 2), QUANT_SHAPES (default 16384x4096,8192x8192,8192x4096,4096x4096)
+      step onchip_tests "$PY" -m pytest -q -x tests/test_cuda_quantize.py -k "one_read or kernel_switch"
+      for ((round = 1; round <= ${ONCHIP_ROUNDS:-2}; round++)); do
+        for knob in 0 1 2; do
+          step "quant_onchip${knob}_$round" env MXPREC_QUANTIZE_ONCHIP="$knob" "$PY" benchmarks/cuda_quantize.py \
+            --kernels tensor_e4m3,delayed_e4m3 --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,8192x4096,4096x4096}" \
+            --no-peer --out "$R/quant_onchip${knob}_$round"
+        done
       done ;;
     gemm-ab:*)  # gemm-ab:SHAPE,...: gemm.py with backend ffi once per library (GEMM_RECIPES, default fp8_block)
       for lib in "${AB_LIBS[@]}"; do

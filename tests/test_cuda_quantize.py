@@ -709,6 +709,61 @@ def test_large_bf16_both_axes(spec):
     _check(spec, x, 0, reference=False, what="(1024, 4096) bf16 axis 0")
 
 
+# ----------------------------------------------------------------------------- current scaling in one read of x
+
+# onchip_kernel (MXPREC_QUANTIZE_ONCHIP=1, the default; 2: with L2 cache hints) against amax_kernel + tensor_kernel
+# (=0): per-tensor current scaling with x held in registers (rounds 0 .. 11 of 132 * 512 chunks on an H200, 6 for
+# f32), then shared memory (28 / 14 more rounds), then read again ("spill" rounds). Sizes reach each part; the
+# tensor's amax (or a NaN, or an Inf) sits in the first chunk, the middle, or the last chunk.
+ONCHIP_SIZES = [
+    ((1024, 1024), "bfloat16"),  # registers only
+    ((3, 4096, 1024), "bfloat16"),  # registers + shared memory (12.6 M elements)
+    (((40 << 20) + 24,), "bfloat16"),  # + spill rounds, a partial last round (80 MB)
+    ((5, 7, 1 << 20), "float16"),  # + spill rounds
+    ((16 << 20,), "float32"),  # f32: + spill rounds (64 MB)
+]
+
+
+def _onchip_input(shape, dtype, where: str, special: str, seed: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape))
+    x = rng.standard_normal(n, np.float32)
+    x *= np.exp2(rng.integers(-6, 6, n // 4096 + 1)).astype(np.float32).repeat(4096)[:n]
+    i = {"first": 0, "middle": n // 2 + 5, "last": n - 1}[where]
+    x[i] = {"max": np.float32(3.0e4), "nan": np.float32(np.nan), "inf": np.float32(-np.inf)}[special]
+    return x.reshape(shape).astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
+
+
+def _with_onchip(monkeypatch, mode: str, spec, x):
+    monkeypatch.setenv("MXPREC_QUANTIZE_ONCHIP", mode)  # read by the kernel's host code at every launch
+    return jax.block_until_ready(_gpu_q(spec, -1)(x, None))
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape,dtype", ONCHIP_SIZES, ids=[f"{s}-{d}" for s, d in ONCHIP_SIZES])
+def test_current_scaling_in_one_read_matches_two_passes(shape, dtype, monkeypatch):
+    """Every QTensor field bit for bit against the two-pass kernels (themselves checked against the oracle above),
+    E4M3 and E5M2, with and without the L2 hints; the largest bf16 case also against the CPU oracle."""
+    for spec in (TensorScaling(E4M3), TensorScaling(E5M2)):
+        for where, special in (("last", "max"), ("first", "max"), ("middle", "nan"), ("last", "inf")):
+            x = jnp.asarray(_onchip_input(shape, dtype, where, special))
+            want = _with_onchip(monkeypatch, "0", spec, x)
+            for mode in ("1", "2"):
+                got = _with_onchip(monkeypatch, mode, spec, x)
+                bad = C._qtensor_mismatch(got, want)
+                assert not bad, f"{_sid(spec)} {shape} {dtype} {special} at {where}, mode {mode}: {bad}"
+    if shape == ((40 << 20) + 24,):
+        x = _onchip_input(shape, dtype, "middle", "max")
+        _check(TensorScaling(E4M3), x, -1, reference=False, what="one read, spill rounds")
+
+
+@needs_gpu
+def test_current_scaling_kernel_switch_is_checked(monkeypatch):
+    x = jnp.ones((64, 64), jnp.bfloat16)
+    with pytest.raises(Exception, match="MXPREC_QUANTIZE_ONCHIP must be 0, 1 or 2"):
+        _with_onchip(monkeypatch, "yes", TensorScaling(E4M3), x)
+
+
 def _gradient_like(shape=(512, 384), seed=41) -> np.ndarray:
     """f32 with gradient-like values: magnitudes exp(N(0, 3)) over ~10 decades, 1 % +0 / -0, a few FP32
     subnormals: most FP8 groups hold quotients far below the FP8 range, where the band kernels' straight

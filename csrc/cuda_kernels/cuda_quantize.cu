@@ -29,6 +29,9 @@
 //                   amax (canonical NaN 0x7FC00000 > Inf, so unsigned order == XLA's NaN-wins max),
 //                   skipped when the global word is already larger (every kernel maxes its part of
 //                   the tensor amax the same way);
+//   onchip_kernel   tensor current scaling in one read of x where it fits on chip (a cooperative grid holds x in
+//                   registers and shared memory across a grid barrier; the rest is read twice); amax_kernel +
+//                   tensor_kernel where it does not apply (MXPREC_QUANTIZE_ONCHIP=0, unaligned or n % 8 != 0);
 //   tensor_kernel   tensor / delayed: one cast pass (current: after amax_kernel; delayed and
 //                   amax_mode 1: fused with the amax, one pass over x); an FP8 chunk whose first
 //                   quotients all lie in the Markstein band skips the per-element checks;
@@ -71,6 +74,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -210,9 +214,10 @@ __device__ __forceinline__ uint32_t bf16_chunks_key(const Raw<InType::kBF16> (&r
 
 // CTA max of raw keys, then amax_update by thread 0 (fp8_codes.cuh's cta_amax). Every thread of the CTA must
 // call it (it synchronizes).
+template <int kBlock = kThreads>
 __device__ __forceinline__ void block_amax(uint32_t* amax, uint32_t key) {
   const uint32_t keys[1] = {key};
-  cta_amax<kThreads, 1>(amax, keys);
+  cta_amax<kBlock, 1>(amax, keys);
 }
 
 // ------------------------------------------------------------------------------------ codes
@@ -672,6 +677,21 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(Args a) {
   block_amax(a.amax, acc);
 }
 
+// One scale for the whole tensor: the codes of chunk v (kmax = chunk_key(v)). An FP8 chunk whose quotients all lie
+// in the Markstein band (the common case, decided once per chunk from its max key) skips the per-element checks.
+template <bool kFp8>
+__device__ __forceinline__ uint2 tensor_codes8(const float (&v)[8], uint32_t kmax, const ElemScale& es, float r,
+                                               ElemFormat f) {
+  if constexpr (kFp8) {
+    if (markstein_band(es, r, kmax)) {
+      return in_band_fp8_codes8(v, [&es](int) { return es.p; }, [r](int) { return r; }, f == ElemFormat::kE5M2);
+    }
+    return codes8_uniform<true>(v, es, r, f);
+  } else {
+    return codes8_uniform<false>(v, es, r, f);
+  }
+}
+
 // The x loads are issued first and held packed (4 registers per bf16 chunk), the scale is read
 // while they are in flight: the scale load, then x, in sequence made every CTA wait for two DRAM
 // round trips (this kernel ran at a third of copy bandwidth on the H200). <= 64 registers for
@@ -707,20 +727,9 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
     } else {
       load_flat<I>(a, k[j], v);
     }
-    uint2 c;
-    if constexpr (kFp8) {
-      const uint32_t kmax = chunk_key(v);
-      if (a.acc_amax) acc = max(acc, kmax);
-      // The tensor kernel's common case, decided once per chunk from its max key.
-      if (markstein_band(es, r, kmax)) {
-        c = in_band_fp8_codes8(v, [&es](int) { return es.p; }, [r](int) { return r; }, f == ElemFormat::kE5M2);
-      } else {
-        c = codes8_uniform<true>(v, es, r, f);
-      }
-    } else {
-      if (a.acc_amax) acc = max(acc, chunk_key(v));
-      c = codes8_uniform<false>(v, es, r, f);
-    }
+    const uint32_t kmax = (kFp8 || a.acc_amax) ? chunk_key(v) : 0u;  // (FP6 / FP4 codes do not read it)
+    if (a.acc_amax) acc = max(acc, kmax);
+    const uint2 c = tensor_codes8<kFp8>(v, kmax, es, r, f);
     const int64_t e0 = k[j] * 8;
     if (whole[j]) {
       *reinterpret_cast<uint2*>(a.data + e0) = c;
@@ -1190,6 +1199,198 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// ------------------------------------------------------------------ current scaling in one read of x
+
+// onchip_kernel: per-tensor current scaling (amax_mode 0, not delayed; n % 8 == 0, x 16-byte and data 8-byte
+// aligned) with x read from DRAM once where it fits on chip, instead of amax_kernel + tensor_kernel (5 bytes moved
+// per bf16 element against 3). A cooperative grid of G = one 512-thread CTA per SM. Round r of the tensor is its
+// G x 512 chunks (r * G + blockIdx.x) * 512 + threadIdx.x (each CTA reads 8 KB of consecutive bf16 per round).
+// Rounds 0 .. kR - 1 stay in registers, the next kS in shared memory (cp.async), and the later ("spill") rounds
+// are read for their keys only. The CTAs max their keys into sync[0], meet at a grid barrier (sync[1]; the host
+// zeroes both), then write the codes: spill rounds first and newest first (the bytes read last are the likeliest
+// still in L2), then the held rounds. On the H200 (132 SMs) x stays on chip up to 132 * 512 * 8 * (12 + 28) =
+// 21.6 M bf16 / f16 elements (10.8 M f32). kHint: the spill rounds' first read asks L2 to keep them
+// (evict_last), their second read and every store to drop theirs first (evict_first). The codes are
+// tensor_kernel's (tensor_codes8).
+constexpr int kOcThreads = 512;
+
+template <InType I>
+constexpr int oc_reg_chunks() {
+  return I == InType::kF32 ? 6 : 12;  // 48 registers of x per thread (at most 128 in all: no spills)
+}
+template <InType I>
+constexpr int oc_spill_unroll() {
+  return I == InType::kF32 ? 2 : 4;  // spill chunks in flight per thread
+}
+template <InType I>
+constexpr int oc_smem_chunks() {
+  return I == InType::kF32 ? 14 : 28;  // 224 KiB of x per CTA
+}
+template <InType I>
+constexpr int oc_smem_bytes() {
+  return oc_smem_chunks<I>() * kOcThreads * static_cast<int>(sizeof(Raw<I>));
+}
+
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+// load_raw with an L2 cache policy.
+template <InType I>
+__device__ __forceinline__ Raw<I> load_raw_hint(const void* x, int64_t e, uint64_t policy) {
+  Raw<I> r;
+  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const char*>(x) + e * in_bytes<I>());
+#pragma unroll
+  for (int i = 0; i < (I == InType::kF32 ? 2 : 1); ++i) {
+    asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.v[i].x), "=r"(r.v[i].y), "=r"(r.v[i].z), "=r"(r.v[i].w)
+                 : "l"(p + i), "l"(policy));
+  }
+  return r;
+}
+__device__ __forceinline__ void store_u2_hint(uint8_t* dst, uint2 c, uint64_t policy) {
+  asm volatile("st.global.L2::cache_hint.v2.u32 [%0], {%1, %2}, %3;" ::"l"(dst), "r"(c.x), "r"(c.y), "l"(policy)
+               : "memory");
+}
+
+template <InType I>
+__device__ __forceinline__ uint32_t raw_key(const Raw<I>& r) {
+  if constexpr (I == InType::kBF16) {
+    return key2_finish(bf16_key2(r));
+  } else {
+    float v[8];
+    to_f32<I>(r, v);
+    return chunk_key(v);
+  }
+}
+
+__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Every CTA of a cooperative launch (all resident at once) calls it once; *counter is zero before the launch.
+__device__ __forceinline__ void grid_barrier(uint32_t* counter) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(counter, 1u);
+    while (ld_acquire_gpu(counter) < gridDim.x) __nanosleep(32);
+  }
+  __syncthreads();
+}
+
+template <InType I, bool kFp8, bool kHint>
+__global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t* sync) {
+  constexpr int kR = oc_reg_chunks<I>(), kS = oc_smem_chunks<I>(), kU = oc_spill_unroll<I>();
+  constexpr int kPieces = static_cast<int>(sizeof(Raw<I>) / 16);
+  extern __shared__ __align__(16) unsigned char oc_smem[];
+  Raw<I>* held = reinterpret_cast<Raw<I>*>(oc_smem);  // [kS][kOcThreads]: a thread reads back only its own
+  const int64_t nck = a.n / 8;
+  const int64_t per_round = static_cast<int64_t>(gridDim.x) * kOcThreads;
+  const int64_t rounds = (nck + per_round - 1) / per_round;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kOcThreads + threadIdx.x;
+  auto chunk = [&](int64_t r) { return r * per_round + base; };
+  const uint64_t keep = kHint ? l2_policy_evict_last() : 0, drop = kHint ? l2_policy_evict_first() : 0;
+
+  // Phase 1: the held rounds' loads (registers, then shared memory), the spill rounds' keys, then the held keys.
+  Raw<I> reg[kR];
+#pragma unroll
+  for (int j = 0; j < kR; ++j) {
+    const int64_t k = chunk(j);
+    reg[j] = k < nck ? load_raw<I>(a.x, k * 8) : Raw<I>{};  // zeros past the end: key 0
+  }
+#pragma unroll
+  for (int j = 0; j < kS; ++j) {
+    const int64_t k = chunk(kR + j);
+    if (k < nck) {
+      const char* src = static_cast<const char*>(a.x) + k * 8 * in_bytes<I>();
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) cp_async16(reinterpret_cast<uint4*>(&held[j * kOcThreads + threadIdx.x]) + i, src + 16 * i);
+    }
+  }
+  cp_async_commit();
+  uint32_t acc = 0;
+  for (int64_t r0 = kR + kS; r0 < rounds; r0 += kU) {
+    Raw<I> t[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t k = chunk(r0 + u);
+      if (r0 + u < rounds && k < nck) {
+        t[u] = kHint ? load_raw_hint<I>(a.x, k * 8, keep) : load_raw<I>(a.x, k * 8);
+      } else {
+        t[u] = Raw<I>{};
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) acc = max(acc, raw_key<I>(t[u]));
+  }
+#pragma unroll
+  for (int j = 0; j < kR; ++j) acc = max(acc, raw_key<I>(reg[j]));
+  cp_async_wait_all();
+#pragma unroll 4
+  for (int j = 0; j < kS; ++j) {
+    if (chunk(kR + j) < nck) acc = max(acc, raw_key<I>(held[j * kOcThreads + threadIdx.x]));
+  }
+  block_amax<kOcThreads>(sync, acc);
+
+  // The tensor amax, once every CTA has maxed its part into sync[0].
+  grid_barrier(sync + 1);
+  __shared__ uint32_t amax_bits;
+  if (threadIdx.x == 0) amax_bits = ld_acquire_gpu(sync);
+  __syncthreads();
+  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  const float s = tensor_scale(__uint_as_float(amax_bits), f);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *a.amax = amax_bits;
+    *static_cast<float*>(a.scale) = s;
+    *a.tensor_scale = 1.0f;
+  }
+  const ElemScale es = scaled_elem_scale(s);
+  const float rc = recip_of_divisor(es);
+  auto emit = [&](int64_t k, const Raw<I>& raw) {
+    float v[8];
+    to_f32<I>(raw, v);
+    const uint2 c = tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f);
+    if constexpr (kHint) {
+      store_u2_hint(a.data + k * 8, c, drop);
+    } else {
+      *reinterpret_cast<uint2*>(a.data + k * 8) = c;
+    }
+  };
+
+  // Phase 2: the spill rounds again (newest first), then shared memory, then registers.
+  for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU) {
+    Raw<I> t[kU];
+    auto live = [&](int u) { return r0 - u >= kR + kS && chunk(r0 - u) < nck; };
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (live(u)) t[u] = kHint ? load_raw_hint<I>(a.x, chunk(r0 - u) * 8, drop) : load_raw<I>(a.x, chunk(r0 - u) * 8);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (live(u)) emit(chunk(r0 - u), t[u]);
+    }
+  }
+#pragma unroll 1  // (unrolled, the 28 chunk addresses stay live across the loop: spills)
+  for (int j = 0; j < kS; ++j) {
+    const int64_t k = chunk(kR + j);
+    if (k < nck) emit(k, held[j * kOcThreads + threadIdx.x]);
+  }
+#pragma unroll
+  for (int j = 0; j < kR; ++j) {
+    const int64_t k = chunk(j);
+    if (k < nck) emit(k, reg[j]);
+  }
 }
 
 // Axis-2 groups of one row segment (gh == 1, gw % 8 == 0, gw / 8 <= kBlock * kChunks: row scaling of
@@ -1964,7 +2165,7 @@ cudaError_t allow_dynamic_smem(int dev, int bytes) {
 // How many CTAs of kKernel (block threads, smem bytes of dynamic shared memory, which must already be
 // allowed) fit on device dev at once (>= 1). Queried on the first launch per (kernel, device), then
 // cached, so that a launch costs no occupancy query. block / smem are the same on every call for a kernel.
-template <void (*kKernel)(Args)>
+template <auto kKernel>  // any __global__ function
 cudaError_t resident_ctas(int dev, int block, int smem, int* ctas) {
   static std::atomic<int> known[kMaxDevices] = {};  // 0: not queried yet; one array per kernel
   const bool cached = dev >= 0 && dev < kMaxDevices;
@@ -1990,6 +2191,45 @@ ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
   const int64_t grid = std::min<int64_t>(a.ngroups, static_cast<int64_t>(ctas));
   row_kernel<I, kBlock, kChunks><<<static_cast<unsigned>(grid), kBlock, smem, stream>>>(a);
   return ffi::Error::Success();
+}
+
+// MXPREC_QUANTIZE_ONCHIP picks per-tensor current scaling's kernels: 1 (or unset) onchip_kernel, 2 onchip_kernel
+// with its L2 cache hints, 0 amax_kernel + tensor_kernel (x read twice). Read at every launch, so that a test or an
+// A/B can switch it within one process; -1 for any other value.
+int onchip_mode() {
+  const char* v = std::getenv("MXPREC_QUANTIZE_ONCHIP");
+  if (v == nullptr || *v == '\0') return 1;
+  if (v[1] == '\0' && v[0] >= '0' && v[0] <= '2') return v[0] - '0';
+  return -1;
+}
+
+// Whether onchip_kernel can take the call: per-tensor current scaling of whole, aligned chunks.
+bool onchip_eligible(const Args& a) {
+  return static_cast<ScalingKind>(a.kind) == ScalingKind::kTensor && !a.delayed && a.amode == 0 && a.vec &&
+         a.n % 8 == 0;
+}
+
+template <InType I, bool kFp8, bool kHint>
+cudaError_t launch_onchip_of(cudaStream_t stream, const Args& a, uint32_t* sync) {
+  constexpr auto kKernel = onchip_kernel<I, kFp8, kHint>;
+  constexpr int smem = oc_smem_bytes<I>();
+  int dev = 0, ctas = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
+  if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kOcThreads, smem, &ctas);
+  if (e != cudaSuccess) return e;
+  Args args = a;
+  void* params[] = {&args, &sync};
+  return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kKernel), dim3(static_cast<unsigned>(ctas)),
+                                     dim3(kOcThreads), params, static_cast<size_t>(smem), stream);
+}
+
+template <InType I>
+cudaError_t launch_onchip(cudaStream_t stream, const Args& a, uint32_t* sync, bool hint) {
+  if (is_fp8(a.fmt)) {
+    return hint ? launch_onchip_of<I, true, true>(stream, a, sync) : launch_onchip_of<I, true, false>(stream, a, sync);
+  }
+  return hint ? launch_onchip_of<I, false, true>(stream, a, sync) : launch_onchip_of<I, false, false>(stream, a, sync);
 }
 
 template <InType I>
@@ -2203,6 +2443,24 @@ ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, 
   a.ngroups = (a.rows / a.gh) * a.ngc;
 
   cudaError_t ce = cudaSuccess;
+  // Per-tensor current scaling in one read of x: onchip_kernel's amax word and barrier counter live in XLA
+  // scratch (zeroed here); without scratch the two-pass kernels run (the same results).
+  const int onchip = onchip_eligible(a) ? onchip_mode() : 0;
+  if (onchip < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_ONCHIP must be 0, 1 or 2");
+  if (onchip > 0) {
+    if (auto sync = scratch.Allocate(2 * sizeof(uint32_t), 16); sync.has_value()) {
+      uint32_t* words = static_cast<uint32_t*>(*sync);
+      ce = cudaMemsetAsync(words, 0, 2 * sizeof(uint32_t), stream);
+      if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
+      switch (x.element_type()) {
+        case ffi::DataType::F32: ce = launch_onchip<InType::kF32>(stream, a, words, onchip == 2); break;
+        case ffi::DataType::BF16: ce = launch_onchip<InType::kBF16>(stream, a, words, onchip == 2); break;
+        default: ce = launch_onchip<InType::kF16>(stream, a, words, onchip == 2); break;
+      }
+      if (ce != cudaSuccess) return cuda_error("onchip_kernel cooperative launch", ce);
+      return ffi::Error::Success();
+    }
+  }
   if (a.amode != 3) {  // the atomicMax target; amax_mode 3 leaves the amax result unwritten (no memset either)
     ce = cudaMemsetAsync(a.amax, 0, sizeof(uint32_t), stream);
     if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
