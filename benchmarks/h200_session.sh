@@ -27,6 +27,7 @@
 #                QUANT_KERNELS, QUANT_SHAPES, QUANT_ARGS e.g. --no-peer), for same-call A/B of kernel variants
 #   onchip-ab    per-tensor current scaling in one read (onchip_kernel): its GPU tests, then cuda_quantize.py with
 #                MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2 interleaved (ONCHIP_ROUNDS, default 2; QUANT_SHAPES)
+#   onchip-llama:ARMS each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
 #   gemm-ab:SHAPES  benchmarks/gemm.py --backend ffi per library (GEMM_RECIPES, default fp8_block)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
 #                merge the per-arm JSONs afterwards with `python -m mxprec.bench llama --merge ...`
@@ -392,6 +393,8 @@ for stage in "$@"; do
       step kmajor_quant "$PY" benchmarks/cuda_quantize.py --kernels tile1x128_e4m3_kmajor,tile1x128_e4m3 --no-peer \
         --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,16384x14336}" --out "$R/kmajor_quant"
       knob_rounds MXPREC_TRANSPOSED_QUANTIZE kmajor "${stage#kmajor:}" ;;
+    onchip-llama:*)  # onchip-llama:ARMS: each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved, LLAMA_PAIRS rounds
+      knob_rounds MXPREC_QUANTIZE_ONCHIP onchip "${stage#onchip-llama:}" ;;
     dy-copies:*)  # dy-copies:ARMS: see the header
       step dycopies_tests "$PY" -m pytest -q tests/test_cuda_quantize_transposed.py
       step dycopies_quant "$PY" benchmarks/cuda_quantize.py --kernels tile1x128_e4m3_rows_kmajor --no-peer \

@@ -35,3 +35,15 @@ def test_attribute_files_kernels_under_roles():
     assert roles == {"fp8_transpose": 1.5, "fp8_cast": 1.25, "mxprec_quantize": 2.0, "optimizer": 3.0,
                      "norm": 0.5, "other": 0.375}
     assert len(rows) == 7 and rows[0]["role"] == "fp8_transpose"
+
+
+def test_fusion_index_takes_lines_that_end_at_calls():
+    """A dump without metadata (``--xla_dump_disable_metadata``) ends a fusion's line right after ``calls=%...``."""
+    hlo = """
+  %loop_convert_fusion.3 = f8e4m3fn[64,64]{1,0} fusion(%p0), kind=kLoop, calls=%fused_convert.3
+  ROOT %input_transpose_fusion.9 = f8e4m3fn[64,64]{1,0} fusion(%loop_convert_fusion.3), kind=kInput, calls=%fused_t.9
+"""
+    idx = fusion_index(hlo)
+    assert set(idx) == {"loop_convert_fusion_3", "input_transpose_fusion_9"} and idx["loop_convert_fusion_3"][2] == ""
+    roles, _ = attribute([("loop_convert_fusion_3", "other", 1.0), ("input_transpose_fusion_9", "other", 2.0)], hlo)
+    assert roles["fp8_cast"] == 1.0 and roles["fp8_transpose"] == 2.0

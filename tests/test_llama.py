@@ -301,6 +301,32 @@ def test_bench_records_timing_and_merge_refuses_mixed_timings(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps(b))
     with pytest.raises(ValueError, match="timed differently"):
         bench.merge_results([str(tmp_path / "a" / "llama_micro.json"), str(tmp_path / "b.json")], str(tmp_path / "m"))
+    # speedups compare rows across the merged runs: another device or measurement setting is refused too
+    for key, value in (("device_kind", "NVIDIA H100 80GB HBM3"), ("steps", 7), ("warmup", 3), ("mu_dtype", "bfloat16"),
+                       ("data", "tokens.npy"), ("fast_compile", False)):
+        c = json.loads((tmp_path / "a" / "llama_micro.json").read_text())
+        if key == "device_kind":
+            c["device_info"][key] = value
+        else:
+            c[key] = value
+        (tmp_path / "c.json").write_text(json.dumps(c))
+        with pytest.raises(ValueError, match=f"different {key}"):
+            bench.merge_results([str(tmp_path / "a" / "llama_micro.json"), str(tmp_path / "c.json")],
+                                str(tmp_path / "m"))
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--mu-dtype", "bogus"], "invalid choice"),
+    (["--config", "bogus"], "invalid choice"),
+    (["--seed", "-2"], "--seed must be >= 0"),
+    (["--data", "/nonexistent/tokens.npy"], "is not a file"),
+    (["--quantize", "mlp,atn"], "unknown projection groups"),
+])
+def test_bench_rejects_bad_arguments_before_running(flags, message, capsys):
+    """Values that would fail every arm (each becoming an error row of a run that exits 0) are usage errors."""
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(["--config", "micro"] + flags)
+    assert e.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_attention_impls_agree_and_cudnn_is_explicit():
@@ -413,6 +439,10 @@ def test_amdahl_f_comes_from_the_bf16_profile_when_every_projection_is_quantized
     no_profile = dict(bf16, profile={"categories_ms": {}}, gemm_s={"total_s": 0.1})  # a CPU trace: no GPU kernels
     am = bench.finish_rows([no_profile], "hopper")
     assert am["f_source"] == "standalone" and am["f_measured"] == pytest.approx(0.5)
+    # the "jax" / "xla" attention cores run QK^T and PV as GEMM kernels, never quantized: not the profile's f
+    for impl, source in (("cudnn", "profile"), ("auto", "profile"), ("jax", "standalone"), ("xla", "standalone")):
+        am = bench.finish_rows([dict(bf16), dict(fp8)], "hopper", attention_impl=impl)
+        assert am["f_source"] == source, impl
 
 
 def test_saved_format_follows_what_dot_general_keeps():

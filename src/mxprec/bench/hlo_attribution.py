@@ -25,7 +25,7 @@ __all__ = ["ROLES", "attribute", "fusion_index"]
 
 ROLES = ("fp8_transpose", "fp8_cast", "mxprec_quantize", "optimizer", "norm", "other")
 
-_FUSION = re.compile(r"\s+(?:ROOT )?%(\S+) = (.*?) fusion\((.*?)\), kind=\w+, calls=%\S+?,(.*)")
+_FUSION = re.compile(r"\s+(?:ROOT )?%(\S+) = (.*?) fusion\((.*?)\), kind=\w+, calls=%[^,\s]+(.*)")
 _FP8_TYPE = re.compile(r"\bf8e(4m3fn|5m2)\[")
 
 

@@ -612,14 +612,17 @@ F_SOURCES = {
 }
 
 
-def eligible_gemm_fraction(bf16: dict | None, quantize_groups) -> tuple[float | None, str | None]:
+def eligible_gemm_fraction(bf16: dict | None, quantize_groups,
+                           attention_impl: str = "auto") -> tuple[float | None, str | None]:
     """Amdahl's f, the share of the BF16 step spent in the GEMMs the recipes quantize, and where it came from.
 
-    ``"profile"``: the BF16 arm was profiled on a GPU (:func:`_profile_dir`) and every projection group is quantized, so
-    every BF16 GEMM kernel of its step (``categories_ms["gemm_wide"]``; the attention core is cuDNN's, category
-    ``attention``) is eligible: f = their kernel time per step / the timed step. ``"standalone"``: otherwise, the
-    quantized projections' BF16 GEMMs timed on their own (:func:`measure_gemm_seconds`) / the timed step, capped at
-    1 (standalone GEMMs can take longer than inside the step). ``(None, None)`` without a BF16 row.
+    ``"profile"``: the BF16 arm was profiled on a GPU (:func:`_profile_dir`), every projection group is quantized and
+    the attention core is cuDNN's (``attention_impl`` "auto" or "cudnn": category ``attention``), so every BF16 GEMM
+    kernel of its step (``categories_ms["gemm_wide"]``) is eligible: f = their kernel time per step / the timed step.
+    With the "jax" / "xla" attention cores QKᵀ and PV are GEMM kernels too, which the recipes never quantize, so the
+    profile's GEMM time would overstate f. ``"standalone"``: otherwise, the quantized projections' BF16 GEMMs timed
+    on their own (:func:`measure_gemm_seconds`) / the timed step, capped at 1 (standalone GEMMs can take longer than
+    inside the step). ``(None, None)`` without a BF16 row.
     """
     from mxprec.models.llama import GROUPS
 
@@ -627,7 +630,8 @@ def eligible_gemm_fraction(bf16: dict | None, quantize_groups) -> tuple[float | 
         return None, None
     step_ms = bf16["step_s_mean"] * 1e3
     gemm_ms = ((bf16.get("profile") or {}).get("categories_ms") or {}).get("gemm_wide")
-    if gemm_ms and (quantize_groups is None or set(GROUPS) <= set(quantize_groups)):
+    every_group = quantize_groups is None or set(GROUPS) <= set(quantize_groups)
+    if gemm_ms and every_group and attention_impl in ("auto", "cudnn"):
         return min(gemm_ms / step_ms, 1.0), "profile"
     gemm = bf16.get("gemm_s")
     if gemm:
@@ -635,13 +639,14 @@ def eligible_gemm_fraction(bf16: dict | None, quantize_groups) -> tuple[float | 
     return None, None
 
 
-def finish_rows(rows: list[dict], arch: str, quantize_groups=None) -> dict:
+def finish_rows(rows: list[dict], arch: str, quantize_groups=None, attention_impl: str = "auto") -> dict:
     """Fills expected_speedup / speedup_vs_bf16 from the BF16 row; returns the Amdahl summary (f from
-    :func:`eligible_gemm_fraction` of the groups ``quantize_groups`` quantizes; None: every group)."""
+    :func:`eligible_gemm_fraction` of the groups ``quantize_groups`` quantizes, None: every group, with the model's
+    attention core ``attention_impl``)."""
     from mxprec.analysis import amdahl_speedup, peak_ratio
 
     bf16 = next((r for r in rows if r["arm"] == "bf16" and not r.get("error")), None)
-    f, f_source = eligible_gemm_fraction(bf16, quantize_groups)
+    f, f_source = eligible_gemm_fraction(bf16, quantize_groups, attention_impl)
     gemm = bf16.get("gemm_s") if bf16 else None
     table = {}
     for r in rows:
@@ -745,19 +750,21 @@ def plot(result: dict, path: str) -> str | None:
 
 
 def parse_args(argv):
+    from mxprec.models.llama import CONFIGS, GROUPS
+
     p = argparse.ArgumentParser(prog="python -m mxprec.bench llama", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arms", default=",".join(DEFAULT_ARMS),
                    help=f"comma-separated RECIPE[:BACKEND] (e.g. fp8_current:ffi) recipe presets and/or the peers '{PEER_ARM}', '{PLAIN_ARM}' "
                         "(default: %(default)s)")
-    p.add_argument("--config", default="tiny", help="tiny | micro | llama3_8b_4layer | h200_large | llama70b_layer")
+    p.add_argument("--config", default="tiny", choices=tuple(CONFIGS), help="model config (default: %(default)s)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default per config)")
     p.add_argument("--warmup", type=int, default=None, help="warmup steps (default per config)")
     p.add_argument("--batch", type=int, default=None, help="sequences per step (default per config)")
     p.add_argument("--out", default=os.path.join("benchmarks", "results", "cpu"), help="output directory")
     p.add_argument("--data", default=None, help=".npy token file (1-D stream or 2-D rows); default: synthetic")
     p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--mu-dtype", default="float32", help="AdamW first-moment dtype (float32 | bfloat16)")
+    p.add_argument("--mu-dtype", default="float32", choices=("float32", "bfloat16"), help="AdamW first-moment dtype")
     p.add_argument("--quantize", default="mlp,attn,logits", help="projection groups that run the recipe")
     p.add_argument("--remat", default="full", choices=("full", "save_gemm", "none"))
     p.add_argument("--no-scan", action="store_true", help="unroll the layers instead of nn.scan")
@@ -792,8 +799,15 @@ def parse_args(argv):
         p.error("need --steps >= 1, --warmup >= 0, --batch >= 1")
     if args.timing == "pipelined" and args.warmup < 1:
         p.error("--timing pipelined needs --warmup >= 1 (the first timed interval starts when a warmup step ends)")
+    if args.seed < 0:
+        p.error(f"--seed must be >= 0, got {args.seed}")
+    if args.data is not None and not os.path.isfile(args.data):
+        p.error(f"--data {args.data!r} is not a file")
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     args.quantize = tuple(g.strip() for g in args.quantize.split(",") if g.strip())
+    bad = [g for g in args.quantize if g not in GROUPS]
+    if bad:
+        p.error(f"--quantize: unknown projection groups {bad}; choose from {GROUPS}")
     return args
 
 
@@ -888,6 +902,19 @@ def _child_argv(argv):
     return out
 
 
+# What merged runs must share besides model / config / timing (speedups compare rows across runs).
+_MERGE_SAME = ("device_kind", "steps", "warmup", "mu_dtype", "data", "fast_compile")
+
+
+_MERGE_DEFAULTS = {"mu_dtype": "float32", "fast_compile": False}  # (runs written before these keys existed)
+
+
+def _merge_key(result: dict, key: str):
+    if key == "device_kind":
+        return (result.get("device_info") or {}).get(key)
+    return result.get(key, _MERGE_DEFAULTS.get(key))
+
+
 def merge_results(paths, out_dir: str) -> dict:
     """One result from several runs of the same config (rows in the order given; Amdahl redone).
 
@@ -905,11 +932,16 @@ def merge_results(paths, out_dir: str) -> dict:
         if r.get("timing", "blocking") != base.get("timing", "blocking"):
             raise ValueError(f"cannot merge runs timed differently ({base.get('timing', 'blocking')} vs "
                              f"{r.get('timing', 'blocking')}): {paths[0]} vs {r.get('command')}")
+        # speedup_vs_bf16 and Amdahl's f compare rows across runs: same device and measurement settings only
+        for key in _MERGE_SAME:
+            if _merge_key(r, key) != _merge_key(base, key):
+                raise ValueError(f"cannot merge runs with different {key} ({_merge_key(base, key)!r} vs "
+                                 f"{_merge_key(r, key)!r}): {paths[0]} vs {r.get('command')}")
     rows = [dict(row) for r in results for row in r["rows"]]
     arch, _ = amdahl_arch(base["device_info"]["device_kind"])
     base.update(
         rows=rows,
-        amdahl=finish_rows(rows, arch, base["model"].get("quantize")),
+        amdahl=finish_rows(rows, arch, base["model"].get("quantize"), base["model"].get("attention_impl", "auto")),
         command="; ".join(r["command"] for r in results),
         wall_s=sum(r["wall_s"] for r in results),
         partial=any(r["partial"] for r in results),
@@ -981,7 +1013,7 @@ def _write_results(args, argv, cfg, rows, device, isolate, wall_s, partial: bool
     rows = [dict(r) for r in rows]
 
     arch, note = amdahl_arch(device["device_kind"])
-    amdahl = finish_rows(rows, arch, cfg.quantize)
+    amdahl = finish_rows(rows, arch, cfg.quantize, cfg.attention_impl)
     model = dict(cfg.to_dict(), batch=args.batch, tokens_per_step=args.batch * cfg.seq)
     result = {
         "device": device["description"],
