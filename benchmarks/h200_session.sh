@@ -26,7 +26,7 @@
 #   quant-ab     cuda_quantize.py per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so;
 #                QUANT_KERNELS, QUANT_SHAPES, QUANT_ARGS e.g. --no-peer), for same-call A/B of kernel variants
 #   onchip-ab    per-tensor current scaling in one read (onchip_kernel): its GPU tests, then cuda_quantize.py with
-#                MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2 interleaved (ONCHIP_ROUNDS, default 2; QUANT_SHAPES)
+#                MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2 (ab libraries: 1 / 2), ONCHIP_ROUNDS (default 1), QUANT_SHAPES
 #   onchip-llama:ARMS each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
 #   gemm-ab:SHAPES  benchmarks/gemm.py --backend ffi per library (GEMM_RECIPES, default fp8_block)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
@@ -339,60 +339,22 @@ for stage in "$@"; do
           ${QUANT_KERNELS:+--kernels "$QUANT_KERNELS"} --shapes "${QUANT_SHAPES:-16384x4096}" ${QUANT_ARGS:-} --out "$R/quant_$name"
       done ;;
     onchip-ab)  # per-tensor current scaling in one read of x: onchip_kernel's GPU tests, then cuda_quantize.py
-      # (tensor_e4m3, delayed_e4m3 as the control) with MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2 interleaved, ONCHIP_ROUNDS
-      # rounds (default 2), QUANT_SHAPES (default 16384x4096,8192x8192,8192x4096,4096x4096)
+      # (tensor_e4m3, delayed_e4m3 as the control): the built library with MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2, each
+      # build-cuda/ab/*.so with 1 / 2, ONCHIP_ROUNDS rounds (default 1), QUANT_SHAPES (default
+      # 16384x4096,8192x4096,4096x4096)
       step onchip_tests "$PY" -m pytest -q -x tests/test_cuda_quantize.py -k "one_read or kernel_switch"
-      for ((round = 1; round <= ${ONCHIP_ROUNDS:-2}; round++)); do
-        for knob in 0 1 2; do
-          step "quant_onchip${knob}_$round" env MXPREC_QUANTIZE_ONCHIP="$knob" "$PY" benchmarks/cuda_quantize.py \
-            --kernels tensor_e4m3,delayed_e4m3 --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,8192x4096,4096x4096}" \
-            --no-peer --out "$R/quant_onchip${knob}_$round"
+      for ((round = 1; round <= ${ONCHIP_ROUNDS:-1}; round++)); do
+        for lib in "${AB_LIBS[@]}"; do
+          name="$(basename "$lib" .so)"
+          knobs="1 2"
+          [ "$lib" = "${AB_LIBS[0]}" ] && knobs="0 1 2"
+          for knob in $knobs; do
+            step "quant_onchip${knob}_${name}_$round" env MXPREC_CUDA_LIBRARY="$lib" MXPREC_QUANTIZE_ONCHIP="$knob" \
+              "$PY" benchmarks/cuda_quantize.py --kernels tensor_e4m3,delayed_e4m3 --no-peer \
+              --shapes "${QUANT_SHAPES:-16384x4096,8192x4096,4096x4096}" --out "$R/quant_onchip${knob}_${name}_$round"
+          done
         done
       done ;;
-    gemm-ab:*)  # gemm-ab:SHAPE,...: gemm.py with backend ffi once per library (GEMM_RECIPES, default fp8_block)
-      for lib in "${AB_LIBS[@]}"; do
-        name="$(basename "$lib" .so)"
-        step "gemm_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/gemm.py --recipes "${GEMM_RECIPES:-fp8_block}" \
-          --backend ffi --iters 20 --shapes "${stage#gemm-ab:}" --out "$R/gemm_$name"
-      done ;;
-    llama:*)
-      IFS=, read -r -a arms <<< "${stage#llama:}"
-      LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM} ${LLAMA_XLA_FLAGS:+"XLA_FLAGS=$LLAMA_XLA_FLAGS"} "${AQ_ENV[@]}")
-      for arm in "${arms[@]}"; do llama_step "llama_$arm${FORM:+_$FORM}$AQ_TAG${TAG:-}" "$arm"; done
-      LLAMA_ENV=() ;;
-    rounds:*)  # rounds:ARMS: the arms interleaved, LLAMA_PAIRS (default 2) rounds, one process each (llama_ARM_rROUND)
-      IFS=, read -r -a arms <<< "${stage#rounds:}"
-      for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
-        for arm in "${arms[@]}"; do llama_step "llama_${arm}_r$round${TAG:-}" "$arm"; done
-      done ;;
-    llama-ab:*)  # llama-ab:ARMS: each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so)
-      IFS=, read -r -a arms <<< "${stage#llama-ab:}"
-      for lib in "${AB_LIBS[@]}"; do
-        name="$(basename "$lib" .so)"
-        LLAMA_ENV=(MXPREC_CUDA_LIBRARY="$lib" ${LLAMA_XLA_FLAGS:+"XLA_FLAGS=$LLAMA_XLA_FLAGS"} "${AQ_ENV[@]}")
-        for arm in "${arms[@]}"; do llama_step "llama_${arm}_$name${TAG:-}" "$arm"; done
-      done
-      LLAMA_ENV=() ;;
-    llama-kernels:*)  # llama-kernels:ARMS: each arm per MXPREC_SM90_BLOCKWISE_KERNEL value in LLAMA_KERNELS (default
-      # "cutlass persistent"), interleaved, LLAMA_PAIRS (default 2) rounds; MXPREC_CUDA_LIBRARY picks the library
-      IFS=, read -r -a arms <<< "${stage#llama-kernels:}"
-      for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
-        for kern in ${LLAMA_KERNELS:-cutlass persistent}; do  # KERNEL[:TILE_N]
-          IFS=: read -r kname ktile <<< "$kern"
-          LLAMA_ENV=(MXPREC_SM90_BLOCKWISE_KERNEL="$kname" "${AQ_ENV[@]}")
-          [ -n "$ktile" ] && LLAMA_ENV+=(MXPREC_SM90_BLOCKWISE_TILE_N="$ktile")
-          kern="${kern//:/_}"
-          for arm in "${arms[@]}"; do llama_step "llama_${arm}_${kern}_$round${TAG:-}" "$arm"; done
-        done
-      done
-      LLAMA_ENV=() ;;
-    kmajor:*)  # kmajor:ARMS: Wgrad's K-major quantize (mxprec.kernels.cuda.quantize_transposed): its GPU tests, the
-      # quantize benchmark against quantize + code transpose, then each arm with MXPREC_TRANSPOSED_QUANTIZE=0 / 1,
-      # interleaved, LLAMA_PAIRS (default 2) rounds
-      step kmajor_tests "$PY" -m pytest -q tests/test_cuda_quantize_transposed.py
-      step kmajor_quant "$PY" benchmarks/cuda_quantize.py --kernels tile1x128_e4m3_kmajor,tile1x128_e4m3 --no-peer \
-        --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,16384x14336}" --out "$R/kmajor_quant"
-      knob_rounds MXPREC_TRANSPOSED_QUANTIZE kmajor "${stage#kmajor:}" ;;
     onchip-llama:*)  # onchip-llama:ARMS: each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved, LLAMA_PAIRS rounds
       knob_rounds MXPREC_QUANTIZE_ONCHIP onchip "${stage#onchip-llama:}" ;;
     dy-copies:*)  # dy-copies:ARMS: see the header

@@ -1215,14 +1215,26 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // (evict_last), their second read and every store to drop theirs first (evict_first). The codes are
 // tensor_kernel's (tensor_codes8).
 constexpr int kOcThreads = 512;
+// Build knobs (A/B of the register split): 16-bit chunks held in registers (f32: half as many), and spill chunks
+// per thread in flight in the first (keys) and second (codes) read.
+#ifndef MXPREC_ONCHIP_REGS
+#define MXPREC_ONCHIP_REGS 12
+#endif
+#ifndef MXPREC_ONCHIP_UNROLL1
+#define MXPREC_ONCHIP_UNROLL1 4
+#endif
+#ifndef MXPREC_ONCHIP_UNROLL2
+#define MXPREC_ONCHIP_UNROLL2 4
+#endif
 
 template <InType I>
 constexpr int oc_reg_chunks() {
-  return I == InType::kF32 ? 6 : 12;  // 48 registers of x per thread (at most 128 in all: no spills)
+  return I == InType::kF32 ? MXPREC_ONCHIP_REGS / 2 : MXPREC_ONCHIP_REGS;  // 48 registers of x per thread
 }
 template <InType I>
-constexpr int oc_spill_unroll() {
-  return I == InType::kF32 ? 2 : 4;  // spill chunks in flight per thread
+constexpr int oc_spill_unroll(int pass) {
+  const int u = pass == 1 ? MXPREC_ONCHIP_UNROLL1 : MXPREC_ONCHIP_UNROLL2;
+  return I == InType::kF32 ? (u > 1 ? u / 2 : 1) : u;
 }
 template <InType I>
 constexpr int oc_smem_chunks() {
@@ -1291,7 +1303,8 @@ __device__ __forceinline__ void grid_barrier(uint32_t* counter) {
 
 template <InType I, bool kFp8, bool kHint>
 __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t* sync) {
-  constexpr int kR = oc_reg_chunks<I>(), kS = oc_smem_chunks<I>(), kU = oc_spill_unroll<I>();
+  constexpr int kR = oc_reg_chunks<I>(), kS = oc_smem_chunks<I>();
+  constexpr int kU1 = oc_spill_unroll<I>(1), kU2 = oc_spill_unroll<I>(2);
   constexpr int kPieces = static_cast<int>(sizeof(Raw<I>) / 16);
   extern __shared__ __align__(16) unsigned char oc_smem[];
   Raw<I>* held = reinterpret_cast<Raw<I>*>(oc_smem);  // [kS][kOcThreads]: a thread reads back only its own
@@ -1320,10 +1333,10 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   }
   cp_async_commit();
   uint32_t acc = 0;
-  for (int64_t r0 = kR + kS; r0 < rounds; r0 += kU) {
-    Raw<I> t[kU];
+  for (int64_t r0 = kR + kS; r0 < rounds; r0 += kU1) {
+    Raw<I> t[kU1];
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < kU1; ++u) {
       const int64_t k = chunk(r0 + u);
       if (r0 + u < rounds && k < nck) {
         t[u] = kHint ? load_raw_hint<I>(a.x, k * 8, keep) : load_raw<I>(a.x, k * 8);
@@ -1332,7 +1345,7 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
       }
     }
 #pragma unroll
-    for (int u = 0; u < kU; ++u) acc = max(acc, raw_key<I>(t[u]));
+    for (int u = 0; u < kU1; ++u) acc = max(acc, raw_key<I>(t[u]));
   }
 #pragma unroll
   for (int j = 0; j < kR; ++j) acc = max(acc, raw_key<I>(reg[j]));
@@ -1369,15 +1382,15 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   };
 
   // Phase 2: the spill rounds again (newest first), then shared memory, then registers.
-  for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU) {
-    Raw<I> t[kU];
+  for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU2) {
+    Raw<I> t[kU2];
     auto live = [&](int u) { return r0 - u >= kR + kS && chunk(r0 - u) < nck; };
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < kU2; ++u) {
       if (live(u)) t[u] = kHint ? load_raw_hint<I>(a.x, chunk(r0 - u) * 8, drop) : load_raw<I>(a.x, chunk(r0 - u) * 8);
     }
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < kU2; ++u) {
       if (live(u)) emit(chunk(r0 - u), t[u]);
     }
   }
