@@ -161,3 +161,54 @@ def test_delayed_scaling_state_is_max_combined_across_microbatches():
     assert float(hist[0]) == want  # max over micro-batches, not the sum
     assert float(lax.stop_gradient(hist[1])) == 0.0
     assert bool(jnp.isfinite(loss))
+
+
+def test_nnx_delayed_scaling_state_is_max_combined_and_not_unscaled():
+    """An ``nnx.split`` state: its OverwriteWithGradient variables' paths name the attribute, not linen's collection;
+    they still combine by max across micro-batches and are not divided by the loss scale."""
+    from flax import nnx
+
+    import mxprec
+    from mxprec.flax import DelayedDotGeneral
+
+    lin = nnx.Linear(128, 128, dot_general=DelayedDotGeneral(mxprec.recipes.get("fp8_delayed")), rngs=nnx.Rngs(0))
+    graph, state = nnx.split(lin)
+    xs = jax.random.normal(jax.random.key(0), (3, 32, 128), jnp.float32) * jnp.asarray([1.0, 5.0, 2.0])[:, None, None]
+
+    def loss_fn(st, x):
+        y = nnx.merge(graph, st)(x).astype(jnp.float32)
+        return jnp.sum(y * y), jnp.float32(x.shape[0])
+
+    _, grads = ga.accumulate_gradients(loss_fn, state, xs, loss_scale=lsm.DynamicLossScale.create(8.0))
+    hist = grads["dot_general"]["lhs_amax_history"][...]
+    assert float(hist[0]) == max(float(jnp.max(jnp.abs(xs[i]))) for i in range(3))
+    assert bool(jnp.all(jnp.isfinite(grads["kernel"][...])))
+
+
+def test_nnx_module_applied_twice_combines_by_max():
+    from flax import nnx
+
+    import mxprec
+    from mxprec.flax import DelayedDotGeneral, max_combine_owg_state
+
+    lin = nnx.Linear(128, 128, dot_general=DelayedDotGeneral(mxprec.recipes.get("fp8_delayed")), rngs=nnx.Rngs(0))
+    graph, state = nnx.split(lin)
+    x = jax.random.normal(jax.random.key(0), (32, 128), jnp.float32)
+
+    def loss(st, combine):
+        m = nnx.merge(graph, max_combine_owg_state(st) if combine else st)
+        return jnp.sum(m(m(x)).astype(jnp.float32))
+
+    amaxes = (float(jnp.max(jnp.abs(x))), float(jnp.max(jnp.abs(lin(x)))))
+    g = jax.jit(jax.grad(loss), static_argnums=1)(state, True)
+    assert float(g["dot_general"]["lhs_amax_history"][...][0]) == max(amaxes)
+    g = jax.jit(jax.grad(loss), static_argnums=1)(state, False)  # without it the two updates add up
+    assert float(g["dot_general"]["lhs_amax_history"][...][0]) == pytest.approx(sum(amaxes))
+
+
+def test_complex_parameters_are_refused():
+    def loss_fn(p, mb):
+        return jnp.real(p * mb), jnp.float32(1)
+
+    with pytest.raises(ValueError, match="complex gradient leaf"):
+        ga.accumulate_gradients(loss_fn, jnp.complex64(1 + 1j), jnp.ones((2,), jnp.complex64))

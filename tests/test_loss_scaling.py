@@ -100,3 +100,21 @@ def test_bad_config():
                 lambda f: lsm.DynamicLossScale.create(8.0).update(f)):
         with pytest.raises(ValueError, match=r"finite must be a bool scalar .* shape \(1,\)"):
             bad(jnp.asarray([True]))
+    # limits that would leave the scale Inf / 0 (every gradient NaN from then on) or overflow good_steps' int32
+    for bad in (float("inf"), 1e39, 0.0):
+        with pytest.raises(ValueError, match="scale must be a positive finite float32"):
+            lsm.StaticLossScale.create(bad)
+    with pytest.raises(ValueError, match="min_scale must be a normal float32"):
+        lsm.DynamicLossScale.create(8.0, min_scale=1e-46)
+    with pytest.raises(ValueError, match="growth_interval"):
+        lsm.DynamicLossScale.create(8.0, growth_interval=2**31)
+    # a NaN (or any number) passed as the flag would read as True ("finite")
+    for bad in (lambda f: lsm.masked_update(f, jnp.zeros(()), jnp.ones(())),
+                lambda f: lsm.DynamicLossScale.create(8.0).update(f)):
+        with pytest.raises(ValueError, match="finite must be a bool scalar .* dtype float32"):
+            bad(jnp.float32(float("nan")))
+
+
+def test_complex_gradients_are_refused():
+    with pytest.raises(ValueError, match="complex gradient leaf"):
+        lsm.unscale_grads(jnp.complex64(2 + 4j), lsm.StaticLossScale.create(2.0))

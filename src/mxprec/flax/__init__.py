@@ -7,7 +7,7 @@ from mxprec.flax.linen import (
      make_dot_general_cls,
     max_combine_owg,
 )
-from mxprec.flax.nnx import DelayedDotGeneral, stateless_dot_general
+from mxprec.flax.nnx import DelayedDotGeneral, max_combine_owg_state, stateless_dot_general
 from mxprec.flax.owg import apply_updates_with_owg, split_owg
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "apply_updates_with_owg",
     "make_dot_general_cls",
     "max_combine_owg",
+    "max_combine_owg_state",
     "split_owg",
     "stateless_dot_general",
 ]

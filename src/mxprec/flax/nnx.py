@@ -2,14 +2,19 @@
 
 Stateless recipes: ``nnx.Linear(..., dot_general=recipe.dot_general())``.
 Delayed scaling: ``nnx.Linear(..., dot_general=DelayedDotGeneral(recipe))``; its state lives in
-``OverwriteWithGradient`` variables, which the training step overwrites with their gradient.
+``OverwriteWithGradient`` variables, which the training step overwrites with their gradient. A module applied
+several times in one differentiated function: pass its ``nnx.split`` state through :func:`max_combine_owg_state`
+first (inside the function, under ``jax.jit``), or the per-use updates add up (see
+:func:`mxprec.dot_general.max_combining`). ``mxprec.training.accumulate_gradients`` combines these variables by max
+across micro-batches and does not unscale them.
 """
 
 from __future__ import annotations
 
+import jax
 from flax import nnx
 
-from mxprec.dot_general import DotGeneralState, dot_general
+from mxprec.dot_general import DotGeneralState, dot_general, max_combining
 from mxprec.recipes import Recipe
 from mxprec.scaling import DelayedScalingState
 
@@ -62,3 +67,12 @@ class DelayedDotGeneral(nnx.Module):
         return dot_general(lhs, rhs, dimension_numbers, precision, out_dtype, out_sharding, recipe=self.recipe, state=self.state())
 
 
+def max_combine_owg_state(state):
+    """``state`` (an ``nnx.split`` state, or any pytree holding NNX variables) with every
+    ``OverwriteWithGradient`` variable's value marked max-combining (:func:`mxprec.dot_general.max_combining`).
+    Call inside the differentiated function, before ``nnx.merge``."""
+
+    def mark(v):
+        return jax.tree_util.tree_map(max_combining, v) if isinstance(v, OverwriteWithGradient) else v
+
+    return jax.tree_util.tree_map(mark, state, is_leaf=lambda x: isinstance(x, nnx.Variable))

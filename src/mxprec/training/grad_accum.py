@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mxprec.training.loss_scaling import LossScale, unscale_grads
+from mxprec.training.loss_scaling import LossScale, _check_real, unscale_grads
 
 __all__ = ["accumulate_gradients", "count_valid_tokens", "microbatch_grads", "throughput"]
 
@@ -73,10 +73,14 @@ def microbatch_grads(
         return scaled, (c, n)
 
     grads, (c, _) = jax.grad(contribution, has_aux=True, allow_int=True)(params)
-    # an integer parameter's gradient (float0) is a float32 zero, as the accumulator holds it
-    return c, jax.tree_util.tree_map(
-        lambda g: jnp.zeros(g.shape, jnp.float32) if g.dtype == jax.dtypes.float0 else g.astype(jnp.float32), grads
-    )
+
+    def to_f32(g):
+        if g.dtype == jax.dtypes.float0:  # an integer parameter's gradient: a float32 zero, as the accumulator holds it
+            return jnp.zeros(g.shape, jnp.float32)
+        _check_real(g)
+        return g.astype(jnp.float32)
+
+    return c, jax.tree_util.tree_map(to_f32, grads)
 
 
 def accumulate_gradients(
@@ -132,13 +136,22 @@ def accumulate_gradients(
 
 
 def _owg_mask(params: Any) -> Any:
-    """True for leaves under Flax's ``_overwrite_with_gradient`` collection (delayed-scaling state)."""
-    from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
+    """True for delayed-scaling state leaves: under linen's ``_overwrite_with_gradient`` collection, or in an NNX
+    ``OverwriteWithGradient`` variable (an ``nnx.split`` state; its path names the attribute, not the collection)."""
+    from flax import nnx
 
-    def is_owg(path, _):
+    from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
+    from mxprec.flax.nnx import OverwriteWithGradient
+
+    def is_variable(x) -> bool:
+        return isinstance(x, nnx.Variable)
+
+    def is_owg(path, leaf):
+        if is_variable(leaf):  # the mask keeps the variable's structure
+            return jax.tree_util.tree_map(lambda _: isinstance(leaf, OverwriteWithGradient), leaf)
         return any(getattr(k, "key", None) == OVERWRITE_WITH_GRADIENT for k in path)
 
-    return jax.tree_util.tree_map_with_path(is_owg, params)
+    return jax.tree_util.tree_map_with_path(is_owg, params, is_leaf=is_variable)
 
 
 def throughput(valid_tokens: float, positions: float, seconds: float) -> dict[str, float]:

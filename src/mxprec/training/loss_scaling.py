@@ -37,9 +37,19 @@ __all__ = [
 ]
 
 
+def _check_real(g) -> None:
+    """Gradients come back float32: a complex leaf would lose its imaginary part (with only a warning)."""
+    if jnp.iscomplexobj(g):
+        raise ValueError(f"complex gradient leaf (dtype {jnp.asarray(g).dtype}, shape {jnp.shape(g)}): the float32 "
+                         "gradient path supports real parameters only")
+
+
 def _finite_flag(finite) -> jax.Array:
     """``finite`` as a bool ``()`` (all_finite's result); a shaped flag would broadcast the state's scalars."""
-    finite = jnp.asarray(finite, jnp.bool_)
+    if jnp.asarray(finite).dtype != jnp.bool_:
+        # a float NaN (or any number) converted to bool would read as True: "finite"
+        raise ValueError(f"finite must be a bool scalar (all_finite's result), got dtype {jnp.asarray(finite).dtype}")
+    finite = jnp.asarray(finite)
     if finite.shape != ():
         raise ValueError(f"finite must be a bool scalar (all_finite's result), got shape {finite.shape}")
     return finite
@@ -61,14 +71,18 @@ class DynamicLossScale:
     max_scale: float = struct.field(pytree_node=False, default=float(2**24))
 
     def __post_init__(self) -> None:
-        if int(self.growth_interval) != self.growth_interval or self.growth_interval < 1:
-            raise ValueError(f"growth_interval must be a positive integer, got {self.growth_interval}")
+        if int(self.growth_interval) != self.growth_interval or not 1 <= self.growth_interval <= 2**31 - 1:
+            # good_steps is int32
+            raise ValueError(f"growth_interval must be an integer in [1, 2**31 - 1], got {self.growth_interval}")
         if not self.growth_factor >= 1.0:
             raise ValueError(f"growth_factor must be >= 1, got {self.growth_factor}")
         if not 0.0 < self.backoff_factor <= 1.0:
             raise ValueError(f"backoff_factor must be in (0, 1], got {self.backoff_factor}")
         if not 0.0 < self.min_scale <= self.max_scale:
             raise ValueError(f"need 0 < min_scale <= max_scale, got {self.min_scale}, {self.max_scale}")
+        if not np.float32(self.min_scale) >= np.finfo(np.float32).tiny:
+            # backoffs would reach a float32 0 (or subnormal) scale: every gradient NaN / Inf from then on
+            raise ValueError(f"min_scale must be a normal float32 (>= {np.finfo(np.float32).tiny}), got {self.min_scale}")
         if not self.max_scale <= float(np.finfo(np.float32).max):
             # an Inf scale never backs off (Inf * backoff = Inf): every later step would be skipped
             raise ValueError(f"max_scale must be a finite float32, got {self.max_scale}")
@@ -119,8 +133,8 @@ class StaticLossScale:
 
     @classmethod
     def create(cls, scale: float = 1.0) -> StaticLossScale:
-        if not scale > 0.0:
-            raise ValueError(f"scale must be > 0, got {scale}")
+        if not 0.0 < scale <= float(np.finfo(np.float32).max):
+            raise ValueError(f"scale must be a positive finite float32, got {scale}")
         return cls(scale=jnp.asarray(scale, jnp.float32))
 
     def update(self, finite: jax.Array) -> StaticLossScale:
@@ -148,6 +162,7 @@ def unscale_grads(grads: Any, ls: LossScale) -> Any:
     def unscale(g):
         if getattr(g, "dtype", None) == jax.dtypes.float0:
             return g
+        _check_real(g)
         return jnp.asarray(g).astype(jnp.float32) / ls.scale
 
     return jax.tree_util.tree_map(unscale, grads)
