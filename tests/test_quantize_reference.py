@@ -903,3 +903,30 @@ def test_stochastic_rounding_properties(kind, fmt):
         for rule in ("lt", "floor")
     }
     assert max(agree.values()) > 0.99, f"SR matches neither convention: {agree}"
+
+
+@pytest.mark.parametrize("fmt", ["E4M3", "E5M2", "E2M1", "E3M2"])
+def test_stochastic_rounding_is_exactly_the_floor_rule(fmt):
+    """round_to_grid with draws u: up iff frac + u >= 1 taken exactly (the reference's "floor" rule), also for u within
+    an FP32 ulp of 1, where floor(r + u) in FP32 rounded on-grid values up a grid point (E2M1 4 -> 6)."""
+    from mxprec.quantize import encode, round_to_grid
+
+    f = R.get_format(fmt)
+    g = R.grid(f)
+    rng = np.random.default_rng(7)
+    on_grid = g[1:].astype(np.float32)
+    mid = ((g[1:] + g[:-1]) / 2).astype(np.float32)
+    off = rng.uniform(0, f.max_finite, 4096).astype(np.float32)
+    v = np.concatenate([on_grid, mid, off, np.nextafter(on_grid, np.float32(0)), np.nextafter(on_grid, np.float32(1e9))])
+    v = np.concatenate([v, -v])
+    us = [np.float32(1 - 2.0**-23), np.float32(1 - 2.0**-24), np.float32(0.5), np.float32(0.0)]
+    us += [np.float32(1 - 2.0**-23 * k) for k in (2, 3, 5)]
+    for u0 in us:
+        u = np.full(v.shape, u0, np.float32)
+        got = np.asarray(jax.jit(lambda v, u: encode(round_to_grid(v, formats.element_format(fmt.lower()), u), formats.element_format(fmt.lower())))(v, u))
+        want = R.encode_sr(v, f, u, "floor")
+        bad = got != want
+        assert not bad.any(), f"{fmt} u={u0!r}: {int(bad.sum())} codes differ, e.g. v={v[bad][:4]}"
+    u = rng.random(v.shape, np.float32)
+    got = np.asarray(jax.jit(lambda v, u: encode(round_to_grid(v, formats.element_format(fmt.lower()), u), formats.element_format(fmt.lower())))(v, u))
+    np.testing.assert_array_equal(got, R.encode_sr(v, f, u, "floor"))

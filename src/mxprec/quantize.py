@@ -124,9 +124,22 @@ def round_to_grid(v: jax.Array, fmt: ElementFormat, uniform: jax.Array | None = 
     exp, _ = floor_log2(jnp.maximum(a, jnp.float32(fmt.min_normal)))
     quantum = exp2_int(exp - fmt.mbits)
     r = a * exp2_int(fmt.mbits - exp)  # = a / quantum exactly (a power of two), no FP32 division
-    r = jnp.round(r) if uniform is None else jnp.floor(r + uniform)
+    r = jnp.round(r) if uniform is None else _stochastic_floor(r, uniform)
     out = jnp.minimum(r * quantum, mx)
     return jnp.where(jnp.signbit(v), -out, out)
+
+
+def _stochastic_floor(r: jax.Array, uniform: jax.Array) -> jax.Array:
+    """floor(r + u) with the sum taken exactly: up iff frac(r) + u >= 1. In FP32, ``r + u`` rounds up to the next
+    integer when u lies within half an ulp of 1, which moved on-grid values (frac 0) up a grid point. frac(r) is exact
+    (r >= 0); the comparison uses the exact sum s + err of Knuth's TwoSum."""
+    fl = jnp.floor(r)
+    frac = r - fl
+    s = frac + uniform
+    bb = s - frac
+    err = (frac - (s - bb)) + (uniform - bb)
+    up = (s > 1) | ((s == 1) & (err >= 0))
+    return fl + up.astype(jnp.float32)
 
 
 def encode(g: jax.Array, fmt: ElementFormat) -> jax.Array:
