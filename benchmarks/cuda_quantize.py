@@ -287,11 +287,11 @@ def run(args):
 
 def _current_scaling_passes(n: int, itemsize: int, sms: int) -> float:
     """Reads of x by per-tensor current scaling's CUDA kernels: amax + cast (MXPREC_QUANTIZE_ONCHIP=0) read it twice;
-    onchip_kernel (1 / 2, the default) once where it fits on chip (sms CTAs x 512 threads x (12 + 28) chunks of 8
-    16-bit elements; 6 + 14 for f32: csrc/cuda_kernels/cuda_quantize.cu) and the rest twice."""
-    if os.environ.get("MXPREC_QUANTIZE_ONCHIP", "1") == "0" or sms <= 0:
+    onchip_kernel (1 / 2, the default) once where it fits on chip (sms CTAs x 1024 threads x (2 + 14) chunks of 8
+    16-bit elements; 1 + 7 for f32: csrc/cuda_kernels/cuda_quantize.cu's default build) and the rest twice."""
+    if os.environ.get("MXPREC_QUANTIZE_ONCHIP", "2") == "0" or sms <= 0:
         return 2
-    held = sms * 512 * 8 * (20 if itemsize == 4 else 40)
+    held = sms * 1024 * 8 * (8 if itemsize == 4 else 16)
     return round(1 + max(0, n - held) / n, 2)
 
 

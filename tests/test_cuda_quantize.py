@@ -711,10 +711,10 @@ def test_large_bf16_both_axes(spec):
 
 # ----------------------------------------------------------------------------- current scaling in one read of x
 
-# onchip_kernel (MXPREC_QUANTIZE_ONCHIP=1, the default; 2: with L2 cache hints) against amax_kernel + tensor_kernel
-# (=0): per-tensor current scaling with x held in registers (rounds 0 .. 11 of 132 * 512 chunks on an H200, 6 for
-# f32), then shared memory (28 / 14 more rounds), then read again ("spill" rounds). Sizes reach each part; the
-# tensor's amax (or a NaN, or an Inf) sits in the first chunk, the middle, or the last chunk.
+# onchip_kernel (MXPREC_QUANTIZE_ONCHIP=2, the default, with L2 cache hints; 1: without) against amax_kernel +
+# tensor_kernel (=0): per-tensor current scaling with x held in registers (rounds 0 .. 1 of 132 * 1024 chunks on an
+# H100 / H200; round 0 for f32), then shared memory (14 / 7 more rounds), then read again ("spill" rounds). Sizes reach
+# each part; the tensor's amax (or a NaN, or an Inf) sits in the first chunk, the middle, or the last chunk.
 ONCHIP_SIZES = [
     ((1024, 1024), "bfloat16"),  # registers only
     ((3, 4096, 1024), "bfloat16"),  # registers + shared memory (12.6 M elements)

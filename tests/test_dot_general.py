@@ -660,3 +660,32 @@ def test_wide_residuals_keep_the_per_tensor_copies_the_backward_would_recompute(
     per_tensor = recipe != "fp8_block"
     assert seen.count(x.size) == (1 if per_tensor else 2), seen
     assert seen.count(w.size) == 1, seen
+
+
+def test_one_delayed_state_per_tensor_needs_one_spec():
+    """X's Fprop and Wgrad roles share one state: different DelayedScaling specs (E5M2 and E4M3) would quantize
+    Wgrad's X with a scale made for E5M2 (saturating at 448)."""
+    with pytest.raises(ValueError, match="fprop_lhs and Recipe.wgrad_lhs .* must be equal"):
+        mxprec.Recipe(name="mixed", fprop_lhs=DelayedScaling(mxprec.formats.E5M2), wgrad_lhs=DelayedScaling(mxprec.formats.E4M3))
+    mxprec.Recipe(name="same", fprop_lhs=DelayedScaling(mxprec.formats.E4M3), wgrad_lhs=DelayedScaling(mxprec.formats.E4M3))
+
+
+def test_state_dtype_is_checked_before_running():
+    r = mxprec.recipes.get("fp8_delayed")
+    x, w = jnp.ones((32, 128)), jnp.ones((128, 32))
+    for dt in (jnp.bfloat16, jnp.int32):
+        st = jax.tree.map(lambda v, dt=dt: v.astype(dt), mxprec.DotGeneralState.init(r))
+        with pytest.raises(TypeError, match=r"state.lhs \(amax_history, scale\) must be float32"):
+            mxprec.dot_general(x, w, (((1,), (0,)), ((), ())), recipe=r, state=st)
+
+
+def test_unquantized_fprop_pair_with_a_transposed_lhs_runs_under_jit():
+    """A custom recipe that quantizes only dY: Fprop's BF16 pair on the transposed X (lhs contracting dim 0), which
+    XLA's CPU runtime cannot run as a BF16 x BF16 -> F32 dot, equals the bf16 preset's result."""
+    dn = (((0,), (0,)), ((), ()))
+    x = jax.random.normal(jax.random.key(0), (128, 128))
+    w = jax.random.normal(jax.random.key(1), (128, 256))
+    r = mxprec.Recipe(name="grad_only_row", dgrad_grad=RowScaling(mxprec.formats.E5M2), wgrad_grad=RowScaling(mxprec.formats.E5M2))
+    got = jax.jit(lambda x, w: mxprec.dot_general(x, w, dn, recipe=r, preferred_element_type=jnp.float32))(x, w)
+    want = jax.jit(lambda x, w: mxprec.dot_general(x, w, dn, recipe="bf16", preferred_element_type=jnp.float32))(x, w)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-4)

@@ -1205,34 +1205,35 @@ __device__ __forceinline__ void cp_async_wait_group() {
 
 // onchip_kernel: per-tensor current scaling (amax_mode 0, not delayed; n % 8 == 0, x 16-byte and data 8-byte
 // aligned) with x read from DRAM once where it fits on chip, instead of amax_kernel + tensor_kernel (5 bytes moved
-// per bf16 element against 3). A cooperative grid of G = one 512-thread CTA per SM. Round r of the tensor is its
-// G x 512 chunks (r * G + blockIdx.x) * 512 + threadIdx.x (each CTA reads 8 KB of consecutive bf16 per round).
+// per bf16 element against 3). A cooperative grid of G = one CTA of T = 1024 threads per SM. Round r of the tensor
+// is its G x T chunks (r * G + blockIdx.x) * T + threadIdx.x (each CTA reads 16 KB of consecutive bf16 per round).
 // Rounds 0 .. kR - 1 stay in registers, the next kS in shared memory (cp.async), and the later ("spill") rounds
 // are read for their keys only. The CTAs max their keys into sync[0], meet at a grid barrier (sync[1]; the host
 // zeroes both), then write the codes: spill rounds first and newest first (the bytes read last are the likeliest
-// still in L2), then the held rounds. On the H200 (132 SMs) x stays on chip up to 132 * 512 * 8 * (12 + 28) =
-// 21.6 M bf16 / f16 elements (10.8 M f32). kHint: the spill rounds' first read asks L2 to keep them
+// still in L2), then the held rounds. On an H100 / H200 (132 SMs) x stays on chip up to 132 * 1024 * 8 * (2 + 14)
+// = 17.3 M bf16 / f16 elements (8.7 M f32). kHint: the spill rounds' first read asks L2 to keep them
 // (evict_last), their second read and every store to drop theirs first (evict_first). The codes are
-// tensor_kernel's (tensor_codes8).
-// Build knobs (A/B of the register split): threads per CTA, 16-bit chunks held in registers (f32: half as many),
-// and spill chunks per thread in flight in the first (keys) and second (codes) read.
+// tensor_kernel's (tensor_codes8). Measured (H100, bf16, % of copy, MXPREC_QUANTIZE_ONCHIP 0 / default):
+// 16384 x 4096 55.6-56.0 / 60.8-61.1, 4096 x 4096 50.2 / 59.4-59.9; 512 threads with 12 register rounds (more x
+// on chip, half the warps for the codes after the barrier) reached 58.8 / 53.6-54.5: the codes' arithmetic after
+// the barrier, not DRAM, bounds the kernel (benchmarks/results/quantize_onchip.md).
 #ifndef MXPREC_ONCHIP_THREADS
-#define MXPREC_ONCHIP_THREADS 512
+#define MXPREC_ONCHIP_THREADS 1024
 #endif
 constexpr int kOcThreads = MXPREC_ONCHIP_THREADS;
 #ifndef MXPREC_ONCHIP_REGS
-#define MXPREC_ONCHIP_REGS 12
+#define MXPREC_ONCHIP_REGS 2
 #endif
 #ifndef MXPREC_ONCHIP_UNROLL1
 #define MXPREC_ONCHIP_UNROLL1 4
 #endif
 #ifndef MXPREC_ONCHIP_UNROLL2
-#define MXPREC_ONCHIP_UNROLL2 4
+#define MXPREC_ONCHIP_UNROLL2 2
 #endif
 
 template <InType I>
 constexpr int oc_reg_chunks() {
-  return I == InType::kF32 ? (MXPREC_ONCHIP_REGS + 1) / 2 : MXPREC_ONCHIP_REGS;  // 48 registers of x per thread
+  return I == InType::kF32 ? (MXPREC_ONCHIP_REGS + 1) / 2 : MXPREC_ONCHIP_REGS;
 }
 template <InType I>
 constexpr int oc_spill_unroll(int pass) {
@@ -2211,8 +2212,8 @@ ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
 
 // MXPREC_QUANTIZE_ONCHIP picks per-tensor current scaling's kernels: 2 (or unset) onchip_kernel with its L2 cache
 // hints, 1 onchip_kernel without them, 0 amax_kernel + tensor_kernel (x read twice). Read at every launch, so that a
-// test or an A/B can switch it within one process; -1 for any other value. (H100, bf16, % of copy: 16384 x 4096
-// 55.9 / 56.7 / 58.8 for 0 / 1 / 2, 4096 x 4096 50.7 / 52.0 / 54.0.)
+// test or an A/B can switch it within one process; -1 for any other value. (H100, bf16, % of copy, 0 / 1 / 2:
+// 16384 x 4096 55.6-56.0 / 58.4-58.6 / 60.8-61.1, 4096 x 4096 50.2 / 54.0-54.5 / 59.4-59.9.)
 int onchip_mode() {
   const char* v = std::getenv("MXPREC_QUANTIZE_ONCHIP");
   if (v == nullptr || *v == '\0') return 2;

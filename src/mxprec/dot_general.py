@@ -25,6 +25,9 @@ uses the scales in ``state``; the backward returns the *updated* state as the co
 times in a differentiated function (a layer applied twice, ``lax.scan`` gradient accumulation),
 wrap it once at the top of that function with :func:`max_combining`: its leaves then travel in
 Flax's ``fp32_max_grad`` dtype and the per-use updates combine by ``max``, not by sum.
+Not supported: differentiating ``jax.vmap(dot_general)`` with one *unbatched* delayed-scaling state (vmap sums the
+state's per-example cotangents, which fails in that dtype with ``TypeError: Cannot interpret 'fp8_meta32'``, and a
+sum would be the wrong combine anyway): fold the mapped axis into a batch or M dimension, or map a batched state.
 
 Remat: the output is tagged ``checkpoint_name(y, "mxprec_gemm")``; see
 :func:`mxprec.training.remat_policy`.
@@ -480,6 +483,12 @@ def _check_state(recipe: Recipe, state, desc: str, op: str = "dot_general") -> N
                 f"{op}: recipe {recipe.name!r} state.{t} should have (amax_history, scale) shapes {want}, "
                 f"got {got} (DotGeneralState.init(recipe) makes one): {desc}"
             )
+        if sub is not None:
+            dtypes = (jnp.result_type(sub.amax_history), jnp.result_type(sub.scale))
+            # float32, or Flax's max-combining fp32_max_grad (mxprec.max_combining)
+            if any(d != jnp.float32 and d != fp32_max_grad for d in dtypes):
+                raise TypeError(f"{op}: state.{t} (amax_history, scale) must be float32, got dtypes "
+                                f"({dtypes[0]}, {dtypes[1]}): {desc}")
 
 
 def dot_general(

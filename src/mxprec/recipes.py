@@ -49,6 +49,8 @@ from mxprec.scaling import (
 __all__ = ["ROLES", "Recipe", "aliases", "get", "names"]
 
 ROLES = ("fprop_lhs", "fprop_rhs", "dgrad_grad", "dgrad_rhs", "wgrad_lhs", "wgrad_grad")
+# The two roles of each tensor: X ("lhs"), W ("rhs"), dY ("grad").
+_TENSOR_ROLES = {"lhs": ("fprop_lhs", "wgrad_lhs"), "rhs": ("fprop_rhs", "dgrad_rhs"), "grad": ("dgrad_grad", "wgrad_grad")}
 _GEMM_OF_ROLE = {
     "fprop_lhs": "fprop",
     "fprop_rhs": "fprop",
@@ -96,6 +98,13 @@ class Recipe:
             spec = getattr(self, role)
             if spec is not None and not hasattr(spec, "kind"):
                 raise TypeError(f"Recipe.{role} must be a scaling spec or None, got {spec!r}")
+        # One delayed-scaling state per tensor (delayed_spec): its two roles' DelayedScaling specs must agree, or
+        # the second role would quantize with a scale made for the first one's format.
+        for a, b in _TENSOR_ROLES.values():
+            sa, sb = getattr(self, a), getattr(self, b)
+            if isinstance(sa, DelayedScaling) and isinstance(sb, DelayedScaling) and sa != sb:
+                raise ValueError(f"Recipe.{a} and Recipe.{b} quantize the same tensor with one delayed-scaling state, "
+                                 f"so their DelayedScaling specs must be equal: {sa!r} vs {sb!r}")
 
     # ------------------------------------------------------------------ queries
     def spec(self, role: str) -> ScalingSpec | None:
@@ -113,9 +122,7 @@ class Recipe:
 
     def delayed_spec(self, tensor: Literal["lhs", "rhs", "grad"]) -> DelayedScaling | None:
         """The DelayedScaling of X ("lhs"), W ("rhs") or dY ("grad"), if any."""
-        roles = {"lhs": ("fprop_lhs", "wgrad_lhs"), "rhs": ("fprop_rhs", "dgrad_rhs"),
-                 "grad": ("dgrad_grad", "wgrad_grad")}[tensor]
-        for r in roles:
+        for r in _TENSOR_ROLES[tensor]:
             if isinstance(getattr(self, r), DelayedScaling):
                 return getattr(self, r)
         return None

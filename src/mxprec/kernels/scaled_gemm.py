@@ -208,6 +208,12 @@ def _xla_scaled_gemm(
         sl, sr = _row_scale_for_output(lhs, lhs_contract, True), _row_scale_for_output(rhs, rhs_contract, False)
         return _apply_scales(acc, sl, sr).astype(out_dtype)
     if not isinstance(lhs, QTensor) and not isinstance(rhs, QTensor):
+        if jax.default_backend() == "cpu" and (lhs.dtype != jnp.float32 or rhs.dtype != jnp.float32):
+            # XLA's CPU runtime has no BF16 x BF16 -> F32 dot for some layouts ("Unsupported element type for
+            # DotThunk"): widen first. 16-bit products are exact in FP32, so the result is the same.
+            lhs, rhs = lhs.astype(jnp.float32), rhs.astype(jnp.float32)
+            return lax.dot_general(lhs, rhs, dims, precision=lax.Precision.HIGHEST,
+                                   preferred_element_type=jnp.float32).astype(out_dtype)
         return lax.dot_general(lhs, rhs, dims, preferred_element_type=jnp.float32).astype(out_dtype)
     if jax.default_backend() == "gpu" and _bf16_exact(lhs) and _bf16_exact(rhs):
         # BF16 holds every dequantized element exactly: a BF16 dot with FP32 accumulation (NVFP4's FP32
