@@ -1216,7 +1216,7 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // tensor_kernel's (tensor_codes8). Measured (H100, bf16, % of copy, MXPREC_QUANTIZE_ONCHIP 0 / default):
 // 16384 x 4096 55.6-56.0 / 60.8-61.1, 4096 x 4096 50.2 / 59.4-59.9; 512 threads with 12 register rounds (more x
 // on chip, half the warps for the codes after the barrier) reached 58.8 / 53.6-54.5: the codes' arithmetic after
-// the barrier, not DRAM, bounds the kernel (benchmarks/results/quantize_onchip.md).
+// the barrier, not DRAM, bounds the kernel (benchmarks/results/h100_quantize_onchip.md).
 #ifndef MXPREC_ONCHIP_THREADS
 #define MXPREC_ONCHIP_THREADS 1024
 #endif
@@ -1398,7 +1398,7 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
       if (live(u)) emit(chunk(r0 - u), t[u]);
     }
   }
-#pragma unroll 1  // (unrolled, the 28 chunk addresses stay live across the loop: spills)
+#pragma unroll 1  // (unrolled, the kS chunk addresses stay live across the loop: spills)
   for (int j = 0; j < kS; ++j) {
     const int64_t k = chunk(kR + j);
     if (k < nck) emit(k, held[j * kOcThreads + threadIdx.x]);
