@@ -46,10 +46,10 @@ def _check_real(g) -> None:
 
 def _finite_flag(finite) -> jax.Array:
     """``finite`` as a bool ``()`` (all_finite's result); a shaped flag would broadcast the state's scalars."""
-    if jnp.asarray(finite).dtype != jnp.bool_:
-        # a float NaN (or any number) converted to bool would read as True: "finite"
-        raise ValueError(f"finite must be a bool scalar (all_finite's result), got dtype {jnp.asarray(finite).dtype}")
     finite = jnp.asarray(finite)
+    if finite.dtype != jnp.bool_:
+        # a float NaN (or any number) converted to bool would read as True: "finite"
+        raise ValueError(f"finite must be a bool scalar (all_finite's result), got dtype {finite.dtype}")
     if finite.shape != ():
         raise ValueError(f"finite must be a bool scalar (all_finite's result), got shape {finite.shape}")
     return finite
