@@ -25,8 +25,10 @@
 #   quant        benchmarks/cuda_quantize.py (all kinds)
 #   quant-ab     cuda_quantize.py per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so;
 #                QUANT_KERNELS, QUANT_SHAPES, QUANT_ARGS e.g. --no-peer), for same-call A/B of kernel variants
-#   onchip-ab    per-tensor current scaling in one read (onchip_kernel): its GPU tests, then cuda_quantize.py with
+#   onchip-ab    per-tensor current scaling in one read (onchip_kernel): its GPU tests per library, then cuda_quantize.py with
 #                MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2 (ab libraries: 1 / 2), ONCHIP_ROUNDS (default 1), QUANT_SHAPES
+#   onchip-trace onchip_kernel's phase timings (benchmarks/onchip_trace.py) from each build-cuda/trace/*.so, a
+#                -DMXPREC_ONCHIP_TRACE build of the library (QUANT_SHAPES, default 16384x4096,4096x4096)
 #   onchip-llama:ARMS each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
 #   gemm-ab:SHAPES  benchmarks/gemm.py --backend ffi per library (GEMM_RECIPES, default fp8_block)
 #   llama:ARMS   one process per arm of the llama3_8b_4layer step, e.g. llama:bf16,fp8_current,flax_fp8;
@@ -342,7 +344,10 @@ for stage in "$@"; do
       # (tensor_e4m3, delayed_e4m3 as the control): the built library with MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2, each
       # build-cuda/ab/*.so with 1 / 2, ONCHIP_ROUNDS rounds (default 1), QUANT_SHAPES (default
       # 16384x4096,8192x4096,4096x4096)
-      step onchip_tests "$PY" -m pytest -q -x tests/test_cuda_quantize.py -k "one_read or kernel_switch"
+      for lib in "${AB_LIBS[@]}"; do
+        step "onchip_tests_$(basename "$lib" .so)" env MXPREC_CUDA_LIBRARY="$lib" "$PY" -m pytest -q -x \
+          tests/test_cuda_quantize.py -k "one_read or kernel_switch"
+      done
       for ((round = 1; round <= ${ONCHIP_ROUNDS:-1}; round++)); do
         for lib in "${AB_LIBS[@]}"; do
           name="$(basename "$lib" .so)"
@@ -354,6 +359,12 @@ for stage in "$@"; do
               --shapes "${QUANT_SHAPES:-16384x4096,8192x4096,4096x4096}" --out "$R/quant_onchip${knob}_${name}_$round"
           done
         done
+      done ;;
+    onchip-trace)  # onchip_kernel's phase timings from each trace build
+      for lib in "$PWD"/build-cuda/trace/*.so; do
+        name="$(basename "$lib" .so)"
+        step "onchip_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/onchip_trace.py \
+          --shapes "${QUANT_SHAPES:-16384x4096,4096x4096}" --out "$R/onchip_$name"
       done ;;
     onchip-llama:*)  # onchip-llama:ARMS: each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved, LLAMA_PAIRS rounds
       knob_rounds MXPREC_QUANTIZE_ONCHIP onchip "${stage#onchip-llama:}" ;;

@@ -421,6 +421,57 @@ __device__ __forceinline__ uint2 in_band_fp8_codes8(const float (&x)[8], PAt p, 
   return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
 }
 
+// Per-tensor scaling of bf16 inputs without the division's FMA corrections. For a kDiv scale s in [2**-80, 2**102)
+// the candidates are, per element:
+// - one multiply, RN(x * r) with r = RN(1 / s);
+// - a multiply and an FMA, RN(x * zh + RN(x * zl)) with zh = RD(1 / s) and zl = RN((1 - zh * s) * zh) >= 0
+//   (1 - zh * s is exact in one FMA; zl >= 0 gives +-0 the sign of x).
+// BF16Certificate says which give every bf16 x with |RN(x * r)| <= 2**20 (the Markstein band) the FP8 code of
+// RN(x / s); the CTA decides it (every thread calls it) from at most 1152 divisions:
+// - x = m * 2**e with m in [1, 2) (7 fraction bits), s = ms * 2**es: every quotient is (m / ms) * 2**(e - es) or
+//   its two-term form, rounded, and RN commutes with powers of two in FP32's normal range (x * zl too: 1 - zh * s
+//   is 0 or at least 2**-48, so |x * zl| >= 2**-68 where |x / s| >= 2**-20). Where the quotients lie in the FP8
+//   format's normal range, the code (saturating) is a function of the quotient rounded to the format's mantissa
+//   with unbounded exponent, which commutes with powers of two too: one exponent per mantissa (q in (1, 4))
+//   decides every such x.
+// - The binades around the subnormal codes and zero (q in (2**-13, 2**-4) for E4M3, (2**-20, 2**-12) for E5M2)
+//   are checked exponent by exponent: every bf16 x there, 128 per binade.
+// - Smaller quotients are below half the smallest subnormal for all three: code +-0 with x's sign; so are the
+//   subnormal x (flushed by the reference; |x * r| < 2**-46 here).
+// On scales amax / 448 of bf16 amaxes (tests/test_cuda_quantize.py) the single multiply was certified for about
+// 78 % of them (x / s lies within an ulp of an FP8 midpoint for some m otherwise), the two-term form for all.
+struct BF16Certificate {
+  bool one, two;
+  float zh, zl;
+};
+template <int kBlock>
+__device__ __forceinline__ BF16Certificate cta_bf16_certificate(float s, float r, bool e5m2) {
+  const float zh = __frcp_rd(s), zl = __fmul_rn(__fmaf_rn(-zh, s, 1.0f), zh);
+  const int es = static_cast<int>((__float_as_uint(s) >> 23) & 0xFFu) - 127;
+  const int tlo = e5m2 ? -19 : -12, nb = e5m2 ? 7 : 8;  // binades t of x / s, then the normal one (t = 1)
+  bool one = true, two = true;
+  for (int i = threadIdx.x; i < 128 * (nb + 1); i += kBlock) {
+    const int b = i >> 7, be = es + (b == nb ? 1 : tlo + b) + 127;
+    if (be < 1 || be > 254) continue;  // (no such normal bf16 x)
+    const float x = __uint_as_float((static_cast<uint32_t>(be) << 23) | (static_cast<uint32_t>(i & 127) << 16));
+    const uint32_t want = fp8x4(__fdiv_rn(x, s), 0.0f, 0.0f, 0.0f, e5m2);
+    one = one && fp8x4(__fmul_rn(x, r), 0.0f, 0.0f, 0.0f, e5m2) == want;
+    two = two && fp8x4(__fmaf_rn(x, zh, __fmul_rn(x, zl)), 0.0f, 0.0f, 0.0f, e5m2) == want;
+  }
+  return BF16Certificate{__syncthreads_and(one) != 0, __syncthreads_and(two) != 0, zh, zl};
+}
+// FP8 codes of 8 elements by RN(x * r) / RN(x * zh + RN(x * zl)) (where cta_bf16_certificate holds).
+__device__ __forceinline__ uint2 mul_fp8_codes8(const float (&x)[8], float r, bool e5m2) {
+  return make_uint2(fp8x4(__fmul_rn(x[0], r), __fmul_rn(x[1], r), __fmul_rn(x[2], r), __fmul_rn(x[3], r), e5m2),
+                    fp8x4(__fmul_rn(x[4], r), __fmul_rn(x[5], r), __fmul_rn(x[6], r), __fmul_rn(x[7], r), e5m2));
+}
+__device__ __forceinline__ uint2 two_term_fp8_codes8(const float (&x)[8], float zh, float zl, bool e5m2) {
+  float q[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = __fmaf_rn(x[i], zh, __fmul_rn(x[i], zl));
+  return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
+}
+
 // Which fast_quotients form serves n per-column scales sat(c) with reciprocals rat(c): kColsMul every
 // scale kMul, kColsDiv every scale kDiv with a reciprocal, kColsGeneric neither (mixed / exact / zero
 // modes: codes8 per element).
@@ -1230,6 +1281,15 @@ constexpr int kOcThreads = MXPREC_ONCHIP_THREADS;
 #ifndef MXPREC_ONCHIP_UNROLL2
 #define MXPREC_ONCHIP_UNROLL2 2
 #endif
+#ifndef MXPREC_ONCHIP_TBAND
+#define MXPREC_ONCHIP_TBAND 1
+#endif
+#ifndef MXPREC_ONCHIP_CERT  // 1: bf16 codes by the certified multiply or two-term form, 2: two-term only, 0: neither
+#define MXPREC_ONCHIP_CERT 1
+#endif
+#ifndef MXPREC_ONCHIP_STAGE
+#define MXPREC_ONCHIP_STAGE 0
+#endif
 
 template <InType I>
 constexpr int oc_reg_chunks() {
@@ -1305,8 +1365,33 @@ __device__ __forceinline__ void grid_barrier(uint32_t* counter) {
   __syncthreads();
 }
 
+// MXPREC_ONCHIP_TRACE (a diagnostic build, never the default): thread 0 of CTAs 0, G / 2 and G - 1 prints at the end
+// of every launch its SM clock at the phase boundaries (each mark after a __syncthreads: the whole CTA's time) and
+// the global timer at entry, after the grid barrier and at the end (benchmarks/h200_session.sh onchip-trace).
+#ifdef MXPREC_ONCHIP_TRACE
+__device__ __forceinline__ uint64_t oc_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define OC_MARK(i)                                 \
+  do {                                             \
+    __syncthreads();                               \
+    if (threadIdx.x == 0) oc_marks[i] = clock64(); \
+  } while (0)
+#else
+#define OC_MARK(i) \
+  do {             \
+  } while (0)
+#endif
+
 template <InType I, bool kFp8, bool kHint>
 __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t* sync) {
+#ifdef MXPREC_ONCHIP_TRACE
+  long long oc_marks[8] = {};
+  uint64_t oc_g[3] = {oc_globaltimer(), 0, 0};
+#endif
+  OC_MARK(0);
   constexpr int kR = oc_reg_chunks<I>(), kS = oc_smem_chunks<I>();
   constexpr int kU1 = oc_spill_unroll<I>(1), kU2 = oc_spill_unroll<I>(2);
   constexpr int kPieces = static_cast<int>(sizeof(Raw<I>) / 16);
@@ -1326,17 +1411,37 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
     const int64_t k = chunk(j);
     reg[j] = k < nck ? load_raw<I>(a.x, k * 8) : Raw<I>{};  // zeros past the end: key 0
   }
-#pragma unroll
-  for (int j = 0; j < kS; ++j) {
-    const int64_t k = chunk(kR + j);
-    if (k < nck) {
-      const char* src = static_cast<const char*>(a.x) + k * 8 * in_bytes<I>();
-#pragma unroll
-      for (int i = 0; i < kPieces; ++i) cp_async16(reinterpret_cast<uint4*>(&held[j * kOcThreads + threadIdx.x]) + i, src + 16 * i);
-    }
-  }
-  cp_async_commit();
   uint32_t acc = 0;
+  if constexpr (MXPREC_ONCHIP_STAGE) {  // through registers, kU1 rounds in flight; the keys on the way
+#pragma unroll
+    for (int j0 = 0; j0 < kS; j0 += kU1) {
+      Raw<I> t[kU1];
+#pragma unroll
+      for (int u = 0; u < kU1; ++u) {
+        const int64_t k = chunk(kR + j0 + u);
+        if (j0 + u < kS && k < nck) t[u] = load_raw<I>(a.x, k * 8);
+      }
+#pragma unroll
+      for (int u = 0; u < kU1; ++u) {
+        if (j0 + u < kS && chunk(kR + j0 + u) < nck) {
+          acc = max(acc, raw_key<I>(t[u]));
+          held[(j0 + u) * kOcThreads + threadIdx.x] = t[u];
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kS; ++j) {
+      const int64_t k = chunk(kR + j);
+      if (k < nck) {
+        const char* src = static_cast<const char*>(a.x) + k * 8 * in_bytes<I>();
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) cp_async16(reinterpret_cast<uint4*>(&held[j * kOcThreads + threadIdx.x]) + i, src + 16 * i);
+      }
+    }
+    cp_async_commit();
+  }
+  OC_MARK(1);  // every load of the held rounds issued
   for (int64_t r0 = kR + kS; r0 < rounds; r0 += kU1) {
     Raw<I> t[kU1];
 #pragma unroll
@@ -1352,19 +1457,28 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
     for (int u = 0; u < kU1; ++u) acc = max(acc, raw_key<I>(t[u]));
   }
 #pragma unroll
+  OC_MARK(2);  // the spill rounds' keys
   for (int j = 0; j < kR; ++j) acc = max(acc, raw_key<I>(reg[j]));
-  cp_async_wait_all();
+  if constexpr (!MXPREC_ONCHIP_STAGE) {
+    cp_async_wait_all();
+    OC_MARK(3);  // the held rounds landed
 #pragma unroll 4
-  for (int j = 0; j < kS; ++j) {
-    if (chunk(kR + j) < nck) acc = max(acc, raw_key<I>(held[j * kOcThreads + threadIdx.x]));
+    for (int j = 0; j < kS; ++j) {
+      if (chunk(kR + j) < nck) acc = max(acc, raw_key<I>(held[j * kOcThreads + threadIdx.x]));
+    }
   }
   block_amax<kOcThreads>(sync, acc);
+  OC_MARK(4);  // the CTA's keys maxed into sync[0]
 
   // The tensor amax, once every CTA has maxed its part into sync[0].
   grid_barrier(sync + 1);
   __shared__ uint32_t amax_bits;
   if (threadIdx.x == 0) amax_bits = ld_acquire_gpu(sync);
   __syncthreads();
+  OC_MARK(5);  // past the grid barrier
+#ifdef MXPREC_ONCHIP_TRACE
+  oc_g[1] = oc_globaltimer();
+#endif
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
   const float s = tensor_scale(__uint_as_float(amax_bits), f);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -1374,10 +1488,21 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   }
   const ElemScale es = scaled_elem_scale(s);
   const float rc = recip_of_divisor(es);
+  // MXPREC_ONCHIP_TBAND: markstein_band decided once from the tensor's amax key, which bounds every chunk's key
+  // (RN(key * r) is monotone in the key; a NaN anywhere or a floored scale fails it), instead of per chunk.
+  const bool band = MXPREC_ONCHIP_TBAND && kFp8 && markstein_band(es, rc, amax_bits);
+  // MXPREC_ONCHIP_CERT: bf16 codes without the FMA corrections where cta_bf16_certificate allows (in the band).
+  const bool e5m2 = f == ElemFormat::kE5M2;
+  BF16Certificate cert{false, false, 0.0f, 0.0f};
+  if (MXPREC_ONCHIP_CERT && I == InType::kBF16 && band) cert = cta_bf16_certificate<kOcThreads>(es.p, rc, e5m2);
+  cert.one = cert.one && MXPREC_ONCHIP_CERT == 1;  // (2: the two-term form only, for A / B)
   auto emit = [&](int64_t k, const Raw<I>& raw) {
     float v[8];
     to_f32<I>(raw, v);
-    const uint2 c = tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f);
+    const uint2 c = cert.one   ? mul_fp8_codes8(v, rc, e5m2)
+                    : cert.two ? two_term_fp8_codes8(v, cert.zh, cert.zl, e5m2)
+                    : band     ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
+                               : tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f);
     if constexpr (kHint) {
       store_u2_hint(a.data + k * 8, c, drop);
     } else {
@@ -1398,17 +1523,35 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
       if (live(u)) emit(chunk(r0 - u), t[u]);
     }
   }
-#pragma unroll 1  // (unrolled, the kS chunk addresses stay live across the loop: spills)
+  OC_MARK(6);  // the spill rounds' codes
+#pragma unroll 1  // (unrolled, the kS chunk addresses stay live across the loop: spills; by 2: 2 points slower)
   for (int j = 0; j < kS; ++j) {
     const int64_t k = chunk(kR + j);
     if (k < nck) emit(k, held[j * kOcThreads + threadIdx.x]);
   }
+  OC_MARK(7);  // the shared-memory rounds' codes
 #pragma unroll
   for (int j = 0; j < kR; ++j) {
     const int64_t k = chunk(j);
     if (k < nck) emit(k, reg[j]);
   }
+#ifdef MXPREC_ONCHIP_TRACE
+  __syncthreads();
+  oc_g[2] = oc_globaltimer();
+  const long long end = clock64();
+  const unsigned b = blockIdx.x;
+  if (threadIdx.x == 0 && (b == 0 || b == gridDim.x / 2 || b == gridDim.x - 1)) {
+    printf("oc_trace n=%lld cta=%u g_entry=%llu g_bar=%llu g_end=%llu issue=%lld spillkeys=%lld landed=%lld "
+           "amax=%lld barrier=%lld spillcodes=%lld smemcodes=%lld end=%lld\n",
+           static_cast<long long>(a.n), b, static_cast<unsigned long long>(oc_g[0]),
+           static_cast<unsigned long long>(oc_g[1]), static_cast<unsigned long long>(oc_g[2]),
+           oc_marks[1] - oc_marks[0], oc_marks[2] - oc_marks[0], oc_marks[3] - oc_marks[0],
+           oc_marks[4] - oc_marks[0], oc_marks[5] - oc_marks[0], oc_marks[6] - oc_marks[0],
+           oc_marks[7] - oc_marks[0], end - oc_marks[0]);
+  }
+#endif
 }
+#undef OC_MARK
 
 // Axis-2 groups of one row segment (gh == 1, gw % 8 == 0, gw / 8 <= kBlock * kChunks: row scaling of
 // rows up to 4096 elements with 128 threads x 4 chunks, 8192 with 128 x 8, 16384 with 512 x 4), FP8 only. A persistent CTA
