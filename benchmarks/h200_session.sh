@@ -26,7 +26,8 @@
 #   quant-ab     cuda_quantize.py per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so;
 #                QUANT_KERNELS, QUANT_SHAPES, QUANT_ARGS e.g. --no-peer), for same-call A/B of kernel variants
 #   onchip-ab    per-tensor current scaling in one read (onchip_kernel): its GPU tests per library, then cuda_quantize.py with
-#                MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2 (ab libraries: 1 / 2), ONCHIP_ROUNDS (default 1), QUANT_SHAPES
+#                MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2 (ab libraries: 1 / 2; ONCHIP_KNOBS / ONCHIP_AB_KNOBS override),
+#                ONCHIP_ROUNDS (default 1), QUANT_SHAPES
 #   onchip-trace onchip_kernel's phase timings (benchmarks/onchip_trace.py) from each build-cuda/trace/*.so, a
 #                -DMXPREC_ONCHIP_TRACE build of the library (QUANT_SHAPES, default 16384x4096,4096x4096)
 #   onchip-llama:ARMS each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
@@ -344,15 +345,16 @@ for stage in "$@"; do
       # (tensor_e4m3, delayed_e4m3 as the control): the built library with MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2, each
       # build-cuda/ab/*.so with 1 / 2, ONCHIP_ROUNDS rounds (default 1), QUANT_SHAPES (default
       # 16384x4096,8192x4096,4096x4096)
-      for lib in "${AB_LIBS[@]}"; do
+      for lib in "${AB_LIBS[@]}"; do  # ONCHIP_TEST_LIBS: only these library names (e.g. "libmxprec_cuda mix")
+        [ -n "${ONCHIP_TEST_LIBS:-}" ] && [[ " $ONCHIP_TEST_LIBS " != *" $(basename "$lib" .so) "* ]] && continue
         step "onchip_tests_$(basename "$lib" .so)" env MXPREC_CUDA_LIBRARY="$lib" "$PY" -m pytest -q -x \
-          tests/test_cuda_quantize.py -k "one_read or kernel_switch"
+          tests/test_cuda_quantize.py -k "one_read or kernel_switch or certificate"
       done
       for ((round = 1; round <= ${ONCHIP_ROUNDS:-1}; round++)); do
         for lib in "${AB_LIBS[@]}"; do
           name="$(basename "$lib" .so)"
-          knobs="1 2"
-          [ "$lib" = "${AB_LIBS[0]}" ] && knobs="0 1 2"
+          knobs="${ONCHIP_AB_KNOBS:-1 2}"
+          [ "$lib" = "${AB_LIBS[0]}" ] && knobs="${ONCHIP_KNOBS:-0 1 2}"
           for knob in $knobs; do
             step "quant_onchip${knob}_${name}_$round" env MXPREC_CUDA_LIBRARY="$lib" MXPREC_QUANTIZE_ONCHIP="$knob" \
               "$PY" benchmarks/cuda_quantize.py --kernels tensor_e4m3,delayed_e4m3 --no-peer \

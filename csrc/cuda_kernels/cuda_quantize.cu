@@ -430,7 +430,7 @@ __device__ __forceinline__ uint2 in_band_fp8_codes8(const float (&x)[8], PAt p, 
 // RN(x / s); the CTA decides it (every thread calls it) from at most 1152 divisions:
 // - x = m * 2**e with m in [1, 2) (7 fraction bits), s = ms * 2**es: every quotient is (m / ms) * 2**(e - es) or
 //   its two-term form, rounded, and RN commutes with powers of two in FP32's normal range (x * zl too: 1 - zh * s
-//   is 0 or at least 2**-48, so |x * zl| >= 2**-68 where |x / s| >= 2**-20). Where the quotients lie in the FP8
+//   is 0 or at least 2**-47, so |x * zl| >= 2**-68 where |x / s| >= 2**-20). Where the quotients lie in the FP8
 //   format's normal range, the code (saturating) is a function of the quotient rounded to the format's mantissa
 //   with unbounded exponent, which commutes with powers of two too: one exponent per mantissa (q in (1, 4))
 //   decides every such x.
@@ -438,8 +438,10 @@ __device__ __forceinline__ uint2 in_band_fp8_codes8(const float (&x)[8], PAt p, 
 //   are checked exponent by exponent: every bf16 x there, 128 per binade.
 // - Smaller quotients are below half the smallest subnormal for all three: code +-0 with x's sign; so are the
 //   subnormal x (flushed by the reference; |x * r| < 2**-46 here).
-// On scales amax / 448 of bf16 amaxes (tests/test_cuda_quantize.py) the single multiply was certified for about
-// 78 % of them (x / s lies within an ulp of an FP8 midpoint for some m otherwise), the two-term form for all.
+// Over the scales amax / max_finite of every bf16 amax the single multiply is certified for 79.5 % (E4M3) / 84 %
+// (E5M2) of them (otherwise some m / s lies within an ulp of an FP8 rounding boundary), the two-term form for all
+// (a review's exhaustive check; tests/test_cuda_quantize.py proves the soundness on the CPU). Used by onchip_kernel
+// under MXPREC_ONCHIP_CERT (off by default: not yet run on a GPU).
 struct BF16Certificate {
   bool one, two;
   float zh, zl;
@@ -1264,10 +1266,12 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // still in L2), then the held rounds. On an H100 / H200 (132 SMs) x stays on chip up to 132 * 1024 * 8 * (2 + 14)
 // = 17.3 M bf16 / f16 elements (8.7 M f32). kHint: the spill rounds' first read asks L2 to keep them
 // (evict_last), their second read and every store to drop theirs first (evict_first). The codes are
-// tensor_kernel's (tensor_codes8). Measured (H100, bf16, % of copy, MXPREC_QUANTIZE_ONCHIP 0 / default):
-// 16384 x 4096 55.6-56.0 / 60.8-61.1, 4096 x 4096 50.2 / 59.4-59.9; 512 threads with 12 register rounds (more x
-// on chip, half the warps for the codes after the barrier) reached 58.8 / 53.6-54.5: the codes' arithmetic after
-// the barrier, not DRAM, bounds the kernel (benchmarks/results/h100_quantize_onchip.md).
+// tensor_kernel's (tensor_codes8), with markstein_band decided once from the tensor amax (MXPREC_ONCHIP_TBAND).
+// Measured (H100, bf16, % of copy, MXPREC_QUANTIZE_ONCHIP 0 / default): 16384 x 4096 55.9 / 63.4, 4096 x 4096
+// 50.2 / 64.2 (h100_quantize_onchip_tband.md; the band per chunk: 61.2 / 59.9); 512 threads with 12 register rounds
+// (more x on chip, half the warps for the codes after the barrier) reached 58.8 / 53.6-54.5: the codes' arithmetic
+// after the barrier, not DRAM, bounds the kernel (h100_quantize_onchip.md). A trace build (MXPREC_ONCHIP_TRACE,
+// benchmarks/onchip_trace.py) puts 7.7 + 1.1 us of 31 at 4096 x 4096 in the held rounds' codes after the barrier.
 #ifndef MXPREC_ONCHIP_THREADS
 #define MXPREC_ONCHIP_THREADS 1024
 #endif
@@ -1285,10 +1289,14 @@ constexpr int kOcThreads = MXPREC_ONCHIP_THREADS;
 #define MXPREC_ONCHIP_TBAND 1
 #endif
 #ifndef MXPREC_ONCHIP_CERT  // 1: bf16 codes by the certified multiply or two-term form, 2: two-term only, 0: neither
-#define MXPREC_ONCHIP_CERT 1
+                             // (0 by default until it has run on a GPU)
+#define MXPREC_ONCHIP_CERT 0
 #endif
-#ifndef MXPREC_ONCHIP_STAGE
+#ifndef MXPREC_ONCHIP_STAGE  // 1: the held rounds through registers, keys on the way (built, not yet measured)
 #define MXPREC_ONCHIP_STAGE 0
+#endif
+#ifndef MXPREC_ONCHIP_MIX  // 1: shared-memory rounds' codes inside the spill loop (built, not yet measured)
+#define MXPREC_ONCHIP_MIX 0
 #endif
 
 template <InType I>
@@ -1456,8 +1464,8 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
 #pragma unroll
     for (int u = 0; u < kU1; ++u) acc = max(acc, raw_key<I>(t[u]));
   }
-#pragma unroll
   OC_MARK(2);  // the spill rounds' keys
+#pragma unroll
   for (int j = 0; j < kR; ++j) acc = max(acc, raw_key<I>(reg[j]));
   if constexpr (!MXPREC_ONCHIP_STAGE) {
     cp_async_wait_all();
@@ -1488,8 +1496,9 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   }
   const ElemScale es = scaled_elem_scale(s);
   const float rc = recip_of_divisor(es);
-  // MXPREC_ONCHIP_TBAND: markstein_band decided once from the tensor's amax key, which bounds every chunk's key
-  // (RN(key * r) is monotone in the key; a NaN anywhere or a floored scale fails it), instead of per chunk.
+  // MXPREC_ONCHIP_TBAND (default 1): markstein_band decided once from the tensor's amax key, which bounds every
+  // chunk's key (RN(key * r) is monotone in the key; a NaN anywhere or a floored scale fails it), instead of per
+  // chunk (+2.2 / +4.3 points of copy at 16384 x 4096 / 4096 x 4096 on the H100).
   const bool band = MXPREC_ONCHIP_TBAND && kFp8 && markstein_band(es, rc, amax_bits);
   // MXPREC_ONCHIP_CERT: bf16 codes without the FMA corrections where cta_bf16_certificate allows (in the band).
   const bool e5m2 = f == ElemFormat::kE5M2;
@@ -1510,13 +1519,21 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
     }
   };
 
-  // Phase 2: the spill rounds again (newest first), then shared memory, then registers.
+  // Phase 2: the spill rounds again (newest first), then shared memory, then registers. MXPREC_ONCHIP_MIX: one
+  // shared-memory round's codes in each spill iteration, while its loads are in flight (the spill loop waits on
+  // DRAM / L2; the held rounds' codes after it had nothing to overlap with).
+  int js = 0;  // the shared-memory rounds done
   for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU2) {
     Raw<I> t[kU2];
     auto live = [&](int u) { return r0 - u >= kR + kS && chunk(r0 - u) < nck; };
 #pragma unroll
     for (int u = 0; u < kU2; ++u) {
       if (live(u)) t[u] = kHint ? load_raw_hint<I>(a.x, chunk(r0 - u) * 8, drop) : load_raw<I>(a.x, chunk(r0 - u) * 8);
+    }
+    if (MXPREC_ONCHIP_MIX && js < kS) {
+      const int64_t k = chunk(kR + js);
+      if (k < nck) emit(k, held[js * kOcThreads + threadIdx.x]);
+      ++js;
     }
 #pragma unroll
     for (int u = 0; u < kU2; ++u) {
@@ -1525,7 +1542,7 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   }
   OC_MARK(6);  // the spill rounds' codes
 #pragma unroll 1  // (unrolled, the kS chunk addresses stay live across the loop: spills; by 2: 2 points slower)
-  for (int j = 0; j < kS; ++j) {
+  for (int j = js; j < kS; ++j) {
     const int64_t k = chunk(kR + j);
     if (k < nck) emit(k, held[j * kOcThreads + threadIdx.x]);
   }
