@@ -27,7 +27,7 @@
 #                QUANT_KERNELS, QUANT_SHAPES, QUANT_ARGS e.g. --no-peer), for same-call A/B of kernel variants
 #   onchip-ab    per-tensor current scaling in one read (onchip_kernel): its GPU tests per library, then cuda_quantize.py with
 #                MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2 (ab libraries: 1 / 2; ONCHIP_KNOBS / ONCHIP_AB_KNOBS override),
-#                ONCHIP_ROUNDS (default 1), QUANT_SHAPES
+#                ONCHIP_ROUNDS (default 1), QUANT_SHAPES, ONCHIP_TEST_LIBS (test only these library names)
 #   onchip-trace onchip_kernel's phase timings (benchmarks/onchip_trace.py) from each build-cuda/trace/*.so, a
 #                -DMXPREC_ONCHIP_TRACE build of the library (QUANT_SHAPES, default 16384x4096,4096x4096)
 #   onchip-llama:ARMS each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
