@@ -418,6 +418,10 @@ def test_fma32_emulation_is_correctly_rounded():
         assert got[i] == best, (a[i], b[i], c[i])
 
 
+_FP8_OF = {False: ml_dtypes.float8_e4m3fn, True: ml_dtypes.float8_e5m2}
+_EVERY_BF16 = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)  # every bf16 pattern, as FP32
+
+
 def _fp8_codes(v: np.ndarray, dtype) -> np.ndarray:
     mx = float(ml_dtypes.finfo(dtype).max)
     return np.clip(v, -mx, mx).astype(dtype).view(np.uint8)  # saturating RNE, like cvt.rn.satfinite
@@ -431,13 +435,12 @@ def _division_cases():
     rng = np.random.default_rng(7)
     scales = _DIVISION_SCALES + list(np.exp2(rng.uniform(-80, 102, 40)) * rng.uniform(1, 2, 40))
     scales += [2.0**-80, 2.0**-7, 2.0**-3, 1.0, 2.0**13, 2.0**101]
-    bf16 = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
     for scale in scales:
         s = np.float32(scale)
         if not (2.0**-80 <= s < 2.0**102):
             continue
         with np.errstate(all="ignore"):  # bf16 holds ±Inf and NaN
-            yield s, np.concatenate([_division_adversarial(s, seed=3).ravel(), bf16, (bf16 * s).astype(np.float32)])
+            yield s, np.concatenate([_division_adversarial(s, seed=3).ravel(), _EVERY_BF16, (_EVERY_BF16 * s).astype(np.float32)])
 
 
 def test_reciprocal_division_algorithm_on_cpu():
@@ -526,10 +529,6 @@ def test_in_band_codes_of_small_quotients():
                 assert np.array_equal(_fp8_codes(got, dt), _fp8_codes(want, dt)), f"scale {ss!r} {dt}"
             below += int((~exact).sum())
     assert below > 10_000  # the small quotients were exercised
-
-
-_FP8_OF = {False: ml_dtypes.float8_e4m3fn, True: ml_dtypes.float8_e5m2}
-_EVERY_BF16 = (np.arange(65536, dtype=np.uint32) << 16).view(np.float32)
 
 
 def _two_term(x: np.ndarray, s: np.float32) -> np.ndarray:
