@@ -531,78 +531,28 @@ def test_in_band_codes_of_small_quotients():
     assert below > 10_000  # the small quotients were exercised
 
 
-def _two_term(x: np.ndarray, s: np.float32) -> np.ndarray:
-    """two_term_fp8_codes8's quotient before the FP8 convert: RN(x * zh + RN(x * zl)), zh = RD(1 / s),
-    zl = RN((1 - zh * s) * zh) (csrc/cuda_kernels/cuda_quantize.cu)."""
-    zh = np.float32(1) / s
-    if np.float64(zh) * np.float64(s) > 1.0:  # RN went up: RD is the float below
-        zh = np.nextafter(zh, np.float32(0))
-    eps = _fma32(-zh, s, np.float32(1))
-    assert np.float64(eps) == 1.0 - np.float64(zh) * np.float64(s) >= 0  # exact, as the kernel relies on
-    zl = np.float32(eps * zh)
-    with np.errstate(all="ignore"):
-        return _fma32(x, zh, (x * zl).astype(np.float32))
-
-
-def _bf16_certificate(s: np.float32, e5m2: bool) -> tuple[bool, bool]:
-    """cta_bf16_certificate's verdicts (one multiply, two-term form) for scale s, by its enumeration: every bf16
-    mantissa at the exponent putting x / s in (1, 4), and at every exponent of the binades around the format's
-    subnormal codes."""
-    es = int((np.asarray(s).view(np.uint32) >> 23) & 0xFF) - 127
-    tlo, nb = (-19, 7) if e5m2 else (-12, 8)
-    be = np.array([es + t + 127 for t in [*range(tlo, tlo + nb), 1]])
-    be = be[(be >= 1) & (be <= 254)]
-    x = ((be[:, None].astype(np.uint32) << 23) | (np.arange(128, dtype=np.uint32) << 16)).view(np.float32).ravel()
-    dt = _FP8_OF[e5m2]
-    want = _fp8_codes((x / s).astype(np.float32), dt)
-    one = np.array_equal(_fp8_codes((x * (np.float32(1) / s)).astype(np.float32), dt), want)
-    return one, np.array_equal(_fp8_codes(_two_term(x, s), dt), want)
-
-
 def _tensor_scale_of(amax: float, e5m2: bool) -> np.float32:
     return np.float32(np.float32(amax) / np.float32(57344.0 if e5m2 else 448.0))
 
 
-def _certificate_amaxes(e5m2: bool, seed: int = 9):
-    """bf16 amaxes whose tensor scale the single multiply is certified for, and ones it is refused for."""
+def _multiply_split_amaxes(e5m2: bool, seed: int = 9):
+    """bf16 amaxes (tensor scales s not a power of two) where one multiply, RN(x * RN(1 / s)), gives every bf16 x
+    in the Markstein band the FP8 code of x / s, and ones where it gives some x another code: a division shortcut
+    goes wrong on the second kind."""
     rng = np.random.default_rng(seed)
     amaxes = np.abs(rng.standard_normal(400) * np.exp2(rng.uniform(-30, 30, 400))).astype(ml_dtypes.bfloat16)
-    yes, no = [], []
+    dt = _FP8_OF[e5m2]
+    exact, split = [], []
     for a in amaxes.astype(np.float32):
         s = _tensor_scale_of(a, e5m2)
         if (s.view(np.uint32) & 0x7FFFFF) == 0:
-            continue  # a power-of-two scale multiplies exactly (kMul): no certificate
-        (yes if _bf16_certificate(s, e5m2)[0] else no).append(float(a))
-    return yes, no
-
-
-def test_bf16_certificates_on_cpu():
-    """cta_bf16_certificate (onchip_kernel's bf16 codes without the FMA corrections): where a form is certified
-    for a scale, it gives every bf16 value in the Markstein band the FP8 code of the IEEE quotient x / s (E4M3 and
-    E5M2; scales amax / max of bf16 amaxes, and random ones in [2**-80, 2**102)); where the single multiply is
-    refused, some bf16 value really gets another code from it. Both verdicts occur."""
-    rng = np.random.default_rng(13)
-    counts = {"one": 0, "one_refused": 0, "two": 0}
-    for e5m2 in (False, True):
-        dt = _FP8_OF[e5m2]
-        yes, no = _certificate_amaxes(e5m2)
-        scales = [_tensor_scale_of(a, e5m2) for a in yes[:40] + no[:25]]
-        scales += [np.float32(np.exp2(rng.uniform(-80, 101.9)) * rng.uniform(1, 2)) for _ in range(20)]
-        for s in scales:
-            one, two = _bf16_certificate(s, e5m2)
-            with np.errstate(all="ignore"):
-                q0 = (_EVERY_BF16 * (np.float32(1) / s)).astype(np.float32)
-                band = np.abs(q0) <= 2.0**20  # (False for NaN)
-                x = _EVERY_BF16[band]
-                want = _fp8_codes((x / s).astype(np.float32), dt)
-            one_ok = np.array_equal(_fp8_codes(q0[band], dt), want)
-            assert one_ok == one, (s, e5m2, one)  # certified <=> right for every bf16 value
-            if two:
-                assert np.array_equal(_fp8_codes(_two_term(x, s), dt), want), (s, e5m2)
-            counts["one"] += one
-            counts["one_refused"] += not one
-            counts["two"] += two
-    assert counts["one"] > 40 and counts["one_refused"] > 20 and counts["two"] > 150, counts
+            continue  # a power-of-two scale multiplies exactly (kMul)
+        with np.errstate(all="ignore"):
+            q0 = (_EVERY_BF16 * (np.float32(1) / s)).astype(np.float32)
+            band = np.abs(q0) <= 2.0**20  # (False for NaN)
+            want = _fp8_codes((_EVERY_BF16[band] / s).astype(np.float32), dt)
+        (exact if np.array_equal(_fp8_codes(q0[band], dt), want) else split).append(float(a))
+    return exact, split
 
 
 @needs_gpu
@@ -836,14 +786,14 @@ def test_current_scaling_in_one_read_matches_two_passes(shape, dtype, monkeypatc
 
 @needs_gpu
 @pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=["e4m3", "e5m2"])
-def test_current_scaling_bf16_certificate_paths(fmt, monkeypatch):
-    """onchip_kernel's bf16 codes by one multiply (certified scale) and by the two-term form (scale refused for the
-    single multiply): every finite bf16 value up to the amax, both signs, against the two-pass kernels (Markstein
-    division) and the CPU oracle."""
-    e5m2 = fmt is E5M2
-    yes, no = _certificate_amaxes(e5m2)
+def test_current_scaling_every_bf16_value(fmt, monkeypatch):
+    """onchip_kernel's codes of every finite bf16 value up to the amax, both signs, against the two-pass kernels
+    and the CPU oracle, for tensor scales where one multiply by the reciprocal would give the division's codes and
+    for ones where it would not."""
+    exact, split = _multiply_split_amaxes(fmt is E5M2)
+    assert len(exact) > 1 and len(split) > 1
     mags = np.abs(_EVERY_BF16[np.isfinite(_EVERY_BF16)])
-    for amax in (yes[0], yes[-1], no[0], no[-1]):
+    for amax in (exact[0], exact[-1], split[0], split[-1]):
         v = np.unique(mags[mags <= amax])
         v = np.concatenate([v, -v, [amax]]).astype(np.float32)
         v = np.resize(np.random.default_rng(1).permutation(v), (-(-v.size // 1024) * 1024,))

@@ -421,59 +421,6 @@ __device__ __forceinline__ uint2 in_band_fp8_codes8(const float (&x)[8], PAt p, 
   return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
 }
 
-// Per-tensor scaling of bf16 inputs without the division's FMA corrections. For a kDiv scale s in [2**-80, 2**102)
-// the candidates are, per element:
-// - one multiply, RN(x * r) with r = RN(1 / s);
-// - a multiply and an FMA, RN(x * zh + RN(x * zl)) with zh = RD(1 / s) and zl = RN((1 - zh * s) * zh) >= 0
-//   (1 - zh * s is exact in one FMA; zl >= 0 gives +-0 the sign of x).
-// BF16Certificate says which give every bf16 x with |RN(x * r)| <= 2**20 (the Markstein band) the FP8 code of
-// RN(x / s); the CTA decides it (every thread calls it) from at most 1152 divisions:
-// - x = m * 2**e with m in [1, 2) (7 fraction bits), s = ms * 2**es: every quotient is (m / ms) * 2**(e - es) or
-//   its two-term form, rounded, and RN commutes with powers of two in FP32's normal range (x * zl too: 1 - zh * s
-//   is 0 or at least 2**-47, so |x * zl| >= 2**-68 where |x / s| >= 2**-20). Where the quotients lie in the FP8
-//   format's normal range, the code (saturating) is a function of the quotient rounded to the format's mantissa
-//   with unbounded exponent, which commutes with powers of two too: one exponent per mantissa (q in (1, 4))
-//   decides every such x.
-// - The binades around the subnormal codes and zero (q in (2**-13, 2**-4) for E4M3, (2**-20, 2**-12) for E5M2)
-//   are checked exponent by exponent: every bf16 x there, 128 per binade.
-// - Smaller quotients are below half the smallest subnormal for all three: code +-0 with x's sign; so are the
-//   subnormal x (flushed by the reference; |x * r| < 2**-46 here).
-// Over the scales amax / max_finite of every bf16 amax the single multiply is certified for 79.5 % (E4M3) / 84 %
-// (E5M2) of them (otherwise some m / s lies within an ulp of an FP8 rounding boundary), the two-term form for all
-// (a review's exhaustive check; tests/test_cuda_quantize.py proves the soundness on the CPU). Used by onchip_kernel
-// under MXPREC_ONCHIP_CERT (off by default: not yet run on a GPU).
-struct BF16Certificate {
-  bool one, two;
-  float zh, zl;
-};
-template <int kBlock>
-__device__ __forceinline__ BF16Certificate cta_bf16_certificate(float s, float r, bool e5m2) {
-  const float zh = __frcp_rd(s), zl = __fmul_rn(__fmaf_rn(-zh, s, 1.0f), zh);
-  const int es = static_cast<int>((__float_as_uint(s) >> 23) & 0xFFu) - 127;
-  const int tlo = e5m2 ? -19 : -12, nb = e5m2 ? 7 : 8;  // binades t of x / s, then the normal one (t = 1)
-  bool one = true, two = true;
-  for (int i = threadIdx.x; i < 128 * (nb + 1); i += kBlock) {
-    const int b = i >> 7, be = es + (b == nb ? 1 : tlo + b) + 127;
-    if (be < 1 || be > 254) continue;  // (no such normal bf16 x)
-    const float x = __uint_as_float((static_cast<uint32_t>(be) << 23) | (static_cast<uint32_t>(i & 127) << 16));
-    const uint32_t want = fp8x4(__fdiv_rn(x, s), 0.0f, 0.0f, 0.0f, e5m2);
-    one = one && fp8x4(__fmul_rn(x, r), 0.0f, 0.0f, 0.0f, e5m2) == want;
-    two = two && fp8x4(__fmaf_rn(x, zh, __fmul_rn(x, zl)), 0.0f, 0.0f, 0.0f, e5m2) == want;
-  }
-  return BF16Certificate{__syncthreads_and(one) != 0, __syncthreads_and(two) != 0, zh, zl};
-}
-// FP8 codes of 8 elements by RN(x * r) / RN(x * zh + RN(x * zl)) (where cta_bf16_certificate holds).
-__device__ __forceinline__ uint2 mul_fp8_codes8(const float (&x)[8], float r, bool e5m2) {
-  return make_uint2(fp8x4(__fmul_rn(x[0], r), __fmul_rn(x[1], r), __fmul_rn(x[2], r), __fmul_rn(x[3], r), e5m2),
-                    fp8x4(__fmul_rn(x[4], r), __fmul_rn(x[5], r), __fmul_rn(x[6], r), __fmul_rn(x[7], r), e5m2));
-}
-__device__ __forceinline__ uint2 two_term_fp8_codes8(const float (&x)[8], float zh, float zl, bool e5m2) {
-  float q[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) q[i] = __fmaf_rn(x[i], zh, __fmul_rn(x[i], zl));
-  return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
-}
-
 // Which fast_quotients form serves n per-column scales sat(c) with reciprocals rat(c): kColsMul every
 // scale kMul, kColsDiv every scale kDiv with a reciprocal, kColsGeneric neither (mixed / exact / zero
 // modes: codes8 per element).
@@ -1260,15 +1207,16 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // aligned) with x read from DRAM once where it fits on chip, instead of amax_kernel + tensor_kernel (5 bytes moved
 // per bf16 element against 3). A cooperative grid of G = one CTA of T = 1024 threads per SM. Round r of the tensor
 // is its G x T chunks (r * G + blockIdx.x) * T + threadIdx.x (each CTA reads 16 KB of consecutive bf16 per round).
-// Rounds 0 .. kR - 1 stay in registers, the next kS in shared memory (cp.async), and the later ("spill") rounds
-// are read for their keys only. The CTAs max their keys into sync[0], meet at a grid barrier (sync[1]; the host
+// Rounds 0 .. kR - 1 stay in registers, the next kS in shared memory (loaded kU1 rounds at a time into registers,
+// keyed there, then stored: MXPREC_ONCHIP_STAGE), and the later ("spill") rounds are read for their keys only. The CTAs max their keys into sync[0], meet at a grid barrier (sync[1]; the host
 // zeroes both), then write the codes: spill rounds first and newest first (the bytes read last are the likeliest
 // still in L2), then the held rounds. On an H100 / H200 (132 SMs) x stays on chip up to 132 * 1024 * 8 * (2 + 14)
 // = 17.3 M bf16 / f16 elements (8.7 M f32). kHint: the spill rounds' first read asks L2 to keep them
 // (evict_last), their second read and every store to drop theirs first (evict_first). The codes are
 // tensor_kernel's (tensor_codes8), with markstein_band decided once from the tensor amax (MXPREC_ONCHIP_TBAND).
-// Measured (H100, bf16, % of copy, MXPREC_QUANTIZE_ONCHIP 0 / default): 16384 x 4096 55.9 / 63.4, 4096 x 4096
-// 50.2 / 64.2 (h100_quantize_onchip_tband.md; the band per chunk: 61.2 / 59.9); 512 threads with 12 register rounds
+// Measured (H100, bf16, % of copy, MXPREC_QUANTIZE_ONCHIP 0 / default): 16384 x 4096 55.8 / 64.3, 4096 x 4096
+// 50.2 / 69.9 (h100_quantize_onchip_stage.md; cp.async into shared memory with the keys after: 63.2 / 64.9; the
+// band per chunk: 61.2 / 59.9, h100_quantize_onchip_tband.md); 512 threads with 12 register rounds
 // (more x on chip, half the warps for the codes after the barrier) reached 58.8 / 53.6-54.5: the codes' arithmetic
 // after the barrier, not DRAM, bounds the kernel (h100_quantize_onchip.md). A trace build (MXPREC_ONCHIP_TRACE,
 // benchmarks/onchip_trace.py) puts 7.7 + 1.1 us of 31 at 4096 x 4096 in the held rounds' codes after the barrier.
@@ -1288,15 +1236,15 @@ constexpr int kOcThreads = MXPREC_ONCHIP_THREADS;
 #ifndef MXPREC_ONCHIP_TBAND
 #define MXPREC_ONCHIP_TBAND 1
 #endif
-#ifndef MXPREC_ONCHIP_CERT  // 1: bf16 codes by the certified multiply or two-term form, 2: two-term only, 0: neither
-                             // (0 by default until it has run on a GPU)
-#define MXPREC_ONCHIP_CERT 0
-#endif
-#ifndef MXPREC_ONCHIP_STAGE  // 1: the held rounds through registers, keys on the way (built, not yet measured)
-#define MXPREC_ONCHIP_STAGE 0
-#endif
-#ifndef MXPREC_ONCHIP_MIX  // 1: shared-memory rounds' codes inside the spill loop (built, not yet measured)
-#define MXPREC_ONCHIP_MIX 0
+// MXPREC_ONCHIP_STAGE (default 1): the shared-memory rounds through registers, their keys taken on the way; 0: by
+// cp.async, keyed after they all landed (H100, % of copy at 16384 x 4096 / 4096 x 4096: 64.3 / 69.9 against
+// 63.2 / 64.9; same call, h100_quantize_onchip_stage.md). Also measured there and not kept: a 1-D bulk copy (TMA)
+// per round with one mbarrier each, keyed as each landed (62.9 / 66.6); 8 rounds in flight (62.8 / 66.0); FP8
+// codes of bf16 by a per-CTA certified multiply or two-term reciprocal instead of Markstein's steps (1.3-2.6
+// points slower on the H100 and the H200: the certificate's divisions and three code paths after the barrier);
+// the shared-memory rounds' codes inside the spill loop (H200: 0.6-1.0 points slower).
+#ifndef MXPREC_ONCHIP_STAGE
+#define MXPREC_ONCHIP_STAGE 1
 #endif
 
 template <InType I>
@@ -1474,6 +1422,8 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
     for (int j = 0; j < kS; ++j) {
       if (chunk(kR + j) < nck) acc = max(acc, raw_key<I>(held[j * kOcThreads + threadIdx.x]));
     }
+  } else {
+    OC_MARK(3);  // (staged: the held rounds' keys came with their loads)
   }
   block_amax<kOcThreads>(sync, acc);
   OC_MARK(4);  // the CTA's keys maxed into sync[0]
@@ -1500,18 +1450,12 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   // chunk's key (RN(key * r) is monotone in the key; a NaN anywhere or a floored scale fails it), instead of per
   // chunk (+2.2 / +4.3 points of copy at 16384 x 4096 / 4096 x 4096 on the H100).
   const bool band = MXPREC_ONCHIP_TBAND && kFp8 && markstein_band(es, rc, amax_bits);
-  // MXPREC_ONCHIP_CERT: bf16 codes without the FMA corrections where cta_bf16_certificate allows (in the band).
   const bool e5m2 = f == ElemFormat::kE5M2;
-  BF16Certificate cert{false, false, 0.0f, 0.0f};
-  if (MXPREC_ONCHIP_CERT && I == InType::kBF16 && band) cert = cta_bf16_certificate<kOcThreads>(es.p, rc, e5m2);
-  cert.one = cert.one && MXPREC_ONCHIP_CERT == 1;  // (2: the two-term form only, for A / B)
   auto emit = [&](int64_t k, const Raw<I>& raw) {
     float v[8];
     to_f32<I>(raw, v);
-    const uint2 c = cert.one   ? mul_fp8_codes8(v, rc, e5m2)
-                    : cert.two ? two_term_fp8_codes8(v, cert.zh, cert.zl, e5m2)
-                    : band     ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
-                               : tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f);
+    const uint2 c = band ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
+                         : tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f);
     if constexpr (kHint) {
       store_u2_hint(a.data + k * 8, c, drop);
     } else {
@@ -1519,21 +1463,13 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
     }
   };
 
-  // Phase 2: the spill rounds again (newest first), then shared memory, then registers. MXPREC_ONCHIP_MIX: one
-  // shared-memory round's codes in each spill iteration, while its loads are in flight (the spill loop waits on
-  // DRAM / L2; the held rounds' codes after it had nothing to overlap with).
-  int js = 0;  // the shared-memory rounds done
+  // Phase 2: the spill rounds again (newest first), then shared memory, then registers.
   for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU2) {
     Raw<I> t[kU2];
     auto live = [&](int u) { return r0 - u >= kR + kS && chunk(r0 - u) < nck; };
 #pragma unroll
     for (int u = 0; u < kU2; ++u) {
       if (live(u)) t[u] = kHint ? load_raw_hint<I>(a.x, chunk(r0 - u) * 8, drop) : load_raw<I>(a.x, chunk(r0 - u) * 8);
-    }
-    if (MXPREC_ONCHIP_MIX && js < kS) {
-      const int64_t k = chunk(kR + js);
-      if (k < nck) emit(k, held[js * kOcThreads + threadIdx.x]);
-      ++js;
     }
 #pragma unroll
     for (int u = 0; u < kU2; ++u) {
@@ -1542,7 +1478,7 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   }
   OC_MARK(6);  // the spill rounds' codes
 #pragma unroll 1  // (unrolled, the kS chunk addresses stay live across the loop: spills; by 2: 2 points slower)
-  for (int j = js; j < kS; ++j) {
+  for (int j = 0; j < kS; ++j) {
     const int64_t k = chunk(kR + j);
     if (k < nck) emit(k, held[j * kOcThreads + threadIdx.x]);
   }
