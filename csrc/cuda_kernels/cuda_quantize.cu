@@ -1215,7 +1215,7 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // (evict_last), their second read and every store to drop theirs first (evict_first). The codes are
 // tensor_kernel's (tensor_codes8), with markstein_band decided once from the tensor amax (MXPREC_ONCHIP_TBAND).
 // Measured (H100, bf16, % of copy, MXPREC_QUANTIZE_ONCHIP 0 / default): 16384 x 4096 55.8 / 64.3, 4096 x 4096
-// 50.2 / 69.9 (h100_quantize_onchip_stage.md; cp.async into shared memory with the keys after: 63.2 / 64.9; the
+// 50.2 / 69.9 (h100_quantize_onchip_stage.md; cp.async into shared memory with the keys after: 63.2 / 64.8; the
 // band per chunk: 61.2 / 59.9, h100_quantize_onchip_tband.md); 512 threads with 12 register rounds
 // (more x on chip, half the warps for the codes after the barrier) reached 58.8 / 53.6-54.5: the codes' arithmetic
 // after the barrier, not DRAM, bounds the kernel (h100_quantize_onchip.md). A trace build (MXPREC_ONCHIP_TRACE,
@@ -1238,7 +1238,7 @@ constexpr int kOcThreads = MXPREC_ONCHIP_THREADS;
 #endif
 // MXPREC_ONCHIP_STAGE (default 1): the shared-memory rounds through registers, their keys taken on the way; 0: by
 // cp.async, keyed after they all landed (H100, % of copy at 16384 x 4096 / 4096 x 4096: 64.3 / 69.9 against
-// 63.2 / 64.9; same call, h100_quantize_onchip_stage.md). Also measured there and not kept: a 1-D bulk copy (TMA)
+// 63.2 / 64.8; same call, h100_quantize_onchip_stage.md). Also measured there and not kept: a 1-D bulk copy (TMA)
 // per round with one mbarrier each, keyed as each landed (62.9 / 66.6); 8 rounds in flight (62.8 / 66.0); FP8
 // codes of bf16 by a per-CTA certified multiply or two-term reciprocal instead of Markstein's steps (1.3-2.6
 // points slower on the H100 and the H200: the certificate's divisions and three code paths after the barrier);
