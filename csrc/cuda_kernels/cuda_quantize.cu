@@ -1208,10 +1208,11 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // per bf16 element against 3). A cooperative grid of G = one CTA of T = 1024 threads per SM. Round r of the tensor
 // is its G x T chunks (r * G + blockIdx.x) * T + threadIdx.x (each CTA reads 16 KB of consecutive bf16 per round).
 // Rounds 0 .. kR - 1 stay in registers, the next kS in shared memory (loaded kU1 rounds at a time into registers,
-// keyed there, then stored: MXPREC_ONCHIP_STAGE), and the later ("spill") rounds are read for their keys only. The CTAs max their keys into sync[0], meet at a grid barrier (sync[1]; the host
-// zeroes both), then write the codes: spill rounds first and newest first (the bytes read last are the likeliest
-// still in L2), then the held rounds. On an H100 / H200 (132 SMs) x stays on chip up to 132 * 1024 * 8 * (2 + 14)
-// = 17.3 M bf16 / f16 elements (8.7 M f32). kHint: the spill rounds' first read asks L2 to keep them
+// keyed there, then stored: MXPREC_ONCHIP_STAGE), and the later ("spill") rounds are read for their keys only.
+// The CTAs max their keys into sync[0], meet at a grid barrier (sync[1]; the host zeroes both), then write the
+// codes: spill rounds first and newest first (the bytes read last are the likeliest still in L2), then the held
+// rounds. On an H100 / H200 (132 SMs) x stays on chip up to 132 * 1024 * 8 * (2 + 14) = 17.3 M bf16 / f16 elements
+// (8.7 M f32). kHint: the spill rounds' first read asks L2 to keep them
 // (evict_last), their second read and every store to drop theirs first (evict_first). The codes are
 // tensor_kernel's (tensor_codes8), with markstein_band decided once from the tensor amax (MXPREC_ONCHIP_TBAND).
 // Measured (H100, bf16, % of copy, MXPREC_QUANTIZE_ONCHIP 0 / default): 16384 x 4096 55.8 / 64.3, 4096 x 4096
