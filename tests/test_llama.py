@@ -302,7 +302,7 @@ def test_bench_records_timing_and_merge_refuses_mixed_timings(tmp_path):
     with pytest.raises(ValueError, match="timed differently"):
         bench.merge_results([str(tmp_path / "a" / "llama_micro.json"), str(tmp_path / "b.json")], str(tmp_path / "m"))
     # speedups compare rows across the merged runs: another device or measurement setting is refused too
-    for key, value in (("device_kind", "NVIDIA H100 80GB HBM3"), ("steps", 7), ("warmup", 3), ("mu_dtype", "bfloat16"),
+    for key, value in (("device_kind", "another device"), ("steps", 7), ("warmup", 3), ("mu_dtype", "bfloat16"),
                        ("data", "tokens.npy"), ("fast_compile", False)):
         c = json.loads((tmp_path / "a" / "llama_micro.json").read_text())
         if key == "device_kind":
@@ -363,8 +363,11 @@ def test_file_batches_windows(tmp_path):
 
 
 def test_save_gemm_remat_keeps_the_fused_blocks_gemm_outputs():
-    """remat="save_gemm" saves every projection's output, the fused MLP block's gate and up too: its compiled gradient
-    runs as many dots as the unfused block's (the fused one had recomputed the wi_0 / wi_1 Fprop, +2 per layer)."""
+    """remat="save_gemm" saves every projection's output, the fused MLP block's gate and up too: its gradient runs as
+    many dots as the unfused block's (the fused one had recomputed the wi_0 / wi_1 Fprop, +2 per layer). Counted in
+    the program JAX hands XLA, where remat's recomputation is explicit: XLA's GPU compiler turns dots into library
+    calls and fusions, so the compiled text's dots are not the GEMMs there (an H100 showed 11 dots for both
+    policies); on the CPU the two counts agree."""
     import re
 
     def dots(remat, fused):
@@ -373,7 +376,7 @@ def test_save_gemm_remat_keeps_the_fused_blocks_gemm_outputs():
         model = L.Llama(cfg, recipe="fp8_current")
         params = model.init(jax.random.key(1), tokens)["params"]
         loss = lambda p: L.cross_entropy_loss(model.apply({"params": p}, tokens), tokens)[0]
-        return len(re.findall(r"= [^ ]+ dot\(", jax.jit(jax.grad(loss)).lower(params).compile().as_text()))
+        return len(re.findall(r"stablehlo\.dot_general", jax.jit(jax.grad(loss)).lower(params).as_text()))
 
     assert dots("save_gemm", True) == dots("save_gemm", False) < dots("full", True)
 
