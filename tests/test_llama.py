@@ -365,9 +365,9 @@ def test_file_batches_windows(tmp_path):
 def test_save_gemm_remat_keeps_the_fused_blocks_gemm_outputs():
     """remat="save_gemm" saves every projection's output, the fused MLP block's gate and up too: its gradient runs as
     many dots as the unfused block's (the fused one had recomputed the wi_0 / wi_1 Fprop, +2 per layer). Counted in
-    the program JAX hands XLA, where remat's recomputation is explicit: XLA's GPU compiler turns dots into library
-    calls and fusions, so the compiled text's dots are not the GEMMs there (an H100 showed 11 dots for both
-    policies); on the CPU the two counts agree."""
+    the program JAX hands XLA (its dot_generals and mxprec_scaled_gemm calls), where remat's recomputation is
+    explicit: XLA's GPU compiler turns dots into library calls and fusions, so the compiled text's dots are not the
+    GEMMs there (an H100 showed 11 dots for both policies); on the CPU the two counts agree."""
     import re
 
     def dots(remat, fused):
@@ -376,7 +376,8 @@ def test_save_gemm_remat_keeps_the_fused_blocks_gemm_outputs():
         model = L.Llama(cfg, recipe="fp8_current")
         params = model.init(jax.random.key(1), tokens)["params"]
         loss = lambda p: L.cross_entropy_loss(model.apply({"params": p}, tokens), tokens)[0]
-        return len(re.findall(r"stablehlo\.dot_general", jax.jit(jax.grad(loss)).lower(params).as_text()))
+        lowered = jax.jit(jax.grad(loss)).lower(params).as_text()  # XLA dots and the library's GEMM calls
+        return len(re.findall(r"stablehlo\.dot_general|custom_call @mxprec_scaled_gemm\b", lowered))
 
     assert dots("save_gemm", True) == dots("save_gemm", False) < dots("full", True)
 
