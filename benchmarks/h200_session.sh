@@ -362,6 +362,50 @@ for stage in "$@"; do
           done
         done
       done ;;
+    gemm-ab:*)  # gemm-ab:SHAPE,...: gemm.py with backend ffi once per library (GEMM_RECIPES, default fp8_block)
+      for lib in "${AB_LIBS[@]}"; do
+        name="$(basename "$lib" .so)"
+        step "gemm_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/gemm.py --recipes "${GEMM_RECIPES:-fp8_block}" \
+          --backend ffi --iters 20 --shapes "${stage#gemm-ab:}" --out "$R/gemm_$name"
+      done ;;
+    llama:*)
+      IFS=, read -r -a arms <<< "${stage#llama:}"
+      LLAMA_ENV=(${FORM:+MXPREC_XLA_FP8_FORM=$FORM} ${LLAMA_XLA_FLAGS:+"XLA_FLAGS=$LLAMA_XLA_FLAGS"} "${AQ_ENV[@]}")
+      for arm in "${arms[@]}"; do llama_step "llama_$arm${FORM:+_$FORM}$AQ_TAG${TAG:-}" "$arm"; done
+      LLAMA_ENV=() ;;
+    rounds:*)  # rounds:ARMS: the arms interleaved, LLAMA_PAIRS (default 2) rounds, one process each (llama_ARM_rROUND)
+      IFS=, read -r -a arms <<< "${stage#rounds:}"
+      for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
+        for arm in "${arms[@]}"; do llama_step "llama_${arm}_r$round${TAG:-}" "$arm"; done
+      done ;;
+    llama-ab:*)  # llama-ab:ARMS: each arm once per library (build-cuda/libmxprec_cuda.so, then build-cuda/ab/*.so)
+      IFS=, read -r -a arms <<< "${stage#llama-ab:}"
+      for lib in "${AB_LIBS[@]}"; do
+        name="$(basename "$lib" .so)"
+        LLAMA_ENV=(MXPREC_CUDA_LIBRARY="$lib" ${LLAMA_XLA_FLAGS:+"XLA_FLAGS=$LLAMA_XLA_FLAGS"} "${AQ_ENV[@]}")
+        for arm in "${arms[@]}"; do llama_step "llama_${arm}_$name${TAG:-}" "$arm"; done
+      done
+      LLAMA_ENV=() ;;
+    llama-kernels:*)  # llama-kernels:ARMS: each arm per MXPREC_SM90_BLOCKWISE_KERNEL value in LLAMA_KERNELS (default
+      # "cutlass persistent"), interleaved, LLAMA_PAIRS (default 2) rounds; MXPREC_CUDA_LIBRARY picks the library
+      IFS=, read -r -a arms <<< "${stage#llama-kernels:}"
+      for ((round = 1; round <= ${LLAMA_PAIRS:-2}; round++)); do
+        for kern in ${LLAMA_KERNELS:-cutlass persistent}; do  # KERNEL[:TILE_N]
+          IFS=: read -r kname ktile <<< "$kern"
+          LLAMA_ENV=(MXPREC_SM90_BLOCKWISE_KERNEL="$kname" "${AQ_ENV[@]}")
+          [ -n "$ktile" ] && LLAMA_ENV+=(MXPREC_SM90_BLOCKWISE_TILE_N="$ktile")
+          kern="${kern//:/_}"
+          for arm in "${arms[@]}"; do llama_step "llama_${arm}_${kern}_$round${TAG:-}" "$arm"; done
+        done
+      done
+      LLAMA_ENV=() ;;
+    kmajor:*)  # kmajor:ARMS: Wgrad's K-major quantize (mxprec.kernels.cuda.quantize_transposed): its GPU tests, the
+      # quantize benchmark against quantize + code transpose, then each arm with MXPREC_TRANSPOSED_QUANTIZE=0 / 1,
+      # interleaved, LLAMA_PAIRS (default 2) rounds
+      step kmajor_tests "$PY" -m pytest -q tests/test_cuda_quantize_transposed.py
+      step kmajor_quant "$PY" benchmarks/cuda_quantize.py --kernels tile1x128_e4m3_kmajor,tile1x128_e4m3 --no-peer \
+        --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,16384x14336}" --out "$R/kmajor_quant"
+      knob_rounds MXPREC_TRANSPOSED_QUANTIZE kmajor "${stage#kmajor:}" ;;
     onchip-trace)  # onchip_kernel's phase timings from each trace build
       for lib in "$PWD"/build-cuda/trace/*.so; do
         name="$(basename "$lib" .so)"
