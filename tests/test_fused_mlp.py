@@ -574,6 +574,20 @@ def test_gpu_amax_kernels_bitexact():
             np.testing.assert_array_equal(_bits(a), _bits(b))
 
 
+@GPU_KERNEL
+@pytest.mark.parametrize("shape", [(0, 128), (64, 0)])
+def test_gpu_kernels_of_nothing_give_zero_amaxes(shape):
+    """Zero-size gate / up / dh: every SwiGLU kernel's amaxes are +0 (tensor_amax of nothing), never the output
+    buffer's old contents (the backward kernel returned before zeroing them until the fiftieth session)."""
+    gate = up = dh = jnp.zeros(shape, BF16)
+    fmts = (formats.E4M3, formats.E5M2, formats.E5M2)
+    got = jax.jit(lambda g, u, d: (cuda.swiglu_backward_fp8(g, u, d, jnp.ones(3, jnp.float32), fmts)[5:],
+                                   cuda.swiglu_forward_fp8(g, u, jnp.float32(1), formats.E4M3)[1],
+                                   cuda.swiglu_backward_amax(g, u, d), cuda.swiglu_forward_amax(g, u)))(gate, up, dh)
+    for a in jax.tree.leaves(got):
+        np.testing.assert_array_equal(_bits(a), _bits(jnp.float32(0)))
+
+
 def _oracle_bits(x, fmt_name, pow2):
     """The numpy oracle's (tests/reference) 1 x 128 tile codes and scales of x (M, F) along F, NaNs canonical, and
     the mask of the groups it defines: every group, except with power-of-two scales a group whose amax is NaN or
