@@ -118,3 +118,66 @@ def test_bad_config():
 def test_complex_gradients_are_refused():
     with pytest.raises(ValueError, match="complex gradient leaf"):
         lsm.unscale_grads(jnp.complex64(2 + 4j), lsm.StaticLossScale.create(2.0))
+
+
+def _fp16_delayed_layer_grads(x, ls):
+    """A linen fp8_delayed Dense in float16: its variables and the loss-scaled gradients of a mean-square loss."""
+    import flax.linen as nn
+
+    from mxprec import recipes
+
+    layer = nn.Dense(128, dot_general_cls=recipes.get("fp8_delayed").dot_general_cls(), dtype=jnp.float16)
+    v = layer.init(jax.random.key(0), x)
+
+    def loss(v, x):
+        return lsm.scale_loss(jnp.mean(layer.apply(v, x).astype(jnp.float32) ** 2), ls)
+
+    return v, jax.jit(jax.grad(loss))(v, x)
+
+
+def test_delayed_scaling_state_is_not_unscaled_nor_checked():
+    """The OWG collection's "gradient" is the new delayed-scaling state: unscale_grads leaves it as it is (it divided
+    the scale and amax history by the loss scale until the fiftieth session), and all_finite does not read it (an
+    overflow's Inf amax stays in the history for history_len steps and would fail every one of them)."""
+    ls = lsm.DynamicLossScale.create(2.0**15)
+    x = jax.random.normal(jax.random.key(1), (64, 128), jnp.float32).astype(jnp.float16)
+    _, g = _fp16_delayed_layer_grads(x, ls)
+    owg = g["_overwrite_with_gradient"]
+    u = lsm.unscale_grads(g, ls)
+    for a, b in zip(jax.tree.leaves(owg), jax.tree.leaves(u["_overwrite_with_gradient"]), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    state = owg["MxDotGeneral_0"]
+    assert float(state["input_amax_history"][0]) == float(jnp.max(jnp.abs(x.astype(jnp.float32))))
+    np.testing.assert_array_equal(np.asarray(u["params"]["kernel"]), np.asarray(g["params"]["kernel"]) / 2.0**15)
+    assert bool(lsm.all_finite(u))
+    # an Inf left in the history by an earlier overflow: not a gradient, not checked; an Inf gradient still is
+    hist = state["input_amax_history"]
+    poisoned = jax.tree.map(lambda t: t, u)
+    poisoned["_overwrite_with_gradient"]["MxDotGeneral_0"]["input_amax_history"] = hist.at[1].set(jnp.inf)
+    assert bool(lsm.all_finite(poisoned))
+    poisoned["params"]["kernel"] = poisoned["params"]["kernel"].at[0, 0].set(jnp.nan)
+    assert not bool(lsm.all_finite(poisoned))
+
+
+def test_overflowed_step_with_the_state_masked_records_nothing():
+    """The documented loop: masked_update over the whole variables (OWG state included) keeps the old state on
+    overflow, so the Inf amax never enters the history, and the next clean step is finite and applied."""
+    import optax
+
+    from mxprec.flax import apply_updates_with_owg, split_owg
+
+    ls = lsm.DynamicLossScale.create(2.0**15)
+    x = jax.random.normal(jax.random.key(1), (64, 128), jnp.float32).astype(jnp.float16)
+    v, _ = _fp16_delayed_layer_grads(x, ls)
+    tx = optax.sgd(1e-3)
+    opt = tx.init(split_owg(v)[0])
+    _, g_bad = _fp16_delayed_layer_grads(x.at[0, 0].set(jnp.inf), ls)
+    g_bad = lsm.unscale_grads(g_bad, ls)
+    finite = lsm.all_finite(g_bad)
+    assert not bool(finite)
+    new_v, new_opt = apply_updates_with_owg(v, g_bad, opt, tx)
+    v2, _ = lsm.masked_update(finite, (new_v, new_opt), (v, opt))
+    hist = v2["_overwrite_with_gradient"]["MxDotGeneral_0"]["input_amax_history"]
+    assert bool(jnp.all(jnp.isfinite(hist)))
+    _, g2 = _fp16_delayed_layer_grads(x, ls)
+    assert bool(lsm.all_finite(lsm.unscale_grads(g2, ls)))

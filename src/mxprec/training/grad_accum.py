@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mxprec.training.loss_scaling import LossScale, _check_real, unscale_grads
+from mxprec.training.loss_scaling import LossScale, _check_real, overwrite_with_gradient_mask, unscale_grads
 
 __all__ = ["accumulate_gradients", "count_valid_tokens", "microbatch_grads", "throughput"]
 
@@ -110,7 +110,7 @@ def accumulate_gradients(
     _num_microbatches(microbatches)
     if total_valid is None:
         total_valid = count_valid_tokens(loss_fn, params, microbatches)
-    owg = _owg_mask(params)
+    owg = overwrite_with_gradient_mask(params)
     # Trainable gradients sum; delayed-scaling state "gradients" (the updated state, Flax's
     # _overwrite_with_gradient collection) combine by max and are never loss-scaled.
     init = (
@@ -130,28 +130,8 @@ def accumulate_gradients(
 
     (loss, grads), _ = jax.lax.scan(body, init, microbatches)
     if loss_scale is not None:
-        unscaled = unscale_grads(grads, loss_scale)
-        grads = jax.tree_util.tree_map(lambda g, u, o: g if o else u, grads, unscaled, owg)
+        grads = unscale_grads(grads, loss_scale)  # (the state leaves pass through)
     return loss, grads
-
-
-def _owg_mask(params: Any) -> Any:
-    """True for delayed-scaling state leaves: under linen's ``_overwrite_with_gradient`` collection, or in an NNX
-    ``OverwriteWithGradient`` variable (an ``nnx.split`` state; its path names the attribute, not the collection)."""
-    from flax import nnx
-
-    from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
-    from mxprec.flax.nnx import OverwriteWithGradient
-
-    def is_variable(x) -> bool:
-        return isinstance(x, nnx.Variable)
-
-    def is_owg(path, leaf):
-        if is_variable(leaf):  # the mask keeps the variable's structure
-            return jax.tree_util.tree_map(lambda _: isinstance(leaf, OverwriteWithGradient), leaf)
-        return any(getattr(k, "key", None) == OVERWRITE_WITH_GRADIENT for k in path)
-
-    return jax.tree_util.tree_map_with_path(is_owg, params, is_leaf=is_variable)
 
 
 def throughput(valid_tokens: float, positions: float, seconds: float) -> dict[str, float]:

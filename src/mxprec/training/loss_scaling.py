@@ -13,6 +13,12 @@ The scale is fixed across the accumulation cycle; :func:`update` is called once 
 On overflow the step is skipped (parameters and optimizer state kept) and the scale is
 multiplied by ``backoff_factor``; after ``growth_interval`` consecutive finite cycles it is
 multiplied by ``growth_factor`` (clamped to ``[min_scale, max_scale]``).
+
+Delayed-scaling state (Flax linen's ``_overwrite_with_gradient`` collection, NNX ``OverwriteWithGradient``
+variables): its "gradient" is the new state, not a derivative of the loss, so :func:`unscale_grads` leaves it as it
+is and :func:`all_finite` does not look at it (an overflowed step's Inf amax would otherwise stay in the amax history
+and fail the check for ``history_len`` steps, skipping every one of them). Keep the state in the tree that
+:func:`masked_update` restores, so an overflowed step does not record its amax either.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ __all__ = [
     "StaticLossScale",
     "all_finite",
     "masked_update",
+    "overwrite_with_gradient_mask",
     "scale_loss",
     "unscale_grads",
     "update",
@@ -155,25 +162,52 @@ def scale_loss(loss: jax.Array, ls: LossScale) -> jax.Array:
     return jnp.asarray(loss).astype(jnp.float32) * ls.scale
 
 
+def overwrite_with_gradient_mask(tree: Any) -> Any:
+    """``tree``'s structure with True at delayed-scaling state leaves: under linen's ``_overwrite_with_gradient``
+    collection, or in an NNX ``OverwriteWithGradient`` variable (an ``nnx.split`` / ``nnx.grad`` state, whose paths
+    name the attribute, not the collection). Their "gradients" are the new state (Flax's OWG convention)."""
+    from flax import nnx
+
+    from mxprec.flax.linen import OVERWRITE_WITH_GRADIENT
+    from mxprec.flax.nnx import OverwriteWithGradient
+
+    def is_variable(x) -> bool:
+        return isinstance(x, nnx.Variable)
+
+    def is_owg(path, leaf):
+        if is_variable(leaf):  # the mask keeps the variable's structure
+            return jax.tree_util.tree_map(lambda _: isinstance(leaf, OverwriteWithGradient), leaf)
+        return any(getattr(k, "key", None) == OVERWRITE_WITH_GRADIENT for k in path)
+
+    return jax.tree_util.tree_map_with_path(is_owg, tree, is_leaf=is_variable)
+
+
 def unscale_grads(grads: Any, ls: LossScale) -> Any:
     """Divide every gradient leaf by ``ls.scale``, in float32 (leaves come back float32). ``float0`` leaves (the
-    gradients ``jax.vjp`` / ``jax.grad(allow_int=True)`` give integer parameters) pass through."""
+    gradients ``jax.vjp`` / ``jax.grad(allow_int=True)`` give integer parameters) and delayed-scaling state leaves
+    (:func:`overwrite_with_gradient_mask`: their "gradient" is the new state) pass through unchanged."""
 
-    def unscale(g):
-        if getattr(g, "dtype", None) == jax.dtypes.float0:
+    def unscale(g, owg):
+        if owg or getattr(g, "dtype", None) == jax.dtypes.float0:
             return g
         _check_real(g)
         return jnp.asarray(g).astype(jnp.float32) / ls.scale
 
-    return jax.tree_util.tree_map(unscale, grads)
+    return jax.tree_util.tree_map(unscale, grads, overwrite_with_gradient_mask(grads))
 
 
 def all_finite(tree: Any) -> jax.Array:
-    """Bool ``()``: True iff every leaf of ``tree`` is free of NaN/Inf (True for an empty tree)."""
+    """Bool ``()``: True iff every gradient leaf of ``tree`` is free of NaN/Inf (True for an empty tree). Delayed-
+    scaling state leaves (:func:`overwrite_with_gradient_mask`) are not gradients and are not checked: an amax
+    history may hold an Inf for ``history_len`` steps after one overflow (that state keeps its previous scale
+    meanwhile, ``mxprec.scaling.update_delayed_state``), and the step that overflowed has non-finite gradients of
+    its own."""
     leaves = jax.tree_util.tree_leaves(tree)
+    owg = jax.tree_util.tree_leaves(overwrite_with_gradient_mask(tree))  # same structure, same leaf order
     result = jnp.asarray(True)
-    for leaf in leaves:
-        result = jnp.logical_and(result, jnp.all(jnp.isfinite(leaf)))
+    for leaf, skip in zip(leaves, owg, strict=True):
+        if not skip:
+            result = jnp.logical_and(result, jnp.all(jnp.isfinite(leaf)))
     return result
 
 
