@@ -364,6 +364,35 @@ def test_nnx_linear_swap():
         mxprec.recipes.get("fp8_delayed").dot_general()
 
 
+def test_nnx_delayed_state_updates_with_the_documented_step():
+    """nnx.grad's default filter (nnx.Param) drops the delayed-scaling state's "gradient", so the state never moves;
+    differentiating PARAMS_AND_STATE and writing split_owg_state's second part back updates it."""
+    from flax import nnx
+
+    r = mxprec.recipes.get("fp8_delayed")
+    x = jax.random.normal(jax.random.key(1), (32, 128), jnp.float32) * 100
+
+    def loss(m):
+        return jnp.sum(m(x).astype(jnp.float32) ** 2)
+
+    def sgd(m, param_grads):
+        params = nnx.state(m, nnx.Param)
+        nnx.update(m, jax.tree.map(lambda p, g: p - 1e-9 * g, params, param_grads))
+
+    m = nnx.Linear(128, 64, dot_general=mxprec.flax.DelayedDotGeneral(r), rngs=nnx.Rngs(0))
+    sgd(m, nnx.grad(loss)(m))
+    assert float(m.dot_general.lhs_scale[...]) == 1.0 and not bool(jnp.any(m.dot_general.lhs_amax_history[...]))
+
+    for _ in range(2):
+        grads = nnx.grad(loss, argnums=nnx.DiffState(0, mxprec.flax.PARAMS_AND_STATE))(m)
+        param_grads, new_state = mxprec.flax.split_owg_state(grads)
+        sgd(m, param_grads)
+        nnx.update(m, new_state)
+    amax = float(jnp.max(jnp.abs(x)))
+    np.testing.assert_array_equal(np.asarray(m.dot_general.lhs_amax_history[...][:3]), [amax, amax, 0.0])
+    assert float(m.dot_general.lhs_scale[...]) == pytest.approx(amax / 448.0, rel=1e-6)
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

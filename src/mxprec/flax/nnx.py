@@ -2,7 +2,16 @@
 
 Stateless recipes: ``nnx.Linear(..., dot_general=recipe.dot_general())``.
 Delayed scaling: ``nnx.Linear(..., dot_general=DelayedDotGeneral(recipe))``; its state lives in
-``OverwriteWithGradient`` variables, which the training step overwrites with their gradient. A module applied
+``OverwriteWithGradient`` variables, which the training step overwrites with their gradient. ``nnx.grad``
+differentiates only ``nnx.Param`` by default, which drops that gradient (the state then never updates and the scales
+stay 1), so differentiate with :data:`PARAMS_AND_STATE` and write the new state back::
+
+    grads = nnx.grad(loss_fn, argnums=nnx.DiffState(0, PARAMS_AND_STATE))(model)
+    param_grads, new_state = split_owg_state(grads)
+    optimizer.update(model, param_grads)   # an nnx.Optimizer(model, tx, wrt=nnx.Param)
+    nnx.update(model, new_state)
+
+A module applied
 several times in one differentiated function: pass its ``nnx.split`` state through :func:`max_combine_owg_state`
 first (inside the function, under ``jax.jit``), or the per-use updates add up (see
 :func:`mxprec.dot_general.max_combining`). ``mxprec.training.accumulate_gradients`` combines these variables by max
@@ -41,8 +50,20 @@ class OverwriteWithGradient(nnx.Variable):
     """State whose 'gradient' is its new value (delayed-scaling amax history and scale)."""
 
 
+PARAMS_AND_STATE = nnx.Any(nnx.Param, OverwriteWithGradient)
+"""The ``nnx.grad`` filter for models with :class:`DelayedDotGeneral`: ``argnums=nnx.DiffState(0, PARAMS_AND_STATE)``
+returns the Params' gradients and the delayed-scaling state's new values (see the module docstring)."""
+
+
+def split_owg_state(grads: nnx.State) -> tuple[nnx.State, nnx.State]:
+    """``(the other gradients, the OverwriteWithGradient values)`` of an ``nnx.grad`` result: the first for the
+    optimizer, the second (the new delayed-scaling state) for ``nnx.update(model, ...)``."""
+    return grads.filter(nnx.Not(OverwriteWithGradient)), grads.filter(OverwriteWithGradient)
+
+
 class DelayedDotGeneral(nnx.Module):
-    """An NNX module with ``lax.dot_general``'s call signature and delayed-scaling state."""
+    """An NNX module with ``lax.dot_general``'s call signature and delayed-scaling state (updated only where the
+    training step differentiates :data:`PARAMS_AND_STATE` and writes the new state back; module docstring)."""
 
     def __init__(self, recipe: Recipe):
         self.recipe = recipe
