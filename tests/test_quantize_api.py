@@ -90,6 +90,8 @@ def test_bad_input_raises_before_compute():
         (lambda: mxprec.DelayedScaling(history_len=2.5), TypeError, "history_len must be an int, got float"),
         (lambda: mxprec.DelayedScaling(history_len=0), ValueError, "history_len must be >= 1, got 0"),
         (lambda: mxprec.DelayedScaling(margin=0.5), TypeError, "margin must be an int, got float"),
+        (lambda: mxprec.DelayedScaling(margin=33), ValueError, r"margin must be in \[-32, 32\], got 33"),
+        (lambda: mxprec.DelayedScaling(margin=-2000), ValueError, r"margin must be in \[-32, 32\], got -2000"),
         (lambda: mxprec.MXScaling(formats.E4M3, block=True), TypeError, "block must be an int, got bool"),
         (lambda: mxprec.MXScaling(formats.E2M1, block=3), ValueError, "block=3 is invalid"),
         (lambda: mxprec.TileScaling(tile=(1.5, 32)), TypeError, r"tile\[0\] must be an int, got float"),

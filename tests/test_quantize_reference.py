@@ -729,6 +729,31 @@ def test_delayed_update_floors_tiny_scales(fmt, margin):
         assert_codes_nan_aware(np.asarray(quant(jx(x), st)), R.ref_delayed(x, f, s), f, f"codes under {s!r}", x)
 
 
+@pytest.mark.parametrize("fmt", FP8)
+def test_delayed_update_keeps_the_scale_where_the_margin_overflows_it(fmt):
+    """margin 32 on amaxes near the float32 maximum: (ref / max_finite) * 2^32 overflows to Inf, so the previous
+    scale stays (a scale of Inf made every code 0 and every output NaN); at the edge below it the product is used.
+    Library and numpy reference agree bit for bit, and margin +-32 is accepted."""
+    f = R.get_format(fmt)
+    spec = mxprec.DelayedScaling(F(fmt), history_len=1, amax_compute="most_recent", margin=32)
+    assert mxprec.DelayedScaling(F(fmt), margin=-32).margin == -32
+    update = jax.jit(lambda st, a: mxprec.update_delayed_state(st, a, spec))
+    big = np.float32(np.finfo(np.float32).max)
+    amaxes = [np.float32(3.0), big, np.float32(f.max_finite * 2.0**95), np.float32(1e30), np.float32(5.0)]
+    h, s = np.zeros(1, np.float32), np.float32(1)
+    st = mxprec.DelayedScalingState.init(spec)
+    scales = []
+    for a in amaxes:
+        st = update(st, jnp.float32(a))
+        h, s = R.ref_delayed_update(h, s, a, f, "most_recent", 32)
+        assert_f32_equal(np.asarray(st.scale), s, f"scale after amax {a!r}")
+        assert np.isfinite(s)
+        scales.append(float(s))
+    assert scales[1] == scales[0]  # FP32 max: (ref / max_finite) * 2^32 is Inf: kept
+    assert scales[2] == 2.0**127  # (max_finite * 2^95 / max_finite) * 2^32: finite, taken
+    assert scales[4] == pytest.approx(5.0 / f.max_finite * 2.0**32)
+
+
 # --------------------------------------------------------------------------------------------
 # NVFP4
 # --------------------------------------------------------------------------------------------

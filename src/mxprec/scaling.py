@@ -71,13 +71,17 @@ class TensorScaling:
         return f"{self.fmt.name} per-tensor (current amax)"
 
 
+MAX_DELAYED_MARGIN = 32  # |DelayedScaling.margin| at most: E5M2 spans 32 binades (2^-16 .. 57344)
+
+
 @dataclasses.dataclass(frozen=True)
 class DelayedScaling:
     """Per-tensor scaling from the amax history *before* this step (Transformer Engine semantics).
 
     The scale used at step t is ``state.scale``; afterwards :func:`update_delayed_state` pushes
     the current amax into the history and recomputes the scale from ``max(history)``
-    (``amax_compute="max"``) or the newest entry (``"most_recent"``), times ``2**margin``.
+    (``amax_compute="max"``) or the newest entry (``"most_recent"``), times ``2**margin``
+    (``margin`` an int in [-32, 32]).
     """
 
     fmt: ElementFormat = formats.E4M3
@@ -89,6 +93,11 @@ class DelayedScaling:
         object.__setattr__(self, "fmt", _check_fp8("DelayedScaling", self.fmt))
         object.__setattr__(self, "history_len", _check_int("DelayedScaling.history_len", self.history_len, 1))
         object.__setattr__(self, "margin", _check_int("DelayedScaling.margin", self.margin))
+        if not -MAX_DELAYED_MARGIN <= self.margin <= MAX_DELAYED_MARGIN:
+            # 2**margin shifts the codes by margin binades: beyond E5M2's 32 binades every code would be 0 or
+            # saturated (and 2**margin itself leaves float32 past 127)
+            raise ValueError(f"DelayedScaling.margin must be in [-{MAX_DELAYED_MARGIN}, {MAX_DELAYED_MARGIN}], "
+                             f"got {self.margin}")
         if self.amax_compute not in ("max", "most_recent"):
             raise ValueError(
                 f"DelayedScaling.amax_compute must be 'max' or 'most_recent', got {self.amax_compute!r}"
@@ -328,7 +337,8 @@ def update_delayed_state(state: DelayedScalingState, amax: jax.Array, spec: Dela
     """Pushes ``amax`` (the amax of the tensor just quantized) and recomputes the scale.
 
     history = roll(history, 1); history[0] = amax; ref = max(history) or history[0];
-    scale = max(floored_scale(ref, max_finite) * 2**margin, 2**-126), kept unchanged when ref is 0 or not finite.
+    scale = max(floored_scale(ref, max_finite) * 2**margin, 2**-126), kept unchanged when ref is 0 or not finite,
+    or when that product overflows to Inf (a positive margin on a huge amax).
     """
     if tuple(jnp.shape(state.amax_history)) != (spec.history_len,):
         raise ValueError(
@@ -340,5 +350,5 @@ def update_delayed_state(state: DelayedScalingState, amax: jax.Array, spec: Dela
     ref = jnp.max(history) if spec.amax_compute == "max" else history[0]
     new_scale = floored_scale(ref, spec.fmt.max_finite) * jnp.float32(2.0**spec.margin)
     new_scale = jnp.where(new_scale < F32_MIN_NORMAL, F32_MIN_NORMAL, new_scale)  # margin < 0
-    ok = jnp.isfinite(ref) & (ref > 0)
+    ok = jnp.isfinite(ref) & (ref > 0) & jnp.isfinite(new_scale)
     return DelayedScalingState(amax_history=history, scale=jnp.where(ok, new_scale, state.scale))

@@ -339,6 +339,8 @@ def ref_delayed_update(history, scale, amax, fmt, amax_compute="max", margin=0):
     else:  # the quotient at least 2^-126, times 2^margin, at least 2^-126 again (margin < 0)
         new = _mul32(_scale_floor(ref, fmt.max_finite), np.float32(2.0**margin))[()]
         new = max(np.float32(new), F32_MIN_NORMAL)
+        if not np.isfinite(new):  # a positive margin on a huge amax: the previous scale stays
+            new = np.float32(scale)
     return h, np.float32(new)
 
 
