@@ -414,6 +414,19 @@ def test_bad_inputs_raise_clearly():
                            recipe="mxfp8")
 
 
+def test_numpy_operands_as_lax_takes_them():
+    """numpy float64 operands (x64 off) become float32, as lax.dot_general takes them; the result equals the one
+    of the float32 arrays."""
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((64, 64)), rng.standard_normal((64, 32))
+    dn = (((1,), (0,)), ((), ()))
+    for name in ("mxfp8", "fp8_current"):
+        got = mxprec.dot_general(x, w, dn, recipe=name)
+        want = mxprec.dot_general(jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32), dn, recipe=name)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
 def test_backward_block_sizes_are_checked_with_the_callers_shapes():
     """The forward needs only K to fit the blocks (inference with 8 tokens runs); differentiating also needs M
     (Wgrad's contraction) and N (Dgrad's): a ValueError naming the GEMM and the caller's shapes, at trace time."""

@@ -517,6 +517,8 @@ def dot_general(
       ``lax.dot_general``'s output shape: batch dims, lhs free dims, rhs free dims.
     """
     recipe = get_recipe(recipe)
+    # numpy arrays and Python scalars as lax.dot_general takes them (float64 becomes float32 unless x64 is on)
+    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     for name, t in (("lhs", lhs), ("rhs", rhs)):
         if not jnp.issubdtype(jnp.result_type(t), jnp.floating):
             raise TypeError(f"dot_general: {name} must be floating, got {jnp.result_type(t)} {jnp.shape(t)}")
