@@ -106,3 +106,20 @@ def test_llama_flops_close_to_6N():
 
 def test_mfu():
     assert flops.mfu(1e15, 1.0, 2, 1e15) == 0.5
+    for bad in (float("nan"), 0.0, -1.0):
+        with pytest.raises(ValueError, match="need positive step_seconds"):
+            flops.mfu(1e15, bad, 2, 1e15)
+
+
+def test_llama_memory_takes_every_recipe_name():
+    """Every preset and alias of mxprec.recipes names a saved-value format (fp8_block, fp8_rowwise, fp16 and
+    mxfp8_floor were refused until the fiftieth session); the FP8 family saves 1 byte per value, fp16 2."""
+    from mxprec import recipes
+
+    kw = dict(n_params=1e9, n_layers=2, d_model=512, d_ff=1024, seq=128, batch=2, fsdp=1)
+    for name in recipes.names():
+        assert memory.llama_memory(**kw, recipe_name=name).total_bytes > 0, name
+    fp8 = memory.llama_memory(**kw, recipe_name="fp8_delayed").total_bytes
+    assert memory.llama_memory(**kw, recipe_name="fp8_block").total_bytes == fp8
+    assert memory.llama_memory(**kw, recipe_name="fp16").total_bytes == memory.llama_memory(
+        **kw, recipe_name="bf16").total_bytes

@@ -66,7 +66,7 @@ def llama_train_flops(
 
 def mfu(flops_per_step: float, step_seconds: float, n_devices: int, peak_flops_per_device: float) -> float:
     """Model FLOPs utilization: ``flops_per_step / (step_seconds · n_devices · peak)``."""
-    if step_seconds <= 0 or n_devices <= 0 or peak_flops_per_device <= 0:
+    if not (step_seconds > 0 and n_devices > 0 and peak_flops_per_device > 0):  # (NaN fails too)
         raise ValueError(
             f"need positive step_seconds, n_devices, peak; got {step_seconds}, {n_devices}, {peak_flops_per_device}"
         )

@@ -58,19 +58,30 @@ def bytes_per_value(b: int, s: int = 0, k: int = 0) -> float:
 
 BYTES_PER_VALUE: dict[str, float] = {name: bytes_per_value(*bits) for name, bits in FORMAT_BITS.items()}
 
-# Recipe name -> storage format of the low-precision saved values (matmul inputs).
+# Recipe name -> storage format of the low-precision saved values (matmul inputs): the seed's names and every
+# preset and alias of mxprec.recipes (tests/test_analysis.py checks that each one is here). fp16 saves 16-bit
+# values like bf16.
 RECIPE_SAVED_FORMAT: dict[str, str] = {
     "bf16": "bf16",
+    "fp16": "bf16",
     "fp8": "fp8",
     "fp8_tensor": "fp8",
     "fp8_delayed": "fp8",
     "fp8_current": "fp8",
     "fp8_row": "fp8",
+    "fp8_rowwise": "fp8",
     "fp8_tile": "fp8",
+    "fp8_block": "fp8",
+    "te_fp8_delayedscaling": "fp8",
+    "te_fp8_currentscaling": "fp8",
     "mxfp8": "mxfp8",
+    "mxfp8_floor": "mxfp8",
+    "te_mxfp8": "mxfp8",
     "mxfp6": "mxfp6",
     "mxfp4": "mxfp4",
+    "aiter_fp4": "mxfp4",
     "nvfp4": "nvfp4",
+    "te_nvfp4": "nvfp4",
 }
 
 
