@@ -234,3 +234,21 @@ def test_exact_div_is_ieee_division_and_reads_its_dividend_once(shape, bshape):
     readers = [e for e in jaxpr.eqns if any(v is jaxpr.invars[0] for v in e.invars)]
     if sum(n > 1 for n in shape) >= 2:
         assert [e.primitive.name for e in readers] == ["div"], readers
+
+
+def test_delayed_state_of_the_wrong_shape_is_named():
+    """A DelayedScalingState whose scale (or an amax) holds several values: a ValueError naming the function, the
+    field and the shape, on every path (it was a bare "cannot reshape array" from deep inside)."""
+    from mxprec.kernels import ffi
+
+    spec = mxprec.DelayedScaling(history_len=4)
+    bad = mxprec.DelayedScalingState(jnp.zeros(4, jnp.float32), jnp.ones(2, jnp.float32))
+    good = mxprec.DelayedScalingState.init(spec)
+    x = jnp.ones((8, 32), jnp.float32)
+    cases = [(lambda: mxprec.quantize(x, spec, state=bad), r"quantize: DelayedScalingState.scale"),
+             (lambda: ffi.quantize(x, spec, -1, state=bad), r"ffi.quantize: DelayedScalingState.scale"),
+             (lambda: mxprec.update_delayed_state(bad, 1.0, spec), r"update_delayed_state: DelayedScalingState.scale"),
+             (lambda: mxprec.update_delayed_state(good, jnp.ones(3), spec), r"update_delayed_state: amax")]
+    for call, what in cases:
+        with pytest.raises(ValueError, match=what + r" must hold one value \(shape \(\)\), got shape \(\d,\)"):
+            call()

@@ -66,7 +66,7 @@ from mxprec.quantize import (
     _per_group_fp32_scale as _current_scale,  # TensorScaling's amax / max_finite (1 at 0)
 )
 from mxprec.recipes import Recipe, get as get_recipe
-from mxprec.scaling import DelayedScaling, TensorScaling, TileScaling
+from mxprec.scaling import DelayedScaling, TensorScaling, TileScaling, delayed_scale_of
 
 __all__ = ["SWIGLU_KERNELS", "FusedMLPState", "swiglu", "swiglu_backward", "swiglu_forward", "swiglu_mlp"]
 
@@ -276,7 +276,7 @@ def _is_tiles(r: Recipe) -> bool:
 def _kernel_scale(spec, state, amax):
     """The per-tensor scale a SwiGLU kernel casts with: a delayed state's, or current scaling's from ``amax``."""
     if isinstance(spec, DelayedScaling):
-        return jnp.asarray(state.scale, F32).reshape(())
+        return delayed_scale_of(state, "fused MLP block")
     return _current_scale(amax, spec.fmt)
 
 

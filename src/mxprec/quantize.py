@@ -31,6 +31,7 @@ from mxprec.scaling import (
     ScalingSpec,
     TensorScaling,
     TileScaling,
+    delayed_scale_of,
     exact_div,
     exp2_int,
     floor_log2,
@@ -380,7 +381,7 @@ def quantize(
         if isinstance(spec, TensorScaling):
             scale = _per_group_fp32_scale(amax_t, fmt)
         else:
-            scale = jnp.asarray(state.scale, jnp.float32).reshape(())
+            scale = delayed_scale_of(state, "quantize")
         codes = _scaled_codes(x32, scale, fmt, uniform)
 
     elif isinstance(spec, RowScaling):

@@ -333,6 +333,18 @@ class DelayedScalingState:
         )
 
 
+def delayed_scale_of(state: DelayedScalingState, op: str) -> jax.Array:
+    """``state.scale`` as float32 ``()``; a ValueError naming ``op`` and the shape unless it holds one value."""
+    return _scalar_f32(state.scale, f"{op}: DelayedScalingState.scale")
+
+
+def _scalar_f32(v, what: str) -> jax.Array:
+    shape = tuple(jnp.shape(v))
+    if int(np.prod(shape)) != 1:
+        raise ValueError(f"{what} must hold one value (shape ()), got shape {shape}")
+    return jnp.asarray(v, jnp.float32).reshape(())
+
+
 def update_delayed_state(state: DelayedScalingState, amax: jax.Array, spec: DelayedScaling) -> DelayedScalingState:
     """Pushes ``amax`` (the amax of the tensor just quantized) and recomputes the scale.
 
@@ -345,7 +357,8 @@ def update_delayed_state(state: DelayedScalingState, amax: jax.Array, spec: Dela
             f"update_delayed_state: amax_history has shape {tuple(jnp.shape(state.amax_history))}, "
             f"but {spec.describe()} keeps ({spec.history_len},)"
         )
-    amax = jnp.asarray(amax, jnp.float32).reshape(())
+    amax = _scalar_f32(amax, "update_delayed_state: amax")
+    delayed_scale_of(state, "update_delayed_state")
     history = jnp.roll(state.amax_history, 1).at[0].set(amax)
     ref = jnp.max(history) if spec.amax_compute == "max" else history[0]
     new_scale = floored_scale(ref, spec.fmt.max_finite) * jnp.float32(2.0**spec.margin)

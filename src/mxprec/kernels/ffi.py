@@ -40,7 +40,15 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from mxprec.quantize import QTensor, _amax_from_bits, _validate as _validate_quantize_args, tensor_amax
-from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
+from mxprec.scaling import (
+    DelayedScaling,
+    MXScaling,
+    NVFP4Scaling,
+    RowScaling,
+    TensorScaling,
+    TileScaling,
+    delayed_scale_of,
+)
 
 __all__ = [
     "FMT",
@@ -947,7 +955,7 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None, amax: bool = True) 
             raise ValueError(
                 "quantize: DelayedScaling needs state=DelayedScalingState (DelayedScalingState.init(spec))"
             )
-        scale_in = jnp.asarray(state.scale, jnp.float32).reshape(())
+        scale_in = delayed_scale_of(state, "mxprec.kernels.ffi.quantize")
     else:
         scale_in = jnp.ones((), jnp.float32)
     shape = tuple(x.shape)

@@ -51,7 +51,15 @@ from mxprec.kernels.ffi import (
 )
 from mxprec.kernels.native import NativeLibrary
 from mxprec.quantize import QTensor, _validate as _validate_quantize_args
-from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
+from mxprec.scaling import (
+    DelayedScaling,
+    MXScaling,
+    NVFP4Scaling,
+    RowScaling,
+    TensorScaling,
+    TileScaling,
+    delayed_scale_of,
+)
 
 __all__ = [
     "LIBRARY_NAME",
@@ -321,7 +329,7 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
                 "mxprec.kernels.hip.quantize: DelayedScaling needs state=DelayedScalingState "
                 "(DelayedScalingState.init(spec))"
             )
-        scale_in = jnp.asarray(state.scale, jnp.float32).reshape(())
+        scale_in = delayed_scale_of(state, "mxprec.kernels.hip.quantize")
     else:
         scale_in = jnp.ones((), jnp.float32)
     require()
