@@ -520,7 +520,23 @@ def test_ffi_backend_runs_both_custom_calls():
     f = jax.jit(jax.grad(lambda x, w: jnp.sum(mxprec.dot_general(x, w, dn, recipe=r).astype(jnp.float32)), argnums=(0, 1)))
     hlo = f.lower(x, w).compile().as_text()
     assert "mxprec_scaled_gemm" in hlo and "mxprec_quantize" in hlo
-    assert "backend: ffi" in r.describe()
+    assert "backend: ffi" in r.describe() and "JAX quantizer" not in r.describe()
+
+
+@pytest.mark.skipif(not (mxprec.kernels.ffi_available("cpu") and jax.default_backend() == "cpu"),
+                    reason="libmxprec_cpu.so not built, or not on the CPU")
+def test_ffi_backend_says_where_stochastic_rounding_runs():
+    """nvfp4 rounds dY stochastically, which mxprec_quantize cannot: under backend="ffi" those two copies come from
+    the JAX quantizer (two quantize custom calls in the program, not four), and describe() says so."""
+    x, w, _ = _inputs((64, 128), (128, 128))
+    dn = (((1,), (0,)), ((), ()))
+    calls = {}
+    for sr in (True, False):
+        r = mxprec.recipes.get("nvfp4", backend="ffi", stochastic_grad_rounding=sr)
+        assert ("dY's stochastically rounded copies are quantized by the JAX quantizer" in r.describe()) == sr
+        loss = lambda x, w, r=r: jnp.sum(mxprec.dot_general(x, w, dn, recipe=r).astype(jnp.float32))
+        calls[sr] = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, w).as_text().count("@mxprec_quantize")
+    assert calls == {True: 2, False: 4}
 
 
 @pytest.mark.parametrize("mode", [None, "cuda", "separate", "fused"])

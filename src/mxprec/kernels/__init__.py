@@ -80,6 +80,10 @@ def backend_report(recipe) -> str:
         return f"backend: xla (requested) on {platform}"
     if recipe.backend == "ffi" and ffi_available(platform):
         extra = " (raises for operand pairs no kernel serves)" if platform == "gpu" else ""
+        if recipe.stochastic_grad_rounding and any(
+                getattr(recipe, role) is not None for role in ("dgrad_grad", "wgrad_grad")):
+            # mxprec_quantize rounds to nearest only: the keyed stochastic rounding is the JAX quantizer's
+            extra += "; dY's stochastically rounded copies are quantized by the JAX quantizer (no native SR)"
         return f"backend: ffi (mxprec_scaled_gemm custom call) on {platform}{extra}"
     if recipe.backend == "auto" and _auto_uses_cuda():
         from mxprec.kernels import cuda
