@@ -252,3 +252,38 @@ def test_delayed_state_of_the_wrong_shape_is_named():
     for call, what in cases:
         with pytest.raises(ValueError, match=what + r" must hold one value \(shape \(\)\), got shape \(\d,\)"):
             call()
+
+
+@pytest.mark.parametrize("spec", [mxprec.TensorScaling(formats.E4M3), mxprec.RowScaling(formats.E5M2),
+                                  mxprec.TileScaling(formats.E4M3, (1, 32)), mxprec.TileScaling(formats.E4M3, (32, 32)),
+                                  mxprec.MXScaling(formats.E4M3), mxprec.MXScaling(formats.E2M1),
+                                  mxprec.MXScaling(formats.E3M2), mxprec.NVFP4Scaling()], ids=lambda s: s.describe())
+def test_qtensor_layout_is_what_quantize_gives(spec):
+    """qtensor_layout (scaled_gemm's check of hand-made QTensors) agrees with quantize on every axis and rank."""
+    from mxprec.quantize import qtensor_layout
+
+    for shape in ((64,), (64, 96), (2, 64, 96), (2, 32, 64, 96)):
+        for axis in range(len(shape)):
+            if shape[axis] % 32 or (len(shape) == 1 and isinstance(spec, mxprec.TileScaling) and spec.tile[0] > 1):
+                continue
+            q = jax.eval_shape(lambda x, a=axis: mxprec.quantize(x, spec, axis=a),
+                               jax.ShapeDtypeStruct(shape, jnp.float32))
+            assert qtensor_layout(spec, shape, axis) == (q.data.shape, q.scale.shape), (shape, axis)
+
+
+def test_scaled_gemm_refuses_a_qtensor_whose_scales_do_not_fit():
+    """A QTensor edited by hand (scales cut to one column): a ValueError naming both layouts on the XLA path too
+    (it broadcast the one column over every block without a word); the custom call refused it already."""
+    import dataclasses
+
+    from mxprec.kernels import scaled_gemm
+
+    x = jax.random.normal(jax.random.key(0), (2, 64, 128), jnp.float32)
+    w = jax.random.normal(jax.random.key(1), (2, 128, 64), jnp.float32)
+    spec = mxprec.MXScaling(formats.E4M3)
+    q = mxprec.quantize(x, spec, axis=2)
+    bad = dataclasses.replace(q, scale=q.scale[:, :, :1])
+    with pytest.raises(ValueError, match=r"lhs QTensor of shape \(2, 64, 128\).*scale \(2, 64, 1\); that layout has "
+                                         r"data \(2, 64, 128\) and scale \(2, 64, 4\)"):
+        scaled_gemm(bad, mxprec.quantize(w, spec, axis=1), lhs_contract=2, rhs_contract=1, out_dtype=jnp.float32,
+                    backend="xla")

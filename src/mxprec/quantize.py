@@ -225,6 +225,27 @@ def _row_axis(ndim: int, axis: int) -> int:
     raise ValueError("TileScaling with tile rows > 1 needs a tensor of rank >= 2")
 
 
+def qtensor_layout(spec, shape: tuple, axis: int) -> tuple[tuple, tuple]:
+    """``(data shape, scale shape)`` of the QTensor that quantizing an array of ``shape`` along ``axis``
+    (non-negative) by ``spec`` gives (see :class:`QTensor`)."""
+    data, scale = list(shape), list(shape)
+    bits = spec.fmt.bits
+    if bits != 8:
+        data[axis] = data[axis] * bits // 8
+    if isinstance(spec, (TensorScaling, DelayedScaling)):
+        return tuple(data), ()
+    if isinstance(spec, RowScaling):
+        scale[axis] = 1
+    elif isinstance(spec, TileScaling):
+        tr, tc = spec.tile
+        scale[axis] //= tc
+        if tr > 1:
+            scale[_row_axis(len(shape), axis)] //= tr
+    else:  # MX, NVFP4
+        scale[axis] //= spec.block
+    return tuple(data), tuple(scale)
+
+
 def _validate(x, spec, axis: int) -> int:
     if not hasattr(x, "dtype") or not hasattr(x, "shape"):
         raise TypeError(f"quantize expects an array, got {type(x).__name__}")

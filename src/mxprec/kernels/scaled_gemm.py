@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from mxprec.quantize import SUPPORTED_INPUT_DTYPES, QTensor, dequantize, scale_as_f32
+from mxprec.quantize import SUPPORTED_INPUT_DTYPES, QTensor, dequantize, qtensor_layout, scale_as_f32
 from mxprec.scaling import DelayedScaling, MXScaling, NVFP4Scaling, RowScaling, TensorScaling, TileScaling
 
 __all__ = ["Operand", "reference_scaled_gemm", "scaled_gemm", "scaled_gemm_deferred"]
@@ -72,6 +72,15 @@ def _check(lhs: Operand, rhs: Operand, lhs_contract: int, rhs_contract: int, out
             raise ValueError(
                 f"scaled_gemm: {name} is quantized along axis {op.axis} but contracts axis {c}"
             )
+        if isinstance(op, QTensor):
+            data, scale = qtensor_layout(op.spec, tuple(op.shape), op.axis)
+            got = (tuple(jnp.shape(op.data)), tuple(jnp.shape(op.scale)))
+            if got != (data, scale):
+                raise ValueError(
+                    f"scaled_gemm: {name} QTensor of shape {tuple(op.shape)} quantized along axis {op.axis} by "
+                    f"{op.spec.describe()} holds data {got[0]} and scale {got[1]}; that layout has data {data} and "
+                    f"scale {scale}"
+                )
     if out_dtype is not None and jnp.dtype(out_dtype) not in SUPPORTED_INPUT_DTYPES:
         raise TypeError(f"scaled_gemm: out_dtype must be float32, bfloat16 or float16, got {jnp.dtype(out_dtype)}")
     if lhs.shape[0] != rhs.shape[0] or lhs.shape[lhs_contract] != rhs.shape[rhs_contract]:
