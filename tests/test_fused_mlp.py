@@ -574,18 +574,21 @@ def test_gpu_amax_kernels_bitexact():
             np.testing.assert_array_equal(_bits(a), _bits(b))
 
 
-@GPU_KERNEL
 @pytest.mark.parametrize("shape", [(0, 128), (64, 0)])
-def test_gpu_kernels_of_nothing_give_zero_amaxes(shape):
-    """Zero-size gate / up / dh: every SwiGLU kernel's amaxes are +0 (tensor_amax of nothing), never the output
-    buffer's old contents (the backward kernel returned before zeroing them until the fiftieth session)."""
+def test_swiglu_kernels_refuse_zero_size_inputs(shape):
+    """Zero-size gate / up / dh: every SwiGLU kernel wrapper raises a ValueError naming the shape before any custom
+    call (on any platform). The backward handler itself zeroes its amaxes on such a call since the fiftieth session
+    (it returned before zeroing them); the Python wrappers never reach it (H200, fiftieth session: the wrappers
+    refused both shapes)."""
     gate = up = dh = jnp.zeros(shape, BF16)
     fmts = (formats.E4M3, formats.E5M2, formats.E5M2)
-    got = jax.jit(lambda g, u, d: (cuda.swiglu_backward_fp8(g, u, d, jnp.ones(3, jnp.float32), fmts)[5:],
-                                   cuda.swiglu_forward_fp8(g, u, jnp.float32(1), formats.E4M3)[1],
-                                   cuda.swiglu_backward_amax(g, u, d), cuda.swiglu_forward_amax(g, u)))(gate, up, dh)
-    for a in jax.tree.leaves(got):
-        np.testing.assert_array_equal(_bits(a), _bits(jnp.float32(0)))
+    calls = {"swiglu_backward_fp8": lambda: cuda.swiglu_backward_fp8(gate, up, dh, jnp.ones(3, jnp.float32), fmts),
+             "swiglu_forward_fp8": lambda: cuda.swiglu_forward_fp8(gate, up, jnp.float32(1), formats.E4M3),
+             "swiglu_backward_amax": lambda: cuda.swiglu_backward_amax(gate, up, dh),
+             "swiglu_forward_amax": lambda: cuda.swiglu_forward_amax(gate, up)}
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=rf"{name}: shape \({shape[0]}, {shape[1]}\): M must be a positive"):
+            call()
 
 
 def _oracle_bits(x, fmt_name, pow2):
