@@ -161,6 +161,8 @@ def test_errors_name_shapes_and_dtypes():
         swiglu_mlp(x, w0.astype(jnp.float32), w1, wo, recipe="fp8_current")
     with pytest.raises(ValueError, match="swiglu_kernel must be one of"):
         swiglu_mlp(x, w0, w1, wo, recipe="fp8_current", swiglu_kernel="triton")
+    with pytest.raises(ValueError, match=r"K=100 to be a multiple of 32: swiglu_mlp's wo \(K = F\) GEMM"):
+        swiglu_mlp(x, w0[:, :100], w1[:, :100], wo[:100], recipe="mxfp8")
     with pytest.raises(ValueError, match="neither per-tensor .* nor FP8 1 x 128 tiles"):
         jax.grad(lambda x: jnp.sum(swiglu_mlp(x, w0, w1, wo, recipe="fp8_rowwise", swiglu_kernel="cuda")
                                    .astype(jnp.float32)))(x)

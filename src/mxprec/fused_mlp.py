@@ -446,8 +446,9 @@ def swiglu_mlp(x, wi_0, wi_1, wo, *, recipe: Recipe | str, state: FusedMLPState 
             _check_state(recipe, getattr(state, part), desc, op=f"swiglu_mlp state.{part}")
     d, f = wi_0.shape
     m = math.prod(x.shape[:-1])
-    for mkn in ((m, d, f), (m, f, d)):  # the backward's are checked where it is traced (dot_general._fwd)
-        _check_blocks(recipe, mkn, _FPROP_ROLES, desc)
+    # the backward's are checked where it is traced (dot_general._fwd)
+    for mkn, proj in (((m, d, f), "wi_0 / wi_1 (K = D)"), ((m, f, d), "wo (K = F)")):
+        _check_blocks(recipe, mkn, _FPROP_ROLES, f"swiglu_mlp's {proj} GEMM, {desc}")
     backend = kernels.resolve_backend(recipe.backend)
     dt = jnp.dtype(x.dtype)
     meta = _Meta(_GemmMeta(recipe, dt, backend, dt, dt, desc), swiglu_kernel)
