@@ -39,7 +39,13 @@ from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from mxprec.quantize import QTensor, _amax_from_bits, _validate as _validate_quantize_args, tensor_amax
+from mxprec.quantize import (
+    QTensor,
+    _amax_from_bits,
+    _validate as _validate_quantize_args,
+    qtensor_layout,
+    tensor_amax,
+)
 from mxprec.scaling import (
     DelayedScaling,
     MXScaling,
@@ -897,27 +903,6 @@ def _quant_cfg(spec, axis3: int) -> _QuantCfg:
     raise TypeError(f"quantize: spec must be a scaling spec, got {spec!r}")  # pragma: no cover
 
 
-def _quantized_shapes(shape, axis: int, cfg: _QuantCfg) -> tuple[tuple, tuple | None]:
-    """QTensor data and scale shapes of ``x`` of ``shape`` quantized along ``axis`` (scale None: ``()``).
-
-    data: the axis packed (FP6 3/4, FP4 1/2); scale: the axis 1 (row) or divided by the block, and
-    for tiles of tr > 1 rows the row axis (the last axis other than ``axis``) divided by tr.
-    """
-    data_shape = list(shape)
-    data_shape[axis] = data_shape[axis] * cfg.bits // 8
-    if cfg.kind == 1:
-        return tuple(data_shape), None
-    scale_shape = list(shape)
-    if cfg.kind == 2:
-        scale_shape[axis] = 1
-    else:
-        scale_shape[axis] //= cfg.block
-        if cfg.kind == 3 and cfg.tile_rows > 1:
-            row = max(d for d in range(len(shape)) if d != axis)
-            scale_shape[row] //= cfg.tile_rows
-    return tuple(data_shape), tuple(scale_shape)
-
-
 def quantize(x: jax.Array, spec, axis: int = -1, state=None, amax: bool = True) -> QTensor:
     """``mxprec_quantize``: the custom-call twin of :func:`mxprec.quantize` (bit-identical output).
 
@@ -964,11 +949,10 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None, amax: bool = True) 
     if not amax and cfg.kind in _AMAX_OPTIONAL_KINDS:
         cfg = dataclasses.replace(cfg, no_amax=1)
     data3, scale3, amax_out, ts = _quant_vmappable(cfg)(jnp.reshape(x, shape3), scale_in)
-    data_shape, scale_shape = _quantized_shapes(shape, axis, cfg)
-    scale = scale3 if scale_shape is None else scale3.reshape(scale_shape)
+    data_shape, scale_shape = qtensor_layout(spec, shape, axis)
     return QTensor(
         data=data3.reshape(data_shape),
-        scale=scale,
+        scale=scale3.reshape(scale_shape),
         amax=amax_out,
         tensor_scale=ts if cfg.kind == 5 else None,
         spec=spec,

@@ -46,11 +46,10 @@ from mxprec.kernels.ffi import (
     _operand_desc,
     _quant_cfg,
     _quant_vmappable,
-    _quantized_shapes,
     _view3,
 )
 from mxprec.kernels.native import NativeLibrary
-from mxprec.quantize import QTensor, _validate as _validate_quantize_args
+from mxprec.quantize import QTensor, _validate as _validate_quantize_args, qtensor_layout
 from mxprec.scaling import (
     DelayedScaling,
     MXScaling,
@@ -343,9 +342,9 @@ def quantize(x: jax.Array, spec, axis: int = -1, state=None) -> QTensor:
     assert axis3 == 2
     cfg = _quant_cfg(spec, axis3)
     data3, scale3, amax, ts = _quant_call(cfg, jnp.reshape(xm, shape3), scale_in)
-    data_shape, scale_shape = _quantized_shapes(mshape, last, cfg)
+    data_shape, scale_shape = qtensor_layout(spec, mshape, last)
     data = data3.reshape(data_shape)
-    scale = scale3 if scale_shape is None else scale3.reshape(scale_shape)
+    scale = scale3.reshape(scale_shape)
     if axis != last:
         data = jnp.moveaxis(data, -1, axis)
         if cfg.kind != 1:
