@@ -28,6 +28,10 @@
 #   onchip-ab    per-tensor current scaling in one read (onchip_kernel): its GPU tests per library, then cuda_quantize.py with
 #                MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2 (ab libraries: 1 / 2; ONCHIP_KNOBS / ONCHIP_AB_KNOBS override),
 #                ONCHIP_ROUNDS (default 1), QUANT_SHAPES, ONCHIP_TEST_LIBS (test only these library names)
+#   tall-ab      row scaling down the columns in one launch (tall_col_kernel): its GPU tests, then cuda_quantize.py
+#                (row_e4m3, tile1x128_e4m3 as the control) with MXPREC_QUANTIZE_TALL=0, then each mode of TALL_MODES
+#                (default "1 2": without / with L2 hints) at each lag of TALL_LAGS (default "0": the host's rule; e.g.
+#                "0 2 3 8"), TALL_ROUNDS rounds (default 1), QUANT_SHAPES
 #   onchip-trace onchip_kernel's phase timings (benchmarks/onchip_trace.py) from each build-cuda/trace/*.so, a
 #                -DMXPREC_ONCHIP_TRACE build of the library (QUANT_SHAPES, default 16384x4096,4096x4096)
 #   onchip-llama:ARMS each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
@@ -340,6 +344,21 @@ for stage in "$@"; do
         name="$(basename "$lib" .so)"
         step "quant_$name" env MXPREC_CUDA_LIBRARY="$lib" "$PY" benchmarks/cuda_quantize.py \
           ${QUANT_KERNELS:+--kernels "$QUANT_KERNELS"} --shapes "${QUANT_SHAPES:-16384x4096}" ${QUANT_ARGS:-} --out "$R/quant_$name"
+      done ;;
+    tall-ab)  # row scaling down the columns in one launch: tall_col_kernel's GPU tests, then cuda_quantize.py with
+      # MXPREC_QUANTIZE_TALL=0 (keys pass + col_kernel), then TALL_MODES x TALL_LAGS (lag 0: the host's rule)
+      step tall_tests "$PY" -m pytest -q -x tests/test_cuda_quantize.py -k "tall or axis or large_bf16 or shapes_and"
+      for ((round = 1; round <= ${TALL_ROUNDS:-1}; round++)); do
+        step "quant_tall0_$round" env MXPREC_QUANTIZE_TALL=0 "$PY" benchmarks/cuda_quantize.py \
+          --kernels row_e4m3,tile1x128_e4m3 --no-peer --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,4096x4096}" \
+          --out "$R/quant_tall0_$round"
+        for mode in ${TALL_MODES:-1 2}; do
+          for lag in ${TALL_LAGS:-0}; do
+            step "quant_tall${mode}_lag${lag}_$round" env MXPREC_QUANTIZE_TALL="$mode" MXPREC_QUANTIZE_TALL_LAG="$lag" \
+              "$PY" benchmarks/cuda_quantize.py --kernels row_e4m3,tile1x128_e4m3 --no-peer \
+              --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,4096x4096}" --out "$R/quant_tall${mode}_lag${lag}_$round"
+          done
+        done
       done ;;
     onchip-ab)  # per-tensor current scaling in one read of x: onchip_kernel's GPU tests, then cuda_quantize.py
       # (tensor_e4m3, delayed_e4m3 as the control): the built library with MXPREC_QUANTIZE_ONCHIP=0 / 1 / 2, each

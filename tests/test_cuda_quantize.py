@@ -67,6 +67,17 @@ def test_element_fast_path_matches_exact_functions_on_cpu(host_cxx_check):
     assert rc == 0, out
 
 
+def test_tall_group_work_order_on_cpu(host_cxx_check):
+    """tall_col_kernel's ticket order and lag (csrc/cuda_kernels/tall_order.h), compiled for the CPU: every (pass,
+    unit, tile) exactly once, a unit's pass-1 tiles before its pass-2 tiles (the no-deadlock condition), the gap
+    between a tile's two reads, and the lag rule (csrc/cuda_kernels/tests/tall_order_host_test.cc)."""
+    kernels = os.path.join(ROOT, "csrc", "cuda_kernels")
+    counts, out, rc = host_cxx_check(os.path.join(kernels, "tests", "tall_order_host_test.cc"), kernels)
+    assert set(counts) == {"lags", "orders"}, out
+    assert counts["orders"][0] > 500 and all(bad == 0 for _, bad in counts.values()), out
+    assert rc == 0, out
+
+
 # ----------------------------------------------------------------------------- oracles
 
 
@@ -811,6 +822,68 @@ def test_current_scaling_kernel_switch_is_checked(monkeypatch):
     x = jnp.ones((64, 64), jnp.bfloat16)
     with pytest.raises(Exception, match="MXPREC_QUANTIZE_ONCHIP must be 0, 1 or 2"):
         _with_onchip(monkeypatch, "yes", TensorScaling(E4M3), x)
+
+
+# ----------------------------------------------------------------------------- row scaling along axis 1, one launch
+
+# tall_col_kernel (MXPREC_QUANTIZE_TALL=2, the default, with L2 cache hints; 1: without) against vgroup_kernel's keys
+# pass + col_kernel (=0): FP8 row
+# scaling down the columns (groups of 128 T rows, T > 1) where rows and cols are multiples of 128. Shapes: few and
+# many tiles per unit, several group rows (a batch axis), f32 / f16 / bf16; lags forced from 1 to past the units.
+TALL_SHAPES = [
+    ((1024, 4096), 0, "bfloat16"),  # 8 tiles per unit, 32 units
+    ((16384, 256), 0, "bfloat16"),  # 128 tiles per unit, 2 units (lag clamped to the units)
+    ((3, 512, 384), 1, "float16"),  # 3 group rows x 3 strips
+    ((256, 640), 0, "float32"),  # 2 tiles per unit, f32 tiles
+    ((2, 2048, 128), 1, "bfloat16"),  # one strip, 2 group rows of 16 tiles
+]
+
+
+def _tall_input(shape, dtype, seed=5) -> np.ndarray:
+    """Columns of magnitudes over ~7 decades, with a zero column, a NaN in a group's last row, an Inf in its first
+    row, and a column whose amax sits in the group's last tile."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape, np.float32) * np.exp2(rng.integers(-12, 12, shape[-1:])).astype(np.float32)
+    x[..., 3] = 0.0
+    x[..., -1, 5] = np.nan
+    x[..., 0, 6] = -np.inf
+    x[..., -2, 7] = 6.0e4
+    return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
+
+
+def _with_tall(monkeypatch, mode: str, spec, axis, x, lag: str = ""):
+    monkeypatch.setenv("MXPREC_QUANTIZE_TALL", mode)  # read by the kernel's host code at every launch
+    monkeypatch.setenv("MXPREC_QUANTIZE_TALL_LAG", lag)
+    return jax.block_until_ready(_gpu_q(spec, axis)(x, None))
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape,axis,dtype", TALL_SHAPES, ids=[f"{s}-{a}-{d}" for s, a, d in TALL_SHAPES])
+def test_tall_row_groups_in_one_launch_match_two_passes(shape, axis, dtype, monkeypatch):
+    """Every QTensor field bit for bit against the two-pass kernels, E4M3 and E5M2, with and without the L2 hints, at
+    the default lag and at forced lags (1, 2, 7, more than the units); the default also against the CPU oracle."""
+    x = _tall_input(shape, dtype)
+    xj = jnp.asarray(x)
+    for spec in (RowScaling(E4M3), RowScaling(E5M2)):
+        want = _with_tall(monkeypatch, "0", spec, axis, xj)
+        for mode, lag in (("2", ""), ("1", ""), ("2", "1"), ("2", "2"), ("1", "7"), ("2", "100000")):
+            got = _with_tall(monkeypatch, mode, spec, axis, xj, lag)
+            bad = C._qtensor_mismatch(got, want)
+            assert not bad, f"{_sid(spec)} {shape} {dtype} axis {axis}, mode {mode}, lag {lag or 'default'}: {bad}"
+    monkeypatch.setenv("MXPREC_QUANTIZE_TALL", "2")
+    monkeypatch.setenv("MXPREC_QUANTIZE_TALL_LAG", "")
+    _check(RowScaling(E4M3), x, axis, reference=False, what="tall groups, one launch")
+
+
+@needs_gpu
+def test_tall_row_groups_kernel_switch_is_checked(monkeypatch):
+    x = jnp.ones((512, 128), jnp.bfloat16)
+    for var, value, msg in (("MXPREC_QUANTIZE_TALL", "3", "MXPREC_QUANTIZE_TALL must be 0, 1 or 2"),
+                            ("MXPREC_QUANTIZE_TALL_LAG", "-1", "MXPREC_QUANTIZE_TALL_LAG must be a non-negative")):
+        monkeypatch.setenv(var, value)
+        with pytest.raises(Exception, match=msg):
+            jax.block_until_ready(_gpu_q(RowScaling(E4M3), 0)(x, None))
+        monkeypatch.delenv(var)
 
 
 def _gradient_like(shape=(512, 384), seed=41) -> np.ndarray:

@@ -46,6 +46,9 @@
 //                   (cp.async), a thread owns 2 columns x 32 rows, codes (packed down the columns for
 //                   FP6 / FP4) leave through shared memory;
 //                   taller column groups (row scaling along axis 1) read their keys from a keys pass;
+//   tall_col_kernel row scaling along axis 1 on col_kernel's tiles in one launch: each 128-column strip of a
+//                   group row is walked twice, keys then codes, in an order (tall_order.h) that keeps x in L2
+//                   between the two reads (MXPREC_QUANTIZE_TALL=0: the keys pass + col_kernel);
 //   nvfp4_row_kernel NVFP4 axis-2 groups (16 elements): a thread owns 4 consecutive chunks, two whole
 //                   groups (one scale computation per group), codes in one 16-byte store; E2M1 codes through
 //                   the reciprocal of the scale where a certificate shows they are the division's (nvfp4_codes8,
@@ -88,6 +91,7 @@
 #include "quantize_math.h"
 #include "scaled_gemm.h"
 #include "swiglu_math.cuh"
+#include "tall_order.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace mxprec {
@@ -1305,6 +1309,10 @@ __device__ __forceinline__ uint32_t raw_key(const Raw<I>& r) {
   }
 }
 
+__device__ __forceinline__ void red_release_gpu_add(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -1808,8 +1816,8 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
     const int64_t col = c0 + 2 * pair;
     uint32_t g0 = k0, g1 = k1;
     if (keys_in) {
-      g0 = a.keys[grow * a.ngc + col];
-      g1 = a.keys[grow * a.ngc + col + 1];
+      g0 = __ldcg(a.keys + grow * a.ngc + col);  // L2: tall_col_kernel's keys are maxed there during the launch
+      g1 = __ldcg(a.keys + grow * a.ngc + col + 1);
     } else if (whole_tile) {
       const uint32_t w = __reduce_max_sync(kFull, max(k0, k1));
       if ((threadIdx.x & 31) == 0) seg_keys[threadIdx.x / 32] = w;
@@ -1970,6 +1978,23 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
   return thread_key;
 }
 
+// Starts the cp.async copies of the 128 x 128 tile at rows r0, columns c0 of `a`'s view into xin (kColTile rows of
+// kColTile elements); the caller waits (cp_async_wait_all + __syncthreads). A thread copies 16-byte piece `piece` of
+// rows row0, row0 + kRowStep, ... (one address computation, then constant strides; the per-piece 64-bit index
+// arithmetic had been 13 % of the MXFP4 instance's instructions).
+template <InType I>
+__device__ __forceinline__ void col_load_tile(const Args& a, unsigned char* xin, int64_t r0, int64_t c0) {
+  constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
+  constexpr int kPieces = kRowBytes / 16, kRowStep = kThreads / kPieces;
+  static_assert(kThreads % kPieces == 0 && kColTile % kRowStep == 0, "col_kernel: tile load geometry");
+  const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
+  const char* src = static_cast<const char*>(a.x) + ((r0 + row0) * a.cols + c0) * in_bytes<I>() + piece * 16;
+  const int64_t src_step = kRowStep * a.cols * static_cast<int64_t>(in_bytes<I>());
+  unsigned char* dst = xin + row0 * kRowBytes + piece * 16;
+#pragma unroll
+  for (int k = 0; k < kColTile / kRowStep; ++k) cp_async16(dst + k * kRowStep * kRowBytes, src + k * src_step);
+}
+
 // kBand: the kind can divide (row / tile scales), so a thread whose columns markstein_band admits takes the
 // straight Markstein division (in_band_fp8_codes8); MX scales are powers of two (kMul) and skip it.
 // kTransposed (FP8 groups of 32 / 64 / 128 rows x 1 column): the codes and scales of the (B, C, R) transpose,
@@ -1991,23 +2016,11 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
   unsigned char* xin = smem;                                                   // [128][128] elements of x
   uint8_t* codes = smem + kColTile * kRowBytes;                                // [kCodeRows][128] codes
   uint32_t* seg_keys = reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);  // [segment][column]
-  const int64_t cols = a.cols;
   // A 2-D grid (x: column tiles, y: row tiles): no division of the block index (22 of the MXFP4 instance's
   // 1122 instructions per warp had been one).
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColTile, c0 = static_cast<int64_t>(blockIdx.x) * kColTile;
 
-  {  // the tile: a thread copies 16-byte piece `piece` of rows row0, row0 + kRowStep, ... (one address
-     // computation, then constant strides; the per-piece 64-bit index arithmetic had been 13 % of the
-     // MXFP4 instance's instructions)
-    constexpr int kPieces = kRowBytes / 16, kRowStep = kThreads / kPieces;
-    static_assert(kThreads % kPieces == 0 && kColTile % kRowStep == 0, "col_kernel: tile load geometry");
-    const int row0 = threadIdx.x / kPieces, piece = threadIdx.x % kPieces;
-    const char* src = static_cast<const char*>(a.x) + ((r0 + row0) * cols + c0) * in_bytes<I>() + piece * 16;
-    const int64_t src_step = kRowStep * cols * static_cast<int64_t>(in_bytes<I>());
-    unsigned char* dst = xin + row0 * kRowBytes + piece * 16;
-#pragma unroll
-    for (int k = 0; k < kColTile / kRowStep; ++k) cp_async16(dst + k * kRowStep * kRowBytes, src + k * src_step);
-  }
+  col_load_tile<I>(a, xin, r0, c0);
   cp_async_wait_all();
   __syncthreads();
 
@@ -2015,6 +2028,113 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
   const uint32_t thread_key =
       col_tile_codes<I, kBand, kBits, kNvfp4, kTransposed, kRows>(a, xin, codes, seg_keys, r0, c0, ts);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+  if (a.acc_amax) block_amax(a.amax, thread_key);
+}
+
+// ------------------------------------------------------------------------------------ tall column groups, one launch
+
+// Row scaling along axis 1 (FP8 groups of gh = 128 T rows x 1 column, T > 1; rows and cols multiples of 128) in one
+// launch whose second read of x comes from L2, instead of vgroup_kernel's keys pass + col_kernel (x read from DRAM
+// twice: 46 % of copy on the H200). A unit is one group row's 128-column strip of T tiles (tall_order.h). A CTA takes
+// a ticket (not blockIdx: tickets are claimed in order by CTAs already running) and does up to two things: pass 1 of
+// one tile (its 128 column keys, read into registers and maxed into keys[] by atomicMax; then the tile is counted
+// into done[unit]) and pass 2 of a tile read `lag` units earlier (col_kernel's body, col_tile_codes with keys_in,
+// once done[unit] == T). It finishes its pass 1 before it waits, and the pass-1 tickets of a unit all precede its
+// pass-2 tickets, so a waiting CTA waits only for running CTAs that reach their count without waiting (no deadlock,
+// whatever the residency). Pass 1's DRAM read and pass 2's L2 read are in flight together. kHint: pass 1 reads with
+// L2 evict_last (cp.async with an L2::cache_hint for pass 2's read, evict_first, compiled to an LDGSTS on a misaligned
+// uniform-register descriptor, CUDA 13.0, and faulted with an illegal instruction on an H100). sync (XLA scratch, zeroed by the host): [0] the ticket counter, [1 + u]
+// done[u]; a.keys (zeroed): the group keys.
+template <InType I, bool kHint>
+__global__ void __launch_bounds__(kThreads) tall_col_kernel(Args a, uint32_t* sync, int64_t lag) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
+  constexpr int kChunksPerRow = kColTile / 8, kRowStep = kThreads / kChunksPerRow;  // pass 1: chunk c of rows r + 16 k
+  constexpr int kRowsPerThread = kColTile / kRowStep;
+  constexpr int kBatch = I == InType::kF32 ? 4 : 8;  // pass-1 chunks in registers at once
+  unsigned char* xin = smem;
+  uint8_t* codes = smem + kColTile * kRowBytes;
+  uint32_t* seg_keys = reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);
+  __shared__ uint32_t tall_ticket;
+  if (threadIdx.x == 0) tall_ticket = atomicAdd(sync, 1u);
+  __syncthreads();
+  const int64_t strips = a.cols / kColTile, tiles = a.gh / kColTile;
+  const int64_t units = (a.rows / a.gh) * strips;
+  const cuda::tall::TallWork w = cuda::tall::tall_work(tall_ticket, units, tiles, lag);
+  const auto origin = [&](int64_t unit, int64_t& r0, int64_t& c0) {  // the tile's first row and column
+    r0 = ((unit / strips) * tiles + w.tile) * kColTile;
+    c0 = (unit % strips) * kColTile;
+  };
+  int64_t r0 = 0, c0 = 0;
+  if (w.codes_unit >= 0) {  // pass 2's tile (read `lag` units ago: L2) into shared memory
+    origin(w.codes_unit, r0, c0);
+    col_load_tile<I>(a, xin, r0, c0);
+  }
+  if (w.keys_unit >= 0) {  // pass 1: the tile's column keys from registers
+    int64_t k0 = 0, kc0 = 0;
+    origin(w.keys_unit, k0, kc0);
+    const int c = threadIdx.x % kChunksPerRow, r = threadIdx.x / kChunksPerRow;
+    const int64_t e0 = (k0 + r) * a.cols + kc0 + 8 * c;
+    const uint64_t keep = kHint ? l2_policy_evict_last() : 0;
+    uint32_t key[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // columns 8 c .. 8 c + 7
+#pragma unroll
+    for (int b = 0; b < kRowsPerThread; b += kBatch) {
+      Raw<I> raw[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int64_t e = e0 + static_cast<int64_t>(b + j) * kRowStep * a.cols;
+        raw[j] = kHint ? load_raw_hint<I>(a.x, e, keep) : load_raw<I>(a.x, e);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if constexpr (I == InType::kBF16) {  // key[i] holds the packed bf16 magnitudes of columns 2 i, 2 i + 1
+          const uint4 v = raw[j].v[0];
+          key[0] = max_u16x2(key[0], v.x & 0x7FFF7FFFu);
+          key[1] = max_u16x2(key[1], v.y & 0x7FFF7FFFu);
+          key[2] = max_u16x2(key[2], v.z & 0x7FFF7FFFu);
+          key[3] = max_u16x2(key[3], v.w & 0x7FFF7FFFu);
+        } else {
+          float v[8];
+          to_f32<I>(raw[j], v);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) key[i] = max(key[i], abs_key(v[i]));
+        }
+      }
+    }
+    if constexpr (I == InType::kBF16) {
+#pragma unroll
+      for (int i = 3; i >= 0; --i) {
+        key[2 * i + 1] = key[i] & 0xFFFF0000u;
+        key[2 * i] = key[i] << 16;
+      }
+    }
+    // Lanes l and l ^ 16 hold the same columns (rows r, r + 1 of the step); then the 8 warps meet in shared memory
+    // (pass 2's code tile, not in use yet).
+    uint32_t* red = reinterpret_cast<uint32_t*>(codes);  // [warp][column]
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      key[i] = max(key[i], __shfl_xor_sync(kFull, key[i], 16));
+      if ((threadIdx.x & 16) == 0) red[(threadIdx.x / 32) * kColTile + 8 * c + i] = key[i];
+    }
+    __syncthreads();
+    if (threadIdx.x < kColTile) {
+      uint32_t k = 0;
+#pragma unroll
+      for (int q = 0; q < kThreads / 32; ++q) k = max(k, red[q * kColTile + threadIdx.x]);
+      if (k != 0) atomicMax(a.keys + (w.keys_unit / strips) * a.ngc + kc0 + threadIdx.x, k);
+    }
+    __syncthreads();  // then one release: every thread's atomicMax is ordered before the count (cumulativity)
+    if (threadIdx.x == 0) red_release_gpu_add(sync + 1 + w.keys_unit, 1u);
+  }
+  if (w.codes_unit < 0) return;
+  if (threadIdx.x == 0) {
+    while (ld_acquire_gpu(sync + 1 + w.codes_unit) < static_cast<uint32_t>(tiles)) __nanosleep(64);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  float ts;
+  const uint32_t thread_key = col_tile_codes<I, true, 8, false, false, false>(a, xin, codes, seg_keys, r0, c0, ts);
+  if (w.codes_unit == 0 && w.tile == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   if (a.acc_amax) block_amax(a.amax, thread_key);
 }
 
@@ -2307,6 +2427,57 @@ ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
   return ffi::Error::Success();
 }
 
+// MXPREC_QUANTIZE_TALL picks the kernels of row scaling along axis 1 where col_kernel's tiles apply (FP8 groups of
+// 128 T rows, T > 1): 2 (or unset) tall_col_kernel, one launch with x's second read from L2, with L2 cache hints; 1 the
+// same without them; 0 vgroup_kernel's keys pass + col_kernel (x read from DRAM twice). Read at every launch, so that a
+// test or an A/B can switch it within one process; -1 for any other value. MXPREC_QUANTIZE_TALL_LAG (measurements
+// only): tall_col_kernel's lag in units, a positive integer; unset, empty or 0: tall_lag's rule; anything else: -1.
+int tall_mode() {
+  const char* v = std::getenv("MXPREC_QUANTIZE_TALL");
+  if (v == nullptr || *v == '\0') return 2;
+  if (v[1] == '\0' && v[0] >= '0' && v[0] <= '2') return v[0] - '0';
+  return -1;
+}
+
+int64_t tall_lag_override() {
+  const char* v = std::getenv("MXPREC_QUANTIZE_TALL_LAG");
+  if (v == nullptr || *v == '\0') return 0;
+  int64_t n = 0;
+  for (const char* c = v; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9' || n > (int64_t{1} << 40)) return -1;
+    n = 10 * n + (*c - '0');
+  }
+  return n;
+}
+
+// Row scaling along axis 1 by tall_col_kernel (see there); *launched stays false where it cannot take the call (no
+// scratch, too many tickets for a 32-bit counter), and the caller takes the two-pass kernels.
+template <InType I, bool kHint>
+ffi::Error launch_tall(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a, int64_t lag_override,
+                       bool* launched) {
+  constexpr auto kKernel = tall_col_kernel<I, kHint>;
+  *launched = false;
+  const int64_t strips = a.cols / kColTile, tiles = a.gh / kColTile, units = (a.rows / a.gh) * strips;
+  if (2 * units * tiles > std::min<int64_t>(kMaxGrid, UINT32_MAX)) return ffi::Error::Success();
+  const size_t words = static_cast<size_t>(1 + units + a.ngroups);  // ticket, done[units], keys[ngroups]
+  auto mem = scratch.Allocate(words * sizeof(uint32_t), 16);
+  if (!mem.has_value()) return ffi::Error::Success();
+  uint32_t* sync = static_cast<uint32_t*>(*mem);
+  a.keys = sync + 1 + units;
+  cudaError_t e = cudaMemsetAsync(sync, 0, words * sizeof(uint32_t), stream);
+  if (e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
+  constexpr int smem = static_cast<int>(col_smem_bytes<I>());
+  int dev = 0, ctas = 1;
+  e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
+  if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kThreads, smem, &ctas);
+  if (e != cudaSuccess) return cuda_error("tall_col_kernel launch setup", e);
+  const int64_t lag = cuda::tall::tall_lag(ctas, tiles, units, lag_override);
+  kKernel<<<static_cast<unsigned>((units + lag) * tiles), kThreads, smem, stream>>>(a, sync, lag);
+  *launched = true;
+  return ffi::Error::Success();
+}
+
 // MXPREC_QUANTIZE_ONCHIP picks per-tensor current scaling's kernels: 2 (or unset) onchip_kernel with its L2 cache
 // hints, 1 onchip_kernel without them, 0 amax_kernel + tensor_kernel (x read twice). Read at every launch, so that a
 // test or an A/B can switch it within one process; -1 for any other value. (H100, bf16, % of copy, 0 / 1 / 2:
@@ -2376,7 +2547,7 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   const int bits = format_bits(static_cast<ElemFormat>(a.fmt));
   const bool x16 = aligned(a.x, 16) && aligned(a.data, 16);
   const int64_t gh = a.gh, gw = a.gw;
-  // Groups taller than a tile (row scaling along axis 1): their keys come from tall_group_keys first.
+  // Groups taller than a tile (row scaling along axis 1): tall_col_kernel, or their keys from tall_group_keys first.
   const bool tall_groups = a.axis == 1 && gw == 1 && gh > kColTile && gh % kColTile == 0;
   const bool col_groups = a.axis == 1 && gw == 1 && (gh == 32 || gh == 64 || gh == 128 || tall_groups);
   const bool tile_groups = gh == kColTile && gw == kColTile;  // 128 x 128 tiles, either axis
@@ -2388,6 +2559,16 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
                       a.rows % kColTile == 0 && a.cols % kColTile == 0 &&
                       grid_ok(a.rows / kColTile) && a.rows / kColTile <= kMaxGridY && grid_ok(a.cols / kColTile);
   if (col_ok && tall_groups) {
+    const int tall = tall_mode();
+    const int64_t lag = tall_lag_override();
+    if (tall < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_TALL must be 0, 1 or 2");
+    if (lag < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_TALL_LAG must be a non-negative integer");
+    if (tall > 0) {
+      bool launched = false;
+      auto e = tall == 2 ? launch_tall<I, true>(stream, scratch, a, lag, &launched)
+                         : launch_tall<I, false>(stream, scratch, a, lag, &launched);
+      if (e.failure() || launched) return e;
+    }
     if (auto e = tall_group_keys<I>(stream, scratch, &a); e.failure()) return e;
   }
   if (col_ok && (!tall_groups || a.keys != nullptr)) {
