@@ -2038,7 +2038,7 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
 // twice: 46 % of copy on the H200). A unit is one group row's 128-column strip of T tiles (tall_order.h). A CTA takes
 // a ticket (not blockIdx: tickets are claimed in order by CTAs already running) and does up to two things: pass 1 of
 // one tile (its 128 column keys, read into registers and maxed into keys[] by atomicMax; then the tile is counted
-// into done[unit]) and pass 2 of a tile read `lag` units earlier (col_kernel's body, col_tile_codes with keys_in,
+// into done[unit]) and pass 2 of the tile keyed `lag` tickets earlier (col_kernel's body, col_tile_codes with keys_in,
 // once done[unit] == T). It finishes its pass 1 before it waits, and the pass-1 tickets of a unit all precede its
 // pass-2 tickets, so a waiting CTA waits only for running CTAs that reach their count without waiting (no deadlock,
 // whatever the residency). Pass 1's DRAM read and pass 2's L2 read are in flight together. kHint: pass 1 reads with
@@ -2061,18 +2061,19 @@ __global__ void __launch_bounds__(kThreads) tall_col_kernel(Args a, uint32_t* sy
   const int64_t strips = a.cols / kColTile, tiles = a.gh / kColTile;
   const int64_t units = (a.rows / a.gh) * strips;
   const cuda::tall::TallWork w = cuda::tall::tall_work(tall_ticket, units, tiles, lag);
-  const auto origin = [&](int64_t unit, int64_t& r0, int64_t& c0) {  // the tile's first row and column
-    r0 = ((unit / strips) * tiles + w.tile) * kColTile;
+  const auto origin = [&](int64_t tile, int64_t& r0, int64_t& c0) {  // tile u * tiles + i: its first row and column
+    const int64_t unit = tile / tiles;
+    r0 = ((unit / strips) * tiles + tile % tiles) * kColTile;
     c0 = (unit % strips) * kColTile;
   };
   int64_t r0 = 0, c0 = 0;
-  if (w.codes_unit >= 0) {  // pass 2's tile (read `lag` units ago: L2) into shared memory
-    origin(w.codes_unit, r0, c0);
+  if (w.codes_tile >= 0) {  // pass 2's tile (read `lag` tickets ago: L2) into shared memory
+    origin(w.codes_tile, r0, c0);
     col_load_tile<I>(a, xin, r0, c0);
   }
-  if (w.keys_unit >= 0) {  // pass 1: the tile's column keys from registers
+  if (w.keys_tile >= 0) {  // pass 1: the tile's column keys from registers
     int64_t k0 = 0, kc0 = 0;
-    origin(w.keys_unit, k0, kc0);
+    origin(w.keys_tile, k0, kc0);
     const int c = threadIdx.x % kChunksPerRow, r = threadIdx.x / kChunksPerRow;
     const int64_t e0 = (k0 + r) * a.cols + kc0 + 8 * c;
     const uint64_t keep = kHint ? l2_policy_evict_last() : 0;
@@ -2121,20 +2122,20 @@ __global__ void __launch_bounds__(kThreads) tall_col_kernel(Args a, uint32_t* sy
       uint32_t k = 0;
 #pragma unroll
       for (int q = 0; q < kThreads / 32; ++q) k = max(k, red[q * kColTile + threadIdx.x]);
-      if (k != 0) atomicMax(a.keys + (w.keys_unit / strips) * a.ngc + kc0 + threadIdx.x, k);
+      if (k != 0) atomicMax(a.keys + (w.keys_tile / tiles / strips) * a.ngc + kc0 + threadIdx.x, k);
     }
     __syncthreads();  // then one release: every thread's atomicMax is ordered before the count (cumulativity)
-    if (threadIdx.x == 0) red_release_gpu_add(sync + 1 + w.keys_unit, 1u);
+    if (threadIdx.x == 0) red_release_gpu_add(sync + 1 + w.keys_tile / tiles, 1u);
   }
-  if (w.codes_unit < 0) return;
+  if (w.codes_tile < 0) return;
   if (threadIdx.x == 0) {
-    while (ld_acquire_gpu(sync + 1 + w.codes_unit) < static_cast<uint32_t>(tiles)) __nanosleep(64);
+    while (ld_acquire_gpu(sync + 1 + w.codes_tile / tiles) < static_cast<uint32_t>(tiles)) __nanosleep(64);
   }
   cp_async_wait_all();
   __syncthreads();
   float ts;
   const uint32_t thread_key = col_tile_codes<I, true, 8, false, false, false>(a, xin, codes, seg_keys, r0, c0, ts);
-  if (w.codes_unit == 0 && w.tile == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+  if (w.codes_tile == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   if (a.acc_amax) block_amax(a.amax, thread_key);
 }
 
@@ -2431,7 +2432,8 @@ ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
 // 128 T rows, T > 1): 2 (or unset) tall_col_kernel, one launch with x's second read from L2, with L2 cache hints; 1 the
 // same without them; 0 vgroup_kernel's keys pass + col_kernel (x read from DRAM twice). Read at every launch, so that a
 // test or an A/B can switch it within one process; -1 for any other value. MXPREC_QUANTIZE_TALL_LAG (measurements
-// only): tall_col_kernel's lag in units, a positive integer; unset, empty or 0: tall_lag's rule; anything else: -1.
+// only): tall_col_kernel's lag in tiles, a positive integer (below the group's tiles: raised to them); unset, empty or 0: tall_lag's
+// rule; anything else: -1.
 int tall_mode() {
   const char* v = std::getenv("MXPREC_QUANTIZE_TALL");
   if (v == nullptr || *v == '\0') return 2;
@@ -2458,7 +2460,7 @@ ffi::Error launch_tall(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args
   constexpr auto kKernel = tall_col_kernel<I, kHint>;
   *launched = false;
   const int64_t strips = a.cols / kColTile, tiles = a.gh / kColTile, units = (a.rows / a.gh) * strips;
-  if (2 * units * tiles > std::min<int64_t>(kMaxGrid, UINT32_MAX)) return ffi::Error::Success();
+  if (2 * units * tiles > std::min<int64_t>(kMaxGrid, UINT32_MAX)) return ffi::Error::Success();  // tickets <= that
   const size_t words = static_cast<size_t>(1 + units + a.ngroups);  // ticket, done[units], keys[ngroups]
   auto mem = scratch.Allocate(words * sizeof(uint32_t), 16);
   if (!mem.has_value()) return ffi::Error::Success();
@@ -2473,7 +2475,7 @@ ffi::Error launch_tall(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args
   if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kThreads, smem, &ctas);
   if (e != cudaSuccess) return cuda_error("tall_col_kernel launch setup", e);
   const int64_t lag = cuda::tall::tall_lag(ctas, tiles, units, lag_override);
-  kKernel<<<static_cast<unsigned>((units + lag) * tiles), kThreads, smem, stream>>>(a, sync, lag);
+  kKernel<<<static_cast<unsigned>(units * tiles + lag), kThreads, smem, stream>>>(a, sync, lag);
   *launched = true;
   return ffi::Error::Success();
 }
