@@ -348,16 +348,14 @@ for stage in "$@"; do
     tall-ab)  # row scaling down the columns in one launch: tall_col_kernel's GPU tests, then cuda_quantize.py with
       # MXPREC_QUANTIZE_TALL=0 (keys pass + col_kernel), then TALL_MODES x TALL_LAGS (lag 0: the host's rule)
       step tall_tests "$PY" -m pytest -q -x tests/test_cuda_quantize.py -k "tall or axis or large_bf16 or shapes_and"
+      settings="0:0"  # mode:lag; mode 0 (the two passes) has no lag
+      for mode in ${TALL_MODES:-1 2}; do for lag in ${TALL_LAGS:-0}; do settings+=" $mode:$lag"; done; done
       for ((round = 1; round <= ${TALL_ROUNDS:-1}; round++)); do
-        step "quant_tall0_$round" env MXPREC_QUANTIZE_TALL=0 "$PY" benchmarks/cuda_quantize.py \
-          --kernels row_e4m3,tile1x128_e4m3 --no-peer --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,4096x4096}" \
-          --out "$R/quant_tall0_$round"
-        for mode in ${TALL_MODES:-1 2}; do
-          for lag in ${TALL_LAGS:-0}; do
-            step "quant_tall${mode}_lag${lag}_$round" env MXPREC_QUANTIZE_TALL="$mode" MXPREC_QUANTIZE_TALL_LAG="$lag" \
-              "$PY" benchmarks/cuda_quantize.py --kernels row_e4m3,tile1x128_e4m3 --no-peer \
-              --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,4096x4096}" --out "$R/quant_tall${mode}_lag${lag}_$round"
-          done
+        for setting in $settings; do
+          mode="${setting%%:*}" lag="${setting#*:}"
+          step "quant_tall${mode}_lag${lag}_$round" env MXPREC_QUANTIZE_TALL="$mode" MXPREC_QUANTIZE_TALL_LAG="$lag" \
+            "$PY" benchmarks/cuda_quantize.py --kernels row_e4m3,tile1x128_e4m3 --no-peer \
+            --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,4096x4096}" --out "$R/quant_tall${mode}_lag${lag}_$round"
         done
       done ;;
     onchip-ab)  # per-tensor current scaling in one read of x: onchip_kernel's GPU tests, then cuda_quantize.py
