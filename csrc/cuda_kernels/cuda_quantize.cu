@@ -2043,10 +2043,11 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
 // pass-2 tickets, so a waiting CTA waits only for running CTAs that reach their count without waiting (no deadlock,
 // whatever the residency). Pass 1's DRAM read and pass 2's L2 read are in flight together. kHint: pass 1 reads with
 // L2 evict_last (cp.async with an L2::cache_hint for pass 2's read, evict_first, compiled to an LDGSTS on a misaligned
-// uniform-register descriptor, CUDA 13.0, and faulted with an illegal instruction on an H100). sync (XLA scratch, zeroed by the host): [0] the ticket counter, [1 + u]
-// done[u]; a.keys (zeroed): the group keys. Measured (H100, bf16, % of copy, two passes / one launch):
-// 16384 x 4096 52.8 / 61.9, 8192 x 8192 52.6 / 64.1, 4096 x 4096 43.4 / 53.4 (h100_quantize_tall.md); at the
-// smallest lag codes wait for keys in flight, at 512 tiles the second read starts to miss L2.
+// uniform-register descriptor, CUDA 13.0, and faulted with an illegal instruction on an H100). sync (XLA scratch,
+// zeroed by the host): [0] the ticket counter, [1 + u] done[u]; a.keys (zeroed): the group keys. Measured (H100,
+// bf16, % of copy, two passes / one launch): 16384 x 4096 52.8 / 61.9, 8192 x 8192 52.6 / 64.1, 4096 x 4096
+// 43.4 / 53.4 (h100_quantize_tall.md); at the smallest lag codes wait for keys in flight, at 512 tiles the second
+// read starts to miss L2.
 template <InType I, bool kHint>
 __global__ void __launch_bounds__(kThreads) tall_col_kernel(Args a, uint32_t* sync, int64_t lag) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -2434,8 +2435,8 @@ ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
 // 128 T rows, T > 1): 2 (or unset) tall_col_kernel, one launch with x's second read from L2, with L2 cache hints; 1 the
 // same without them; 0 vgroup_kernel's keys pass + col_kernel (x read from DRAM twice). Read at every launch, so that a
 // test or an A/B can switch it within one process; -1 for any other value. MXPREC_QUANTIZE_TALL_LAG (measurements
-// only): tall_col_kernel's lag in tiles, a positive integer (below the group's tiles: raised to them); unset, empty or 0: tall_lag's
-// rule; anything else: -1.
+// only): tall_col_kernel's lag in tiles, a positive integer (below the group's tiles: raised to them); unset, empty
+// or 0: tall_lag's rule; anything else: -1.
 int tall_mode() {
   const char* v = std::getenv("MXPREC_QUANTIZE_TALL");
   if (v == nullptr || *v == '\0') return 2;
