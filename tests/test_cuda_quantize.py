@@ -68,9 +68,9 @@ def test_element_fast_path_matches_exact_functions_on_cpu(host_cxx_check):
 
 
 def test_tall_group_work_order_on_cpu(host_cxx_check):
-    """tall_col_kernel's ticket order and lag (csrc/cuda_kernels/tall_order.h), compiled for the CPU: every (pass,
-    unit, tile) exactly once, a unit's pass-1 tiles before its pass-2 tiles (the no-deadlock condition), the gap
-    between a tile's two reads, and the lag rule (csrc/cuda_kernels/tests/tall_order_host_test.cc)."""
+    """tall_col_kernel's ticket order and lag (csrc/cuda_kernels/tall_order.h), compiled for the CPU: every tile keyed
+    and coded exactly once, a unit's keys tickets before its codes tickets (the no-deadlock condition), exactly `lag`
+    tickets between a tile's two reads, and the lag rule (csrc/cuda_kernels/tests/tall_order_host_test.cc)."""
     kernels = os.path.join(ROOT, "csrc", "cuda_kernels")
     counts, out, rc = host_cxx_check(os.path.join(kernels, "tests", "tall_order_host_test.cc"), kernels)
     assert set(counts) == {"lags", "orders"}, out
@@ -827,12 +827,12 @@ def test_current_scaling_kernel_switch_is_checked(monkeypatch):
 # ----------------------------------------------------------------------------- row scaling along axis 1, one launch
 
 # tall_col_kernel (MXPREC_QUANTIZE_TALL=2, the default, with L2 cache hints; 1: without) against vgroup_kernel's keys
-# pass + col_kernel (=0): FP8 row
-# scaling down the columns (groups of 128 T rows, T > 1) where rows and cols are multiples of 128. Shapes: few and
-# many tiles per unit, several group rows (a batch axis), f32 / f16 / bf16; lags forced from 1 to past the units.
+# pass + col_kernel (=0): FP8 row scaling down the columns (groups of 128 T rows, T > 1) where rows and cols are
+# multiples of 128. Shapes: few and many tiles per unit (a group row's 128-column strip), several group rows (a batch
+# axis), f32 / f16 / bf16. Lags (in tiles) from the smallest (1: raised to the group's tiles) to past the last tile.
 TALL_SHAPES = [
     ((1024, 4096), 0, "bfloat16"),  # 8 tiles per unit, 32 units
-    ((16384, 256), 0, "bfloat16"),  # 128 tiles per unit, 2 units (lag clamped to the units)
+    ((16384, 256), 0, "bfloat16"),  # 128 tiles per unit, 2 units (the default lag clamped to all 256 tiles)
     ((3, 512, 384), 1, "float16"),  # 3 group rows x 3 strips
     ((256, 640), 0, "float32"),  # 2 tiles per unit, f32 tiles
     ((2, 2048, 128), 1, "bfloat16"),  # one strip, 2 group rows of 16 tiles
@@ -861,7 +861,7 @@ def _with_tall(monkeypatch, mode: str, spec, axis, x, lag: str = ""):
 @pytest.mark.parametrize("shape,axis,dtype", TALL_SHAPES, ids=[f"{s}-{a}-{d}" for s, a, d in TALL_SHAPES])
 def test_tall_row_groups_in_one_launch_match_two_passes(shape, axis, dtype, monkeypatch):
     """Every QTensor field bit for bit against the two-pass kernels, E4M3 and E5M2, with and without the L2 hints, at
-    the default lag and at forced lags (1, 2, 7, more than the units); the default also against the CPU oracle."""
+    the default lag and at forced lags (1, 2, 7, more than all tiles); the default also against the CPU oracle."""
     x = _tall_input(shape, dtype)
     xj = jnp.asarray(x)
     for spec in (RowScaling(E4M3), RowScaling(E5M2)):
