@@ -2431,18 +2431,22 @@ ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
   return ffi::Error::Success();
 }
 
+// A kernel switch read from `var` at every launch (so that a test or an A/B can switch it within one process):
+// `unset` where the variable is unset or empty, its value where that is one digit 0 .. max_mode, else -1.
+int env_mode(const char* var, int max_mode, int unset) {
+  const char* v = std::getenv(var);
+  if (v == nullptr || *v == '\0') return unset;
+  if (v[1] == '\0' && v[0] >= '0' && v[0] <= '0' + max_mode) return v[0] - '0';
+  return -1;
+}
+
 // MXPREC_QUANTIZE_TALL picks the kernels of row scaling along axis 1 where col_kernel's tiles apply (FP8 groups of
 // 128 T rows, T > 1): 2 (or unset) tall_col_kernel, one launch with x's second read from L2, with L2 cache hints; 1 the
 // same without them; 0 vgroup_kernel's keys pass + col_kernel (x read from DRAM twice). Read at every launch, so that a
 // test or an A/B can switch it within one process; -1 for any other value. MXPREC_QUANTIZE_TALL_LAG (measurements
 // only): tall_col_kernel's lag in tiles, a positive integer (below the group's tiles: raised to them); unset, empty
 // or 0: tall_lag's rule; anything else: -1.
-int tall_mode() {
-  const char* v = std::getenv("MXPREC_QUANTIZE_TALL");
-  if (v == nullptr || *v == '\0') return 2;
-  if (v[1] == '\0' && v[0] >= '0' && v[0] <= '2') return v[0] - '0';
-  return -1;
-}
+int tall_mode() { return env_mode("MXPREC_QUANTIZE_TALL", 2, 2); }
 
 int64_t tall_lag_override() {
   const char* v = std::getenv("MXPREC_QUANTIZE_TALL_LAG");
@@ -2487,12 +2491,7 @@ ffi::Error launch_tall(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args
 // hints, 1 onchip_kernel without them, 0 amax_kernel + tensor_kernel (x read twice). Read at every launch, so that a
 // test or an A/B can switch it within one process; -1 for any other value. (H100, bf16, % of copy, 0 / 1 / 2:
 // 16384 x 4096 55.6-56.0 / 58.4-58.6 / 60.8-61.1, 4096 x 4096 50.2 / 54.0-54.5 / 59.4-59.9.)
-int onchip_mode() {
-  const char* v = std::getenv("MXPREC_QUANTIZE_ONCHIP");
-  if (v == nullptr || *v == '\0') return 2;
-  if (v[1] == '\0' && v[0] >= '0' && v[0] <= '2') return v[0] - '0';
-  return -1;
-}
+int onchip_mode() { return env_mode("MXPREC_QUANTIZE_ONCHIP", 2, 2); }
 
 // Whether onchip_kernel can take the call: per-tensor current scaling of whole, aligned chunks.
 bool onchip_eligible(const Args& a) {
