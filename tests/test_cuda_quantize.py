@@ -61,7 +61,8 @@ def test_element_fast_path_matches_exact_functions_on_cpu(host_cxx_check):
     counts, out, rc = host_cxx_check(os.path.join(ROOT, "csrc", "cuda_kernels", "tests", "cuda_quantize_host_test.cc"),
                                      os.path.join(ROOT, "csrc", "common"))
     assert set(counts) == {
-        "encode_rne", "scaled", "mx", "nvfp4", "bf16_pairs", "nvfp4_certificate", "nvfp4_block_certificate"
+        "encode_rne", "scaled", "mx", "nvfp4", "bf16_pairs", "nvfp4_certificate", "nvfp4_block_certificate",
+        "nvfp4_limits"
     }, out
     assert all(cases > 100_000 and bad == 0 for cases, bad in counts.values()), out
     assert rc == 0, out
@@ -262,6 +263,47 @@ def test_nvfp4_reciprocal_codes_beside_e2m1_midpoints(ts_target):
     numpy reference."""
     x = _nvfp4_e2m1_edges(ts_target, seed=int(ts_target * 1000) % 997)
     _check_both_axes(NVFP4Scaling(), x, what=f"E2M1 edges s_t~{ts_target:g}")
+
+
+def _nvfp4_limit_edges(ts_target: float, np_dtype, seed: int) -> np.ndarray:
+    """(128, 256) bf16 / f16, NVFP4 blocks of 16 along rows. The first element, ~2688 * ts_target, sets the tensor
+    scale s_t; every other block has amax ~6 s_b s_t for a random E4M3 value s_b and 15 elements within 3 steps of
+    the 16-bit input grid of an E2M1 rounding midpoint times eff = s_b s_t: the values beside the limits that the
+    CUDA kernels compare 16-bit inputs with (nvfp4_codes_by_limits), random signs. Some blocks have eff == 0 or, at
+    tiny s_t, eff < 2**-124 (the kernels' other paths)."""
+    rng = np.random.default_rng(seed)
+    t_amax = np.float32(np.float32(2688.0 * ts_target).astype(np_dtype))
+    ts = np.float64(t_amax / np.float32(2688.0))
+    e4m3 = C.R.grid(C.R.E4M3)
+    sb = rng.choice(e4m3[e4m3 > 0], 128 * 16 - 1).astype(np.float64)
+    mids = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    near = rng.choice(mids, (sb.size, 15)) * (sb * ts)[:, None]
+    bits = near.astype(np.float32).astype(np_dtype).view(np.uint16).astype(np.int32)
+    bits = np.clip(bits + rng.integers(-3, 4, bits.shape), 0, 0x7BFF if np_dtype == np.float16 else 0x7F7F)
+    v = bits.astype(np.uint16).view(np_dtype).astype(np.float32)
+    amax = (6.0 * sb * ts).astype(np.float32).astype(np_dtype).astype(np.float32)
+    blocks = np.concatenate([amax[:, None], np.minimum(v, amax[:, None])], axis=1)
+    zero = rng.integers(0, 16, sb.size) == 0
+    blocks[zero] = (blocks[zero] * np.float32(2.0**-12)).astype(np.float32)  # t = amax / 6 / s_t < 2**-10
+    blocks *= np.where(rng.integers(0, 2, blocks.shape) == 1, 1.0, -1.0).astype(np.float32)
+    return _after_tensor_amax_block(t_amax, blocks).astype(np_dtype)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    "dtype,ts_target",
+    [("bfloat16", t) for t in (1.0, 0.0371, 3.1e-5, 7.3e4, 2.0**-120 / 2688, 2.0**110)]
+    + [("float16", t) for t in (1.0, 0.0371, 3.1e-5, 2.0**-12, 20.0)],
+)
+def test_nvfp4_16bit_codes_beside_every_limit(dtype, ts_target):
+    """NVFP4's E2M1 codes of bf16 / f16 inputs by comparison with each group's limits (nvfp4_codes_by_limits in
+    nvfp4_row_kernel and col_kernel): elements within 3 input-grid steps of every limit, block scales from 2**-9 s_t
+    to 448 s_t (at s_t ~2**-131 and ~2**110 partly outside [2**-124, 2**120], where the kernels divide instead;
+    zero-scale blocks), f16 subnormals, along both axes, bit-exact against the CPU oracle and the numpy
+    reference."""
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    x = _nvfp4_limit_edges(ts_target, np_dtype, seed=int(abs(np.log2(ts_target)) * 10) + len(dtype))
+    _check_both_axes(NVFP4Scaling(), x, what=f"limit edges {dtype} s_t~{ts_target:g}")
 
 
 def _nvfp4_e4m3_scale_edges(ts_target: float, seed: int) -> np.ndarray:

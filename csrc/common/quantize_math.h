@@ -357,6 +357,95 @@ MXPREC_HD inline uint32_t ro_bf16x2(float a, float b) {
   const uint32_t hi = (ua >> 16) | (ub & 0xFFFF0000u), lo = (ua & 0xFFFFu) | (ub << 16);
   return hi | min_u16x2(lo, 0x00010001u);
 }
+
+// ------------------------------------------------------------------------------------ NVFP4 codes by limits
+// NVFP4's E2M1 code of x under a block scale eff is encode_rne(clip(RN(x / eff), 6)): its magnitude counts the 7
+// midpoints 0.25, 0.75, ..., 5 of the E2M1 grid that RN(x / eff) passes, a tie passing where the even neighbour is the
+// upper one (0.75, 1.75, 3.5). RN(y) passes such a midpoint m where y >= m - u / 2 (u the FP32 step below m: the
+// tie rounds to m, whose last bit is 0), any other one where y > m + u / 2 (u the step above m: RN(y) >= m + u).
+// With y = |x| / eff that is |x| >= M_k eff or |x| > M_k eff, M_k = nvfp4_mid(k). Each has a 25-bit odd
+// significand, so the exact product M_k eff (a double holds its 49 bits) is never an FP32 value and both tests are
+// |x| >= L_k, L_k = nvfp4_limit(eff, k) = M_k eff rounded up to FP32. Magnitude = #{k : |x| >= L_k}. For eff in
+// [2**-124, 2**120] (nvfp4_limits_apply) every L_k is normal and finite: a denormal x (code 0 after DAZ) lies below
+// L_0, an Inf x (clipped to 6) above L_6. A 16-bit input compares with L_k rounded up onto its own grid
+// (nvfp4_limit16). The code's sign bit is x's (-0, DAZ-flushed and underflowing negatives give the -0 code). The CUDA
+// kernels take this path for bf16 / f16 groups, two elements per instruction; the host test checks it against
+// encode_nvfp4 on every bf16 and f16 pattern and on FP32 values beside every limit.
+MXPREC_HD constexpr double nvfp4_mid(int k) {  // M_k, k in 0..6
+  return k == 0 ? 0x1p-2 + 0x1p-26 : k == 1 ? 0.75 - 0x1p-25 : k == 2 ? 1.25 + 0x1p-24 : k == 3 ? 1.75 - 0x1p-24
+       : k == 4 ? 2.5 + 0x1p-23 : k == 5 ? 3.5 - 0x1p-23 : 5.0 + 0x1p-22;
+}
+MXPREC_HD inline bool nvfp4_limits_apply(float eff) { return eff >= 0x1p-124f && eff <= 0x1p120f; }
+
+// L_k, k in 0..6, for nvfp4_limits_apply(eff): the product rounded up to FP32 (cvt.rp.f32.f64 on the device).
+MXPREC_HD inline float nvfp4_limit(float eff, int k) {
+  const double p = nvfp4_mid(k) * static_cast<double>(eff);  // exact
+#if defined(__CUDA_ARCH__)
+  return __double2float_ru(p);
+#else
+  const float f = static_cast<float>(p);
+  return static_cast<double>(f) < p ? bits_f32(f32_bits(f) + 1u) : f;
+#endif
+}
+
+// The smallest 16-bit value (bf16 / f16 pattern) >= limit > 0, so that x >= it exactly where x >= limit.
+template <InType I>
+MXPREC_HD inline uint32_t nvfp4_limit16(float limit) {
+  static_assert(I != InType::kF32, "16-bit inputs");
+  if constexpr (I == InType::kBF16) {
+    return (f32_bits(limit) + 0xFFFFu) >> 16;
+  } else {
+#if defined(__CUDA_ARCH__)
+    return __half_as_ushort(__float2half_ru(limit));
+#else
+    const uint16_t h = f32_to_f16(limit);
+    return f16_to_f32(h) < limit ? h + 1u : h;
+#endif
+  }
+}
+
+// Codes of two 16-bit values (lane i of w) against per-lane limits lim[k] (nvfp4_limit16 of each lane's group, in that
+// lane): lane i's low nibble is sign << 3 | #{k : |x_i| >= lim_k}, the other bits 0. On sm_90: the count accumulates
+// in a 16-bit float that starts at 128 (bf16) / 1024 (f16) plus 8 for a negative x, one compare (1.0 or 0.0) and one
+// add per limit, two lanes each; the count is in the sum's low bits.
+template <InType I>
+MXPREC_HD inline uint32_t nvfp4_codes_by_limits(uint32_t w, const uint32_t (&lim)[7]) {
+  const uint32_t a = w & 0x7FFF7FFFu;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t acc = (I == InType::kBF16 ? 0x43004300u : 0x64006400u) | ((w >> 12) & 0x00080008u);
+#pragma unroll
+  for (int k = 0; k < 7; ++k) {
+    uint32_t one;
+    if constexpr (I == InType::kBF16) {
+      asm("set.ge.bf16x2.bf16x2 %0, %1, %2;" : "=r"(one) : "r"(a), "r"(lim[k]));
+      asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(acc) : "r"(acc), "r"(one));
+    } else {
+      asm("set.ge.f16x2.f16x2 %0, %1, %2;" : "=r"(one) : "r"(a), "r"(lim[k]));
+      asm("add.rn.f16x2 %0, %1, %2;" : "=r"(acc) : "r"(acc), "r"(one));
+    }
+  }
+  return acc & 0x000F000Fu;
+#else
+  uint32_t out = 0;
+  for (int lane = 0; lane < 2; ++lane) {
+    const int sh = 16 * lane;
+    const uint32_t x = (a >> sh) & 0xFFFFu;  // non-negative: patterns order as values (NaN above Inf)
+    uint32_t n = (w >> (sh + 12)) & 0x8u;
+    for (int k = 0; k < 7; ++k) n += x >= ((lim[k] >> sh) & 0xFFFFu) ? 1u : 0u;
+    out |= n << sh;
+  }
+  return out;
+#endif
+}
+
+// Eight codes packed along a 32-bit word, element i in nibble i, from nvfp4_codes_by_limits of the element pairs
+// (c[j] holds elements 2 j, 2 j + 1).
+MXPREC_HD inline uint32_t nvfp4_pack_pairs(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3) {
+  uint32_t u = c0 | (c1 << 8), v = c2 | (c3 << 8);  // elements 0, 2, 1, 3 in bytes 0..3
+  u |= u >> 12;                                     // low half: elements 0, 1, 2, 3
+  v |= v >> 12;
+  return (u & 0xFFFFu) | (v << 16);
+}
 #endif  // !__HIPCC__
 
 // How a group quantizes its elements (see the header comment).

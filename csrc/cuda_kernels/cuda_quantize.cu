@@ -50,9 +50,11 @@
 //                   group row is walked twice, keys then codes, in an order (tall_order.h) that keeps x in L2
 //                   between the two reads (MXPREC_QUANTIZE_TALL=0: the keys pass + col_kernel);
 //   nvfp4_row_kernel NVFP4 axis-2 groups (16 elements): a thread owns 4 consecutive chunks, two whole
-//                   groups (one scale computation per group), codes in one 16-byte store; E2M1 codes through
-//                   the reciprocal of the scale where a certificate shows they are the division's (nvfp4_codes8,
-//                   also in col_kernel's NVFP4 path);
+//                   groups (one scale computation per group), codes in one 16-byte store; bf16 / f16 E2M1
+//                   codes by comparing |x| with the group's 7 limits, two elements per instruction
+//                   (nvfp4_codes_by_limits, also in col_kernel's NVFP4 path); f32 ones (and block scales
+//                   outside [2**-124, 2**120]) through the reciprocal of the scale where a certificate shows
+//                   they are the division's (nvfp4_codes8);
 //   row_kernel      FP8 axis-2 row groups of 257 .. 16384 elements: persistent CTAs of 128 threads x 4 /
 //                   8 chunks or 512 x 4 that prefetch their next row into shared memory (cp.async) while
 //                   they compute the current one (one pass);
@@ -202,10 +204,10 @@ __device__ __forceinline__ void load_flat(const Args& a, int64_t k, float (&v)[8
 // |x| keys of bf16 data two elements at a time: a "key2" holds the max 16-bit magnitude of each lane;
 // key2_finish gives the FP32 key (abs_key of the FP32 value, i.e. bf16 bits << 16) of both lanes, the
 // same as chunk_key over the FP32 conversions.
-__device__ __forceinline__ uint32_t bf16_key2(const Raw<InType::kBF16>& r) {
-  const uint4 w = r.v[0];
+__device__ __forceinline__ uint32_t max_abs_pair(const uint4& w) {  // lane-wise max 16-bit magnitude (bf16 / f16)
   return max_u16x2(max_u16x2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), max_u16x2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
 }
+__device__ __forceinline__ uint32_t bf16_key2(const Raw<InType::kBF16>& r) { return max_abs_pair(r.v[0]); }
 __device__ __forceinline__ uint32_t key2_finish(uint32_t k2) { return max(k2 << 16, k2 & 0xFFFF0000u); }
 
 template <int kN>
@@ -598,13 +600,36 @@ __device__ __forceinline__ Nvfp4Scale nvfp4_block_scale_cvt(float amax, float ts
   return Nvfp4Scale{sb, mul_f32(sb, ts), static_cast<uint8_t>(code2 & 0xFFu)};
 }
 
-// NVFP4's element scale for a group with raw max |x| key `key` under the tensor scale ts, bm =
-// nvfp4_block_multiplier(ts) (the E4M3 block scale by nvfp4_block_scale_cvt); the block scale's E4M3 byte goes to
-// scale[i].
-__device__ __forceinline__ ElemScale nvfp4_group_scale(uint32_t key, float ts, float bm, uint8_t* scale, int64_t i) {
+// NVFP4's block scale for a group with raw max |x| key `key` under the tensor scale ts, bm =
+// nvfp4_block_multiplier(ts) (nvfp4_block_scale_cvt); its E4M3 byte goes to scale[i].
+__device__ __forceinline__ Nvfp4Scale nvfp4_group_block(uint32_t key, float ts, float bm, uint8_t* scale, int64_t i) {
   const Nvfp4Scale b = nvfp4_block_scale_cvt(__uint_as_float(finish_key(key)), ts, bm);
   scale[i] = b.byte;
-  return nvfp4_elem_scale(b);
+  return b;
+}
+
+// NVFP4 codes of 16-bit inputs by comparison with the group's limits (quantize_math.h, "NVFP4 codes by limits"),
+// for a block scale eff where nvfp4_limits_apply: lane i of each limit word is nvfp4_limit16 of lane i's group.
+template <InType I>
+__device__ __forceinline__ uint32_t nvfp4_limit16_of(float eff, int k) {
+  return nvfp4_limit16<I>(nvfp4_limit(eff, k));
+}
+// Eight codes (element i in nibble i) of one 16-bit chunk whose elements share the limits lim.
+template <InType I>
+__device__ __forceinline__ uint32_t nvfp4_chunk_by_limits(const uint4& w, const uint32_t (&lim)[7]) {
+  return nvfp4_pack_pairs(nvfp4_codes_by_limits<I>(w.x, lim), nvfp4_codes_by_limits<I>(w.y, lim),
+                          nvfp4_codes_by_limits<I>(w.z, lim), nvfp4_codes_by_limits<I>(w.w, lim));
+}
+
+// Max |x| raw key (abs_key of the FP32 value) of 16-bit words: the lanes' max pattern, converted; the same as
+// chunk_key over the FP32 conversions (non-negative patterns order as their values, NaN above Inf).
+template <InType I>
+__device__ __forceinline__ uint32_t key16(uint32_t max_abs_pair) {
+  if constexpr (I == InType::kBF16) {
+    return key2_finish(max_abs_pair);
+  } else {
+    return max(abs_key(f16_to_float(max_abs_pair & 0xFFFFu)), abs_key(f16_to_float(max_abs_pair >> 16)));
+  }
 }
 
 // NVFP4's E2M1 codes through the reciprocal, certified by e2m1_near_boundary (quantize_math.h): Markstein's division
@@ -747,6 +772,8 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
 // NVFP4 along rows (axis 2, groups of 16 elements = 2 chunks): a thread owns kUnroll = 4 consecutive chunks,
 // two whole groups, so each group's scale is computed once (hgroup_kernel's layout splits a group over two
 // lanes that each compute its scale, for every chunk), and its 32 codes leave in one 16-byte store.
+// bf16 / f16 groups whose block scale allows it take their codes by limits (two elements per compare); the others,
+// and f32 inputs, through the reciprocal (nvfp4_codes8) or, in an exact mode, the generic path.
 // Held to 64 registers (4 CTAs per SM): at 76 (3 CTAs) the first form of nvfp4_codes8 ran 5 % slower (H200).
 template <InType I>
 __global__ void __launch_bounds__(kThreads, 4) nvfp4_row_kernel(Args a) {
@@ -763,36 +790,58 @@ __global__ void __launch_bounds__(kThreads, 4) nvfp4_row_kernel(Args a) {
     for (int j = 0; j < kUnroll; ++j) {
       if (j < 2 || two) raw[j] = load_raw<I>(a.x, (k0 + j) * 8);
     }
-    uint2 cs[kUnroll] = {};
+    uint32_t words[kUnroll] = {};  // chunk j's 8 codes, element i in nibble i
     uint8_t* scale = static_cast<uint8_t*>(a.scale);
 #pragma unroll
     for (int g = 0; g < 2; ++g) {
       if (g == 1 && !two) break;
+      uint32_t key;
+      if constexpr (I == InType::kF32) {
+        float v0[8], v1[8];
+        to_f32<I>(raw[2 * g], v0);
+        to_f32<I>(raw[2 * g + 1], v1);
+        key = max(chunk_key(v0), chunk_key(v1));
+      } else {
+        key = key16<I>(max_u16x2(max_abs_pair(raw[2 * g].v[0]), max_abs_pair(raw[2 * g + 1].v[0])));
+      }
+      acc = max(acc, key);
+      const Nvfp4Scale b = nvfp4_group_block(key, ts, bm, scale, k0 / 2 + g);
+      if constexpr (I != InType::kF32) {
+        if (nvfp4_limits_apply(b.eff)) {  // nearly always
+          uint32_t lim[7];
+#pragma unroll
+          for (int k = 0; k < 7; ++k) lim[k] = nvfp4_limit16_of<I>(b.eff, k) * 0x10001u;
+          words[2 * g] = nvfp4_chunk_by_limits<I>(raw[2 * g].v[0], lim);
+          words[2 * g + 1] = nvfp4_chunk_by_limits<I>(raw[2 * g + 1].v[0], lim);
+          continue;
+        }
+      }
       float v0[8], v1[8];
       to_f32<I>(raw[2 * g], v0);
       to_f32<I>(raw[2 * g + 1], v1);
-      const uint32_t key = max(chunk_key(v0), chunk_key(v1));
-      acc = max(acc, key);
-      const ElemScale es = nvfp4_group_scale(key, ts, bm, scale, k0 / 2 + g);
+      const ElemScale es = nvfp4_elem_scale(b);
       const float r = recip_of_divisor(es);
+      uint2 c0, c1;
       if (nvfp4_has_multiplier(es, r)) {
         const float m = nvfp4_multiplier(es, r), dv = nvfp4_divisor(es);
         const auto mul = [m](int) { return m; };
         const auto div = [dv](int) { return dv; };
         const uint32_t keep = nvfp4_keep(es, 0xFFFFFFFFu);
-        const uint2 c0 = nvfp4_codes8(v0, mul, div), c1 = nvfp4_codes8(v1, mul, div);
-        cs[2 * g] = make_uint2(c0.x & keep, c0.y & keep);
-        cs[2 * g + 1] = make_uint2(c1.x & keep, c1.y & keep);
+        c0 = nvfp4_codes8(v0, mul, div);
+        c1 = nvfp4_codes8(v1, mul, div);
+        c0 = make_uint2(c0.x & keep, c0.y & keep);
+        c1 = make_uint2(c1.x & keep, c1.y & keep);
       } else {  // an exact mode (rare): the generic per-element path
-        cs[2 * g] = codes8_uniform<false>(v0, es, r, ElemFormat::kE2M1);
-        cs[2 * g + 1] = codes8_uniform<false>(v1, es, r, ElemFormat::kE2M1);
+        c0 = codes8_uniform<false>(v0, es, r, ElemFormat::kE2M1);
+        c1 = codes8_uniform<false>(v1, es, r, ElemFormat::kE2M1);
       }
+      words[2 * g] = pack4x8(c0.x, c0.y);
+      words[2 * g + 1] = pack4x8(c1.x, c1.y);
     }
     if (two) {
-      store_run4(a.data, k0, cs, 4);
+      *reinterpret_cast<uint4*>(a.data + k0 * 4) = make_uint4(words[0], words[1], words[2], words[3]);
     } else {
-      store_chunk(a.data, k0, cs[0], 4);
-      store_chunk(a.data, k0 + 1, cs[1], 4);
+      *reinterpret_cast<uint2*>(a.data + k0 * 4) = make_uint2(words[0], words[1]);
     }
   }
   if (a.acc_amax) block_amax(a.amax, acc);
@@ -1676,16 +1725,43 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
 #pragma unroll
   for (int h = 0; h < 2; ++h) {  // rows 16 h .. 16 h + 15: one group per column
     uint32_t k0 = 0, k1 = 0;
+    if constexpr (I == InType::kF32) {
 #pragma unroll 8
-    for (int r = 16 * h; r < 16 * h + 16; ++r) {
-      float lo, hi;
-      load_pair<I>(col_base + r * kRowBytes, lo, hi);
-      k0 = max(k0, abs_key(lo));
-      k1 = max(k1, abs_key(hi));
+      for (int r = 16 * h; r < 16 * h + 16; ++r) {
+        float lo, hi;
+        load_pair<I>(col_base + r * kRowBytes, lo, hi);
+        k0 = max(k0, abs_key(lo));
+        k1 = max(k1, abs_key(hi));
+      }
+    } else {  // a row's two elements: one max.u16x2 (column per lane)
+      uint32_t k2 = 0;
+#pragma unroll 8
+      for (int r = 16 * h; r < 16 * h + 16; ++r) {
+        k2 = max_u16x2(k2, *reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes) & 0x7FFF7FFFu);
+      }
+      k0 = key16<I>(k2 & 0xFFFFu);
+      k1 = key16<I>(k2 & 0xFFFF0000u);
     }
     all = max(all, max(k0, k1));
     uint8_t* scale = static_cast<uint8_t*>(a.scale) + (grow0 + h) * a.ngc + col;
-    const ElemScale es[2] = {nvfp4_group_scale(k0, ts, bm, scale, 0), nvfp4_group_scale(k1, ts, bm, scale, 1)};
+    const Nvfp4Scale b[2] = {nvfp4_group_block(k0, ts, bm, scale, 0), nvfp4_group_block(k1, ts, bm, scale, 1)};
+    if constexpr (I != InType::kF32) {
+      if (nvfp4_limits_apply(b[0].eff) && nvfp4_limits_apply(b[1].eff)) {  // nearly always: codes by limits
+        uint32_t lim[7];  // column c's limits in lane c
+#pragma unroll
+        for (int k = 0; k < 7; ++k) lim[k] = nvfp4_limit16_of<I>(b[0].eff, k) | (nvfp4_limit16_of<I>(b[1].eff, k) << 16);
+#pragma unroll 4
+        for (int r = 16 * h; r < 16 * h + 16; r += 2) {  // packed row r / 2: byte 0 column 0's rows, byte 1 column 1's
+          const uint32_t c0 = nvfp4_codes_by_limits<I>(*reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes), lim);
+          const uint32_t c1 =
+              nvfp4_codes_by_limits<I>(*reinterpret_cast<const uint32_t*>(col_base + (r + 1) * kRowBytes), lim);
+          *reinterpret_cast<uint16_t*>(code_base + (r / 2) * kColTile) =
+              static_cast<uint16_t>(__byte_perm(c0 | (c1 << 4), 0u, 0x0020));
+        }
+        continue;
+      }
+    }
+    const ElemScale es[2] = {nvfp4_elem_scale(b[0]), nvfp4_elem_scale(b[1])};
     const float rcp[2] = {recip_of_divisor(es[0]), recip_of_divisor(es[1])};
     const auto sat = [&es](int i) { return es[i & 1]; };
     const auto rat = [&rcp](int i) { return rcp[i & 1]; };

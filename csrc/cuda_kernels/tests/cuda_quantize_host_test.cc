@@ -16,7 +16,11 @@
 //      ro_bf16x2) against encode_rne, there and over a sweep of the FP32 patterns;
 //   7. NVFP4's block scale through one multiply (nvfp4_block_certified): where certified, the E4M3 scale of
 //      t1 = RN(amax * RN(1 / RN(6 ts))) equals nvfp4_block_scale's, amax around every E4M3 grid point and midpoint
-//      times 6 ts, random, tiny, Inf, NaN, ts over [2**-100, 2**100] and outside.
+//      times 6 ts, random, tiny, Inf, NaN, ts over [2**-100, 2**100] and outside;
+//   8. NVFP4 codes by limits (nvfp4_limit, nvfp4_limit16, nvfp4_codes_by_limits, nvfp4_pack_pairs) against
+//      encode_nvfp4: every bf16 and every f16 pattern (both signs, NaN excluded: a group holding one takes the exact
+//      path), and FP32 x within 3 steps of every limit, for block scales eff over [2**-124, 2**120] (its ends, powers
+//      of two, E4M3 grid values times tensor scales, random); and the range test (nvfp4_limits_apply).
 // The host divides / multiplies in IEEE FP32 without FTZ, like the device's div.rn.f32 / mul.rn.
 // Prints "<check> <cases> <mismatches>" per line and the first mismatches; exit status 1 if any.
 // Not covered here (device-only): cvt.rn.satfinite.{e4m3,e5m2}x2.f32, which the kernels use for
@@ -357,5 +361,70 @@ int main() {
   }
   c7.report();
 
-  return (c1.bad || c2.bad || c3.bad || c4.bad || c5.bad || c6.bad || c7.bad) ? 1 : 0;
+  // 8. NVFP4 codes by limits
+  Counter c8{"nvfp4_limits"};
+  std::vector<float> effs = {0x1p-124f, 0x1p120f, 1.0f, 0x1.fffffep-1f, 0x1.000002p-124f, 0x1.fffffep119f};
+  for (int e = -124; e <= 120; e += 7) effs.push_back(std::ldexp(1.0f, e));
+  for (float ts : {1.0f, 1.0f / 2688.0f, 3.7e-5f, 0x1p-126f, 123.456f}) {
+    for (float sb : grid_values(ElemFormat::kE4M3)) {
+      const float eff = mul_f32(sb, ts);
+      if (nvfp4_limits_apply(eff)) effs.push_back(eff);
+    }
+  }
+  for (int i = 0; i < 120; ++i) {
+    effs.push_back(std::ldexp(1.0f + 0.5f * (unit(rng) + 1.0f), std::uniform_int_distribution<int>(-124, 119)(rng)));
+  }
+  for (float eff : effs) {
+    c8.check(nvfp4_limits_apply(eff), 1.0f, eff, ElemFormat::kE2M1, 0, 1);
+    const Nvfp4Scale b{1.0f, eff, 0};
+    float lim[7];
+    uint32_t lim_bf16[7], lim_f16[7];
+    for (int k = 0; k < 7; ++k) {
+      lim[k] = nvfp4_limit(eff, k);
+      lim_bf16[k] = nvfp4_limit16<InType::kBF16>(lim[k]) * 0x10001u;
+      lim_f16[k] = nvfp4_limit16<InType::kF16>(lim[k]) * 0x10001u;
+    }
+    for (int k = 0; k < 7; ++k) {  // FP32 x around each limit: the count of limits passed is the code magnitude
+      float x = lim[k];
+      for (int j = 0; j < 3; ++j) x = next_down(x);
+      for (int j = -3; j <= 3; ++j, x = next_up(x)) {
+        int n = 0;
+        for (int i = 0; i < 7; ++i) n += x >= lim[i];
+        const int want = encode_nvfp4(x, b);
+        c8.check(n == want, x, eff, ElemFormat::kE2M1, n, want);
+        c8.check((8 | n) == encode_nvfp4(-x, b), -x, eff, ElemFormat::kE2M1, 8 | n, encode_nvfp4(-x, b));
+      }
+    }
+    for (int t = 0; t < 2; ++t) {  // every bf16 / f16 pattern, four per packed word
+      const uint32_t(&l16)[7] = t == 0 ? lim_bf16 : lim_f16;
+      for (uint32_t h = 0; h < 0x10000u; h += 4) {
+        uint32_t c[2];
+        float xs[4];
+        for (int p = 0; p < 2; ++p) {
+          const uint32_t w = (h + 2 * p) | ((h + 2 * p + 1) << 16);
+          c[p] = t == 0 ? nvfp4_codes_by_limits<InType::kBF16>(w, l16) : nvfp4_codes_by_limits<InType::kF16>(w, l16);
+          for (int q = 0; q < 2; ++q) {
+            const uint16_t hv = static_cast<uint16_t>(h + 2 * p + q);
+            xs[2 * p + q] = t == 0 ? bf16_to_f32(hv) : f16_to_f32(hv);
+          }
+        }
+        const uint32_t packed = nvfp4_pack_pairs(c[0], c[1], 0u, 0u);
+        for (int q = 0; q < 4; ++q) {
+          if (std::isnan(xs[q])) continue;
+          const int got = (packed >> (4 * q)) & 0xF, want = encode_nvfp4(xs[q], b);
+          c8.check(got == want, xs[q], eff, ElemFormat::kE2M1, got, want);
+        }
+      }
+    }
+  }
+  for (float eff : {0.0f, 0x1.fffffep-125f, 0x1.000002p120f, inf, bits_f32(kCanonicalNan), 0x1p-126f}) {
+    c8.check(!nvfp4_limits_apply(eff), 1.0f, eff, ElemFormat::kE2M1, 1, 0);
+  }
+  {  // nvfp4_pack_pairs: element i (lane i & 1 of pair i / 2) in nibble i
+    const uint32_t got = nvfp4_pack_pairs(0x00010000u, 0x00030002u, 0x00050004u, 0x00070006u);
+    c8.check(got == 0x76543210u, 0.0f, 0.0f, ElemFormat::kE2M1, static_cast<int>(got & 0xFF), 0x10);
+  }
+  c8.report();
+
+  return (c1.bad || c2.bad || c3.bad || c4.bad || c5.bad || c6.bad || c7.bad || c8.bad) ? 1 : 0;
 }
