@@ -32,6 +32,7 @@
 //   onchip_kernel   tensor current scaling in one read of x where it fits on chip (a cooperative grid holds x in
 //                   registers and shared memory across a grid barrier; the rest is read twice); amax_kernel +
 //                   tensor_kernel where it does not apply (MXPREC_QUANTIZE_ONCHIP=0, unaligned or n % 8 != 0);
+//                   also NVFP4 along rows of bf16 / f16 (else amax_kernel + nvfp4_row_kernel);
 //   tensor_kernel   tensor / delayed: one cast pass (current: after amax_kernel; delayed and
 //                   amax_mode 1: fused with the amax, one pass over x); an FP8 chunk whose first
 //                   quotients all lie in the Markstein band skips the per-element checks;
@@ -1268,6 +1269,8 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // (8.7 M f32). kHint: the spill rounds' first read asks L2 to keep them
 // (evict_last), their second read and every store to drop theirs first (evict_first). The codes are
 // tensor_kernel's (tensor_codes8), with markstein_band decided once from the tensor amax (MXPREC_ONCHIP_TBAND).
+// kNvfp4: NVFP4 along rows of bf16 / f16 (groups of 16 = two chunks in neighbouring lanes; onchip_nvfp4_chunk)
+// instead of amax_kernel + nvfp4_row_kernel, the same phases.
 // Measured (H100, bf16, % of copy, MXPREC_QUANTIZE_ONCHIP 0 / default): 16384 x 4096 55.8 / 64.3, 4096 x 4096
 // 50.2 / 69.9 (h100_quantize_onchip_stage.md; cp.async into shared memory with the keys after: 63.2 / 64.8; the
 // band per chunk: 61.2 / 59.9, h100_quantize_onchip_tband.md); 512 threads with 12 register rounds
