@@ -404,38 +404,35 @@ MXPREC_HD inline uint32_t nvfp4_limit16(float limit) {
   }
 }
 
+// Lane mask of a >= b for non-negative, non-NaN 16-bit lanes of input type I (one HSET2 on sm_90; for such lanes the
+// same as an unsigned compare of the patterns, the host form). f16 compares keep subnormals (no .ftz).
+template <InType I>
+MXPREC_HD inline uint32_t ge_mask16x2(uint32_t a, uint32_t b) {
+  static_assert(I != InType::kF32, "16-bit inputs");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (I == InType::kF16) {
+    uint32_t d;
+    asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+  }
+#endif
+  if constexpr (I == InType::kBF16) return ge_mask_bf16x2(a, b);
+  return lanes16(a, b, [](uint32_t x, uint32_t y) { return x >= y ? 0xFFFFu : 0u; });
+}
+
 // Codes of two 16-bit values (lane i of w) against per-lane limits lim[k] (nvfp4_limit16 of each lane's group, in that
-// lane): lane i's low nibble is sign << 3 | #{k : |x_i| >= lim_k}, the other bits 0. On sm_90: the count accumulates
-// in a 16-bit float that starts at 128 (bf16) / 1024 (f16) plus 8 for a negative x, one compare (1.0 or 0.0) and one
-// add per limit, two lanes each; the count is in the sum's low bits.
+// lane; non-decreasing in k): lane i's low nibble is sign << 3 | #{k : |x_i| >= lim_k}, the other bits 0. The count by
+// a binary search over the sorted limits, two lanes per instruction: |x| >= lim_3 gives its bit 4, then lim_5 or lim_1
+// (chosen per lane by that mask) bit 2, then lim_6, lim_4, lim_2 or lim_0 bit 1: three compares and four selects.
+// Callers keep NaN out (a group holding one takes another path).
 template <InType I>
 MXPREC_HD inline uint32_t nvfp4_codes_by_limits(uint32_t w, const uint32_t (&lim)[7]) {
   const uint32_t a = w & 0x7FFF7FFFu;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t acc = (I == InType::kBF16 ? 0x43004300u : 0x64006400u) | ((w >> 12) & 0x00080008u);
-#pragma unroll
-  for (int k = 0; k < 7; ++k) {
-    uint32_t one;
-    if constexpr (I == InType::kBF16) {
-      asm("set.ge.bf16x2.bf16x2 %0, %1, %2;" : "=r"(one) : "r"(a), "r"(lim[k]));
-      asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(acc) : "r"(acc), "r"(one));
-    } else {
-      asm("set.ge.f16x2.f16x2 %0, %1, %2;" : "=r"(one) : "r"(a), "r"(lim[k]));
-      asm("add.rn.f16x2 %0, %1, %2;" : "=r"(acc) : "r"(acc), "r"(one));
-    }
-  }
-  return acc & 0x000F000Fu;
-#else
-  uint32_t out = 0;
-  for (int lane = 0; lane < 2; ++lane) {
-    const int sh = 16 * lane;
-    const uint32_t x = (a >> sh) & 0xFFFFu;  // non-negative: patterns order as values (NaN above Inf)
-    uint32_t n = (w >> (sh + 12)) & 0x8u;
-    for (int k = 0; k < 7; ++k) n += x >= ((lim[k] >> sh) & 0xFFFFu) ? 1u : 0u;
-    out |= n << sh;
-  }
-  return out;
-#endif
+  const uint32_t m4 = ge_mask16x2<I>(a, lim[3]);
+  const uint32_t m2 = ge_mask16x2<I>(a, (lim[5] & m4) | (lim[1] & ~m4));
+  const uint32_t hi = (lim[6] & m2) | (lim[4] & ~m2), lo = (lim[2] & m2) | (lim[0] & ~m2);
+  const uint32_t m1 = ge_mask16x2<I>(a, (hi & m4) | (lo & ~m4));
+  return (m4 & 0x00040004u) | (m2 & 0x00020002u) | (m1 & 0x00010001u) | ((w >> 12) & 0x00080008u);
 }
 
 // Eight codes packed along a 32-bit word, element i in nibble i, from nvfp4_codes_by_limits of the element pairs
