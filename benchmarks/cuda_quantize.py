@@ -212,10 +212,8 @@ def run(args):
                     state = DelayedScalingState(st.amax_history, jnp.float32(0.0123))
                 nbytes = x_bytes + _out_bytes(spec, shape, axis) * (2 if name in ROWS_KMAJOR else 1)
                 passes = KERNELS[name][1 if axis == -1 else 2]
-                if name == "tensor_e4m3" or (name == "nvfp4" and axis == -1 and xs[0].dtype.itemsize == 2):
+                if name == "tensor_e4m3":
                     passes = _current_scaling_passes(xs[0].size, xs[0].dtype.itemsize, getattr(dev, "core_count", 0))
-                    if name == "nvfp4" and passes > 1:  # NVFP4 takes onchip_kernel only where all of x fits
-                        passes = 2
 
                 def ours(*t, spec=spec, axis=axis, state=state):
                     return [ffi.quantize(v, spec, axis, state=state) for v in t]
@@ -288,8 +286,7 @@ def run(args):
 
 
 def _current_scaling_passes(n: int, itemsize: int, sms: int) -> float:
-    """Reads of x by per-tensor current scaling's CUDA kernels (and NVFP4's along rows of 16-bit inputs, which take
-    onchip_kernel only where all of x fits): amax + cast (MXPREC_QUANTIZE_ONCHIP=0) read it twice;
+    """Reads of x by per-tensor current scaling's CUDA kernels: amax + cast (MXPREC_QUANTIZE_ONCHIP=0) read it twice;
     onchip_kernel (1 / 2, the default) once where it fits on chip (sms CTAs x 1024 threads x (2 + 14) chunks of 8
     16-bit elements; 1 + 7 for f32: csrc/cuda_kernels/cuda_quantize.cu's default build) and the rest twice."""
     if os.environ.get("MXPREC_QUANTIZE_ONCHIP", "2") == "0" or sms <= 0:

@@ -859,42 +859,6 @@ def test_current_scaling_every_bf16_value(fmt, monkeypatch):
         _check(spec, np.asarray(x), -1, reference=False, what=f"amax {amax!r}")
 
 
-# NVFP4 along rows of bf16 / f16 (its tensor amax first) takes onchip_kernel too where all of x fits on chip: each
-# group's two chunks sit in neighbouring lanes, which meet their keys after the grid barrier. Sizes reach registers,
-# shared memory (a partial last round), and past what fits (the two passes either way: the switch must not matter).
-NVFP4_ONCHIP_SIZES = [
-    ((1024, 1024), "bfloat16"),
-    ((3, 4096, 1024), "float16"),
-    (((16 << 20) + 48,), "bfloat16"),
-    (((40 << 20) + 48,), "bfloat16"),
-]
-
-
-@needs_gpu
-@pytest.mark.parametrize("shape,dtype", NVFP4_ONCHIP_SIZES, ids=[f"{s}-{d}" for s, d in NVFP4_ONCHIP_SIZES])
-def test_nvfp4_rows_in_one_read_match_two_passes(shape, dtype, monkeypatch):
-    """onchip_kernel's NVFP4 (codes, block scales, tensor scale, amax) bit for bit against amax_kernel +
-    nvfp4_row_kernel, with and without the L2 hints, the tensor amax (or a NaN, or an Inf) first, in the middle or
-    last; the smallest case also against the CPU oracle, and on the limit-edge blocks."""
-    spec = NVFP4Scaling()
-    for where, special in (("last", "max"), ("first", "max"), ("middle", "nan"), ("last", "inf")):
-        x = jnp.asarray(_onchip_input(shape, dtype, where, special))
-        want = _with_onchip(monkeypatch, "0", spec, x)
-        for mode in ("1", "2"):
-            got = _with_onchip(monkeypatch, mode, spec, x)
-            bad = C._qtensor_mismatch(got, want)
-            assert not bad, f"{_sid(spec)} {shape} {dtype} {special} at {where}, mode {mode}: {bad}"
-    if shape == (1024, 1024):
-        _check(spec, _onchip_input(shape, dtype, "middle", "max"), -1, reference=False, what="one read")
-        for ts_target in (1.0, 3.1e-5, 2.0**-120 / 2688):
-            x = np.tile(_nvfp4_limit_edges(ts_target, ml_dtypes.bfloat16, seed=7), (8, 4))
-            want = _with_onchip(monkeypatch, "0", spec, jnp.asarray(x))
-            got = _with_onchip(monkeypatch, "2", spec, jnp.asarray(x))
-            bad = C._qtensor_mismatch(got, want)
-            assert not bad, f"limit edges s_t~{ts_target:g}: {bad}"
-            _check(spec, x, -1, reference=True, what=f"one read, limit edges s_t~{ts_target:g}")
-
-
 @needs_gpu
 def test_current_scaling_kernel_switch_is_checked(monkeypatch):
     x = jnp.ones((64, 64), jnp.bfloat16)

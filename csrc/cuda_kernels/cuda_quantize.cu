@@ -32,7 +32,6 @@
 //   onchip_kernel   tensor current scaling in one read of x where it fits on chip (a cooperative grid holds x in
 //                   registers and shared memory across a grid barrier; the rest is read twice); amax_kernel +
 //                   tensor_kernel where it does not apply (MXPREC_QUANTIZE_ONCHIP=0, unaligned or n % 8 != 0);
-//                   also NVFP4 along rows of bf16 / f16 (else amax_kernel + nvfp4_row_kernel);
 //   tensor_kernel   tensor / delayed: one cast pass (current: after amax_kernel; delayed and
 //                   amax_mode 1: fused with the amax, one pass over x); an FP8 chunk whose first
 //                   quotients all lie in the Markstein band skips the per-element checks;
@@ -1269,8 +1268,6 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // (8.7 M f32). kHint: the spill rounds' first read asks L2 to keep them
 // (evict_last), their second read and every store to drop theirs first (evict_first). The codes are
 // tensor_kernel's (tensor_codes8), with markstein_band decided once from the tensor amax (MXPREC_ONCHIP_TBAND).
-// kNvfp4: NVFP4 along rows of bf16 / f16 (groups of 16 = two chunks in neighbouring lanes; onchip_nvfp4_chunk)
-// instead of amax_kernel + nvfp4_row_kernel, the same phases.
 // Measured (H100, bf16, % of copy, MXPREC_QUANTIZE_ONCHIP 0 / default): 16384 x 4096 55.8 / 64.3, 4096 x 4096
 // 50.2 / 69.9 (h100_quantize_onchip_stage.md; cp.async into shared memory with the keys after: 63.2 / 64.8; the
 // band per chunk: 61.2 / 59.9, h100_quantize_onchip_tband.md); 512 threads with 12 register rounds
@@ -1349,9 +1346,6 @@ __device__ __forceinline__ void store_u2_hint(uint8_t* dst, uint2 c, uint64_t po
   asm volatile("st.global.L2::cache_hint.v2.u32 [%0], {%1, %2}, %3;" ::"l"(dst), "r"(c.x), "r"(c.y), "l"(policy)
                : "memory");
 }
-__device__ __forceinline__ void store_u32_hint(uint8_t* dst, uint32_t c, uint64_t policy) {
-  asm volatile("st.global.L2::cache_hint.u32 [%0], %1, %2;" ::"l"(dst), "r"(c), "l"(policy) : "memory");
-}
 
 template <InType I>
 __device__ __forceinline__ uint32_t raw_key(const Raw<I>& r) {
@@ -1405,50 +1399,8 @@ __device__ __forceinline__ uint64_t oc_globaltimer() {
   } while (0)
 #endif
 
-// NVFP4's codes of chunk k (raw) in onchip_kernel, after the barrier: its group is chunks k & ~1 and k | 1, held by
-// lanes l & ~1 and l | 1 (a round's chunks follow the threads; per_round is even), which meet their keys by one
-// shuffle; both compute the block scale (the even one writes its byte) and code their own chunk. Every lane of the
-// warp calls it (the shuffle), `live` false past the end (n % 16 == 0: both chunks of a group or neither).
-template <InType I, bool kHint>
-__device__ __forceinline__ void onchip_nvfp4_chunk(const Args& a, int64_t k, const Raw<I>& raw, bool live, float ts,
-                                                   float bm, uint64_t drop) {
-  const uint32_t mine = live ? raw_key<I>(raw) : 0u;
-  const uint32_t key = max(mine, __shfl_xor_sync(kFull, mine, 1));
-  if (!live) return;
-  const Nvfp4Scale b = nvfp4_block_scale_cvt(__uint_as_float(finish_key(key)), ts, bm);
-  if ((k & 1) == 0) static_cast<uint8_t*>(a.scale)[k / 2] = b.byte;
-  uint32_t word;
-  if (nvfp4_limits_apply(b.eff)) {  // nearly always
-    uint32_t lim[7];
-#pragma unroll
-    for (int j = 0; j < 7; ++j) lim[j] = nvfp4_limit16_of<I>(b.eff, j) * 0x10001u;
-    word = nvfp4_chunk_by_limits<I>(raw.v[0], lim);
-  } else {
-    float v[8];
-    to_f32<I>(raw, v);
-    const ElemScale es = nvfp4_elem_scale(b);
-    const float r = recip_of_divisor(es);
-    uint2 c;
-    if (nvfp4_has_multiplier(es, r)) {
-      const float m = nvfp4_multiplier(es, r), dv = nvfp4_divisor(es);
-      const uint32_t keep = nvfp4_keep(es, 0xFFFFFFFFu);
-      c = nvfp4_codes8(v, [m](int) { return m; }, [dv](int) { return dv; });
-      c = make_uint2(c.x & keep, c.y & keep);
-    } else {
-      c = codes8_uniform<false>(v, es, r, ElemFormat::kE2M1);
-    }
-    word = pack4x8(c.x, c.y);
-  }
-  if constexpr (kHint) {
-    store_u32_hint(a.data + k * 4, word, drop);
-  } else {
-    *reinterpret_cast<uint32_t*>(a.data + k * 4) = word;
-  }
-}
-
-template <InType I, bool kFp8, bool kHint, bool kNvfp4 = false>
+template <InType I, bool kFp8, bool kHint>
 __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t* sync) {
-  static_assert(!kNvfp4 || (I != InType::kF32 && !kFp8), "onchip_kernel: NVFP4 of 16-bit inputs");
 #ifdef MXPREC_ONCHIP_TRACE
   long long oc_marks[8] = {};
   uint64_t oc_g[3] = {oc_globaltimer(), 0, 0};
@@ -1544,17 +1496,12 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   oc_g[1] = oc_globaltimer();
 #endif
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
-  const float s = kNvfp4 ? nvfp4_tensor_scale(__uint_as_float(amax_bits)) : tensor_scale(__uint_as_float(amax_bits), f);
+  const float s = tensor_scale(__uint_as_float(amax_bits), f);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     *a.amax = amax_bits;
-    if constexpr (kNvfp4) {
-      *a.tensor_scale = s;
-    } else {
-      *static_cast<float*>(a.scale) = s;
-      *a.tensor_scale = 1.0f;
-    }
+    *static_cast<float*>(a.scale) = s;
+    *a.tensor_scale = 1.0f;
   }
-  const float bm = kNvfp4 ? nvfp4_block_multiplier(s) : 0.0f;
   const ElemScale es = scaled_elem_scale(s);
   const float rc = recip_of_divisor(es);
   // MXPREC_ONCHIP_TBAND (default 1): markstein_band decided once from the tensor's amax key, which bounds every
@@ -1562,13 +1509,7 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   // chunk (+2.2 / +4.3 points of copy at 16384 x 4096 / 4096 x 4096 on the H100).
   const bool band = MXPREC_ONCHIP_TBAND && kFp8 && markstein_band(es, rc, amax_bits);
   const bool e5m2 = f == ElemFormat::kE5M2;
-  // Every thread calls it for each of its chunks in lockstep (NVFP4 shuffles), `live` false past the end.
-  auto emit = [&](int64_t k, const Raw<I>& raw, bool live) {
-    if constexpr (kNvfp4) {
-      onchip_nvfp4_chunk<I, kHint>(a, k, raw, live, s, bm, drop);
-      return;
-    }
-    if (!live) return;
+  auto emit = [&](int64_t k, const Raw<I>& raw) {
     float v[8];
     to_f32<I>(raw, v);
     const uint2 c = band ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
@@ -1589,19 +1530,21 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
       if (live(u)) t[u] = kHint ? load_raw_hint<I>(a.x, chunk(r0 - u) * 8, drop) : load_raw<I>(a.x, chunk(r0 - u) * 8);
     }
 #pragma unroll
-    for (int u = 0; u < kU2; ++u) emit(chunk(r0 - u), t[u], live(u));
+    for (int u = 0; u < kU2; ++u) {
+      if (live(u)) emit(chunk(r0 - u), t[u]);
+    }
   }
   OC_MARK(6);  // the spill rounds' codes
 #pragma unroll 1  // (unrolled, the kS chunk addresses stay live across the loop: spills; by 2: 2 points slower)
   for (int j = 0; j < kS; ++j) {
     const int64_t k = chunk(kR + j);
-    emit(k, held[j * kOcThreads + threadIdx.x], k < nck);
+    if (k < nck) emit(k, held[j * kOcThreads + threadIdx.x]);
   }
   OC_MARK(7);  // the shared-memory rounds' codes
 #pragma unroll
   for (int j = 0; j < kR; ++j) {
     const int64_t k = chunk(j);
-    emit(k, reg[j], k < nck);
+    if (k < nck) emit(k, reg[j]);
   }
 #ifdef MXPREC_ONCHIP_TRACE
   __syncthreads();
@@ -2626,33 +2569,21 @@ ffi::Error launch_tall(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args
 // 16384 x 4096 55.6-56.0 / 58.4-58.6 / 60.8-61.1, 4096 x 4096 50.2 / 54.0-54.5 / 59.4-59.9.)
 int onchip_mode() { return env_mode("MXPREC_QUANTIZE_ONCHIP", 2, 2); }
 
-// Whether onchip_kernel can take the call: per-tensor current scaling of whole, aligned chunks, or NVFP4 along rows
-// (groups of 16 consecutive elements) of bf16 / f16 with its tensor amax computed (amax_mode 0).
-bool onchip_eligible(const Args& a, ffi::DataType dtype) {
-  const auto kind = static_cast<ScalingKind>(a.kind);
-  if (kind == ScalingKind::kNVFP4) {
-    return a.amode == 0 && a.vec && a.axis == 2 && a.gh == 1 && a.gw == 16 && a.n % 16 == 0 &&
-           dtype != ffi::DataType::F32;
-  }
-  return kind == ScalingKind::kTensor && !a.delayed && a.amode == 0 && a.vec && a.n % 8 == 0;
+// Whether onchip_kernel can take the call: per-tensor current scaling of whole, aligned chunks.
+bool onchip_eligible(const Args& a) {
+  return static_cast<ScalingKind>(a.kind) == ScalingKind::kTensor && !a.delayed && a.amode == 0 && a.vec &&
+         a.n % 8 == 0;
 }
 
-// NVFP4 takes onchip_kernel only where all of x stays on chip (*launched false otherwise: the caller runs the two
-// passes). With spill rounds it was slower than amax_kernel + nvfp4_row_kernel (H200, 16384 x 4096 bf16: 125 against
-// 108 us, fifty-second session): after the barrier its codes overlap no reads.
-template <InType I, bool kFp8, bool kHint, bool kNvfp4 = false>
-cudaError_t launch_onchip_of(cudaStream_t stream, const Args& a, uint32_t* sync, bool* launched) {
-  constexpr auto kKernel = onchip_kernel<I, kFp8, kHint, kNvfp4>;
+template <InType I, bool kFp8, bool kHint>
+cudaError_t launch_onchip_of(cudaStream_t stream, const Args& a, uint32_t* sync) {
+  constexpr auto kKernel = onchip_kernel<I, kFp8, kHint>;
   constexpr int smem = oc_smem_bytes<I>();
   int dev = 0, ctas = 0;
-  *launched = false;
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
   if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kOcThreads, smem, &ctas);
   if (e != cudaSuccess) return e;
-  const int64_t held = static_cast<int64_t>(ctas) * kOcThreads * (oc_reg_chunks<I>() + oc_smem_chunks<I>()) * 8;
-  if (kNvfp4 && a.n > held) return cudaSuccess;
-  *launched = true;
   Args args = a;
   void* params[] = {&args, &sync};
   return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kKernel), dim3(static_cast<unsigned>(ctas)),
@@ -2660,19 +2591,11 @@ cudaError_t launch_onchip_of(cudaStream_t stream, const Args& a, uint32_t* sync,
 }
 
 template <InType I>
-cudaError_t launch_onchip(cudaStream_t stream, const Args& a, uint32_t* sync, bool hint, bool* launched) {
-  if constexpr (I != InType::kF32) {
-    if (static_cast<ScalingKind>(a.kind) == ScalingKind::kNVFP4) {
-      return hint ? launch_onchip_of<I, false, true, true>(stream, a, sync, launched)
-                  : launch_onchip_of<I, false, false, true>(stream, a, sync, launched);
-    }
-  }
+cudaError_t launch_onchip(cudaStream_t stream, const Args& a, uint32_t* sync, bool hint) {
   if (is_fp8(a.fmt)) {
-    return hint ? launch_onchip_of<I, true, true>(stream, a, sync, launched)
-                : launch_onchip_of<I, true, false>(stream, a, sync, launched);
+    return hint ? launch_onchip_of<I, true, true>(stream, a, sync) : launch_onchip_of<I, true, false>(stream, a, sync);
   }
-  return hint ? launch_onchip_of<I, false, true>(stream, a, sync, launched)
-              : launch_onchip_of<I, false, false>(stream, a, sync, launched);
+  return hint ? launch_onchip_of<I, false, true>(stream, a, sync) : launch_onchip_of<I, false, false>(stream, a, sync);
 }
 
 template <InType I>
@@ -2898,21 +2821,20 @@ ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, 
   cudaError_t ce = cudaSuccess;
   // Per-tensor current scaling in one read of x: onchip_kernel's amax word and barrier counter live in XLA
   // scratch (zeroed here); without scratch the two-pass kernels run (the same results).
-  const int onchip = onchip_eligible(a, x.element_type()) ? onchip_mode() : 0;
+  const int onchip = onchip_eligible(a) ? onchip_mode() : 0;
   if (onchip < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_ONCHIP must be 0, 1 or 2");
   if (onchip > 0) {
     if (auto sync = scratch.Allocate(2 * sizeof(uint32_t), 16); sync.has_value()) {
       uint32_t* words = static_cast<uint32_t*>(*sync);
       ce = cudaMemsetAsync(words, 0, 2 * sizeof(uint32_t), stream);
       if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
-      bool launched = false;
       switch (x.element_type()) {
-        case ffi::DataType::F32: ce = launch_onchip<InType::kF32>(stream, a, words, onchip == 2, &launched); break;
-        case ffi::DataType::BF16: ce = launch_onchip<InType::kBF16>(stream, a, words, onchip == 2, &launched); break;
-        default: ce = launch_onchip<InType::kF16>(stream, a, words, onchip == 2, &launched); break;
+        case ffi::DataType::F32: ce = launch_onchip<InType::kF32>(stream, a, words, onchip == 2); break;
+        case ffi::DataType::BF16: ce = launch_onchip<InType::kBF16>(stream, a, words, onchip == 2); break;
+        default: ce = launch_onchip<InType::kF16>(stream, a, words, onchip == 2); break;
       }
       if (ce != cudaSuccess) return cuda_error("onchip_kernel cooperative launch", ce);
-      if (launched) return ffi::Error::Success();
+      return ffi::Error::Success();
     }
   }
   if (a.amode != 3) {  // the atomicMax target; amax_mode 3 leaves the amax result unwritten (no memset either)
