@@ -160,6 +160,19 @@ __device__ __forceinline__ Raw<I> load_raw(const void* x, int64_t e) {
   return r;
 }
 
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N committed groups of this thread are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 __device__ __forceinline__ float f16_to_float(uint32_t h) {
   float f = __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
   // Keep a NaN's sign (the only NaN property that reaches a code); the amax is canonical anyway.
@@ -769,80 +782,121 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
   if (a.acc_amax) block_amax(a.amax, acc);
 }
 
-// NVFP4 along rows (axis 2, groups of 16 elements = 2 chunks): a thread owns kUnroll = 4 consecutive chunks,
-// two whole groups, so each group's scale is computed once (hgroup_kernel's layout splits a group over two
+// NVFP4 along rows (axis 2, groups of 16 elements = 2 chunks): a thread's work item is kUnroll = 4 consecutive
+// chunks, two whole groups, so each group's scale is computed once (hgroup_kernel's layout splits a group over two
 // lanes that each compute its scale, for every chunk), and its 32 codes leave in one 16-byte store.
 // bf16 / f16 groups whose block scale allows it take their codes by limits (two elements per compare); the others,
 // and f32 inputs, through the reciprocal (nvfp4_codes8) or, in an exact mode, the generic path.
-// Held to 64 registers (4 CTAs per SM): at 76 (3 CTAs) the first form of nvfp4_codes8 ran 5 % slower (H200).
+// The codes of the item at chunk k0 (raw: its chunks; `two`: its second group exists).
 template <InType I>
-__global__ void __launch_bounds__(kThreads, 4) nvfp4_row_kernel(Args a) {
-  static_assert(kUnroll == 4, "nvfp4_row_kernel: a thread owns two groups of two chunks");
-  const float ts = nvfp4_ts(a), bm = nvfp4_block_multiplier(ts);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
-  const int64_t nck = a.n / 8;  // even: groups are whole
-  const int64_t k0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kUnroll;
-  uint32_t acc = 0;
-  if (k0 < nck) {
-    const bool two = k0 + 2 < nck;  // the thread's second group exists
-    Raw<I> raw[kUnroll];
+__device__ __forceinline__ void nvfp4_row_item(const Args& a, int64_t k0, bool two, const Raw<I> (&raw)[kUnroll],
+                                               float ts, float bm, uint32_t& acc) {
+  uint32_t words[kUnroll] = {};  // chunk j's 8 codes, element i in nibble i
+  uint8_t* scale = static_cast<uint8_t*>(a.scale);
 #pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      if (j < 2 || two) raw[j] = load_raw<I>(a.x, (k0 + j) * 8);
-    }
-    uint32_t words[kUnroll] = {};  // chunk j's 8 codes, element i in nibble i
-    uint8_t* scale = static_cast<uint8_t*>(a.scale);
-#pragma unroll
-    for (int g = 0; g < 2; ++g) {
-      if (g == 1 && !two) break;
-      uint32_t key;
-      if constexpr (I == InType::kF32) {
-        float v0[8], v1[8];
-        to_f32<I>(raw[2 * g], v0);
-        to_f32<I>(raw[2 * g + 1], v1);
-        key = max(chunk_key(v0), chunk_key(v1));
-      } else {
-        key = key16<I>(max_u16x2(max_abs_pair(raw[2 * g].v[0]), max_abs_pair(raw[2 * g + 1].v[0])));
-      }
-      acc = max(acc, key);
-      const Nvfp4Scale b = nvfp4_group_block(key, ts, bm, scale, k0 / 2 + g);
-      if constexpr (I != InType::kF32) {
-        if (nvfp4_limits_apply(b.eff)) {  // nearly always
-          uint32_t lim[7];
-#pragma unroll
-          for (int k = 0; k < 7; ++k) lim[k] = nvfp4_limit16_of<I>(b.eff, k) * 0x10001u;
-          words[2 * g] = nvfp4_chunk_by_limits<I>(raw[2 * g].v[0], lim);
-          words[2 * g + 1] = nvfp4_chunk_by_limits<I>(raw[2 * g + 1].v[0], lim);
-          continue;
-        }
-      }
+  for (int g = 0; g < 2; ++g) {
+    if (g == 1 && !two) break;
+    uint32_t key;
+    if constexpr (I == InType::kF32) {
       float v0[8], v1[8];
       to_f32<I>(raw[2 * g], v0);
       to_f32<I>(raw[2 * g + 1], v1);
-      const ElemScale es = nvfp4_elem_scale(b);
-      const float r = recip_of_divisor(es);
-      uint2 c0, c1;
-      if (nvfp4_has_multiplier(es, r)) {
-        const float m = nvfp4_multiplier(es, r), dv = nvfp4_divisor(es);
-        const auto mul = [m](int) { return m; };
-        const auto div = [dv](int) { return dv; };
-        const uint32_t keep = nvfp4_keep(es, 0xFFFFFFFFu);
-        c0 = nvfp4_codes8(v0, mul, div);
-        c1 = nvfp4_codes8(v1, mul, div);
-        c0 = make_uint2(c0.x & keep, c0.y & keep);
-        c1 = make_uint2(c1.x & keep, c1.y & keep);
-      } else {  // an exact mode (rare): the generic per-element path
-        c0 = codes8_uniform<false>(v0, es, r, ElemFormat::kE2M1);
-        c1 = codes8_uniform<false>(v1, es, r, ElemFormat::kE2M1);
-      }
-      words[2 * g] = pack4x8(c0.x, c0.y);
-      words[2 * g + 1] = pack4x8(c1.x, c1.y);
-    }
-    if (two) {
-      *reinterpret_cast<uint4*>(a.data + k0 * 4) = make_uint4(words[0], words[1], words[2], words[3]);
+      key = max(chunk_key(v0), chunk_key(v1));
     } else {
-      *reinterpret_cast<uint2*>(a.data + k0 * 4) = make_uint2(words[0], words[1]);
+      key = key16<I>(max_u16x2(max_abs_pair(raw[2 * g].v[0]), max_abs_pair(raw[2 * g + 1].v[0])));
     }
+    acc = max(acc, key);
+    const Nvfp4Scale b = nvfp4_group_block(key, ts, bm, scale, k0 / 2 + g);
+    if constexpr (I != InType::kF32) {
+      if (nvfp4_limits_apply(b.eff)) {  // nearly always
+        uint32_t lim[7];
+#pragma unroll
+        for (int k = 0; k < 7; ++k) lim[k] = nvfp4_limit16_of<I>(b.eff, k) * 0x10001u;
+        words[2 * g] = nvfp4_chunk_by_limits<I>(raw[2 * g].v[0], lim);
+        words[2 * g + 1] = nvfp4_chunk_by_limits<I>(raw[2 * g + 1].v[0], lim);
+        continue;
+      }
+    }
+    float v0[8], v1[8];
+    to_f32<I>(raw[2 * g], v0);
+    to_f32<I>(raw[2 * g + 1], v1);
+    const ElemScale es = nvfp4_elem_scale(b);
+    const float r = recip_of_divisor(es);
+    uint2 c0, c1;
+    if (nvfp4_has_multiplier(es, r)) {
+      const float m = nvfp4_multiplier(es, r), dv = nvfp4_divisor(es);
+      const auto mul = [m](int) { return m; };
+      const auto div = [dv](int) { return dv; };
+      const uint32_t keep = nvfp4_keep(es, 0xFFFFFFFFu);
+      c0 = nvfp4_codes8(v0, mul, div);
+      c1 = nvfp4_codes8(v1, mul, div);
+      c0 = make_uint2(c0.x & keep, c0.y & keep);
+      c1 = make_uint2(c1.x & keep, c1.y & keep);
+    } else {  // an exact mode (rare): the generic per-element path
+      c0 = codes8_uniform<false>(v0, es, r, ElemFormat::kE2M1);
+      c1 = codes8_uniform<false>(v1, es, r, ElemFormat::kE2M1);
+    }
+    words[2 * g] = pack4x8(c0.x, c0.y);
+    words[2 * g + 1] = pack4x8(c1.x, c1.y);
+  }
+  if (two) {
+    *reinterpret_cast<uint4*>(a.data + k0 * 4) = make_uint4(words[0], words[1], words[2], words[3]);
+  } else {
+    *reinterpret_cast<uint2*>(a.data + k0 * 4) = make_uint2(words[0], words[1]);
+  }
+}
+
+// The kernel: a grid-stride loop over the items (the grid is a few waves of resident CTAs, so each thread derives the
+// tensor scale once for many items). kStaged (16-bit inputs): a thread's next item is on its way into shared memory
+// (cp.async into the thread's own slots, so no CTA barrier) while it codes the current one; unstaged, its loads
+// wait in registers. Held to 64 registers (4 CTAs per SM): at 76 (3 CTAs) the first form of nvfp4_codes8 ran 5 %
+// slower (H200).
+template <InType I, bool kStaged>
+__global__ void __launch_bounds__(kThreads, 4) nvfp4_row_kernel(Args a) {
+  static_assert(kUnroll == 4, "nvfp4_row_kernel: a thread owns two groups of two chunks");
+  static_assert(!kStaged || I != InType::kF32, "nvfp4_row_kernel: staging holds 16-bit chunks");
+  const float ts = nvfp4_ts(a), bm = nvfp4_block_multiplier(ts);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+  const int64_t nck = a.n / 8;  // even: groups are whole
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * kUnroll;
+  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kUnroll;
+  uint32_t acc = 0;
+  if constexpr (!kStaged) {
+    for (int64_t k0 = first; k0 < nck; k0 += stride) {
+      const bool two = k0 + 2 < nck;
+      Raw<I> raw[kUnroll];
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        if (j < 2 || two) raw[j] = load_raw<I>(a.x, (k0 + j) * 8);
+      }
+      nvfp4_row_item<I>(a, k0, two, raw, ts, bm, acc);
+    }
+  } else {
+    __shared__ uint4 stage[2][kUnroll][kThreads];  // [buffer][chunk][thread]: 16-byte reads side by side
+    const char* x = static_cast<const char*>(a.x);
+    const auto issue = [&](int64_t k0, int b) {  // one commit group per item, empty past the end
+      if (k0 < nck) {
+#pragma unroll
+        for (int j = 0; j < kUnroll; ++j) {
+          if (j < 2 || k0 + 2 < nck) cp_async16(&stage[b][j][threadIdx.x], x + (k0 + j) * 16);
+        }
+      }
+      cp_async_commit();
+    };
+    issue(first, 0);
+    int b = 0;
+    for (int64_t k0 = first; k0 < nck; k0 += stride, b ^= 1) {
+      issue(k0 + stride, b ^ 1);  // (the thread read buffer b ^ 1 last iteration; those values are used)
+      cp_async_wait_group<1>();   // this item's chunks have landed
+      const bool two = k0 + 2 < nck;
+      Raw<I> raw[kUnroll];
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        if (j < 2 || two) raw[j].v[0] = stage[b][j][threadIdx.x];
+      }
+      nvfp4_row_item<I>(a, k0, two, raw, ts, bm, acc);
+    }
+    cp_async_wait_all();
   }
   if (a.acc_amax) block_amax(a.amax, acc);
 }
@@ -1239,19 +1293,6 @@ template <InType I>
 constexpr size_t col_smem_bytes() {
   return static_cast<size_t>(kColTile) * kColTile * in_bytes<I>() + kColTile * kColTile +
          (kColTile / kColSeg) * kColTile * sizeof(uint32_t);
-}
-
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most N committed groups of this thread are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // ------------------------------------------------------------------ current scaling in one read of x
@@ -2523,6 +2564,29 @@ int env_mode(const char* var, int max_mode, int unset) {
 // only): tall_col_kernel's lag in tiles, a positive integer (below the group's tiles: raised to them); unset, empty
 // or 0: tall_lag's rule; anything else: -1.
 int tall_mode() { return env_mode("MXPREC_QUANTIZE_TALL", 2, 2); }
+// MXPREC_NVFP4_ROW_WAVES: nvfp4_row_kernel's grid, that many times the CTAs resident at once, each looping over its
+// share (default 1); 0: one CTA per kThreads x kUnroll chunks, no loop (the fifty-second session's grid).
+int nvfp4_row_waves() { return env_mode("MXPREC_NVFP4_ROW_WAVES", 9, 1); }
+// MXPREC_NVFP4_ROW_STAGED: 1 (default): bf16 / f16 rows through the cp.async stages, 0: without them.
+int nvfp4_row_staged() { return env_mode("MXPREC_NVFP4_ROW_STAGED", 1, 1); }
+
+// nvfp4_row_kernel over waves x the resident CTAs (at most one CTA per item group; waves 0: one CTA per
+// kThreads x kUnroll chunks).
+template <InType I, bool kStaged>
+ffi::Error launch_nvfp4_rows(cudaStream_t stream, const Args& a, int waves) {
+  constexpr auto kKernel = nvfp4_row_kernel<I, kStaged>;
+  int64_t grid = blocks_for(a.n / 8, static_cast<int64_t>(kThreads) * kUnroll);
+  if (waves > 0) {
+    int dev = 0, ctas = 1;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kThreads, 0, &ctas);
+    if (e != cudaSuccess) return cuda_error("nvfp4_row_kernel launch setup", e);
+    grid = std::min<int64_t>(grid, static_cast<int64_t>(ctas) * waves);
+  }
+  if (grid <= 0 || grid > kMaxGrid) return ffi::Error(ffi::ErrorCode::kUnimplemented, std::string(kOp) + ": tensor too large");
+  kKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+  return ffi::Error::Success();
+}
 
 int64_t tall_lag_override() {
   const char* v = std::getenv("MXPREC_QUANTIZE_TALL_LAG");
@@ -2676,11 +2740,11 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     return ffi::Error::Success();
   }
   if (kind == ScalingKind::kNVFP4 && a.axis == 2 && x16 && gh == 1 && gw == 16) {
-    const int64_t grid = blocks_for(a.n / 8, per_cta);
-    if (grid_ok(grid)) {
-      nvfp4_row_kernel<I><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
-      return ffi::Error::Success();
-    }
+    const int waves = nvfp4_row_waves(), staged = nvfp4_row_staged();
+    if (waves < 0) return invalid(std::string(kOp) + ": MXPREC_NVFP4_ROW_WAVES must be one digit 0 .. 9");
+    if (staged < 0) return invalid(std::string(kOp) + ": MXPREC_NVFP4_ROW_STAGED must be 0 or 1");
+    if (I != InType::kF32 && staged == 1) return launch_nvfp4_rows<I, I != InType::kF32>(stream, a, waves);
+    return launch_nvfp4_rows<I, false>(stream, a, waves);
   }
   if (a.axis == 2 && x16) {
     // hgroup: 1 x G groups with G / 8 a power of two <= 32 (not NVFP4: its scale needs the tensor's).
