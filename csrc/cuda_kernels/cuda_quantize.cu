@@ -49,8 +49,8 @@
 //   tall_col_kernel row scaling along axis 1 on col_kernel's tiles in one launch: each 128-column strip of a
 //                   group row is walked twice, keys then codes, in an order (tall_order.h) that keeps x in L2
 //                   between the two reads (MXPREC_QUANTIZE_TALL=0: the keys pass + col_kernel);
-//   nvfp4_row_kernel NVFP4 axis-2 groups (16 elements): a thread owns 4 consecutive chunks, two whole
-//                   groups (one scale computation per group), codes in one 16-byte store; bf16 / f16 E2M1
+//   nvfp4_row_kernel NVFP4 axis-2 groups (16 elements): a grid-stride loop over items of 4 consecutive chunks,
+//                   two whole groups (one scale computation per group), codes in one 16-byte store; bf16 / f16 E2M1
 //                   codes by comparing |x| with the group's 7 limits, two elements per instruction
 //                   (nvfp4_codes_by_limits, also in col_kernel's NVFP4 path); f32 ones (and block scales
 //                   outside [2**-124, 2**120]) through the reciprocal of the scale where a certificate shows
@@ -158,19 +158,6 @@ __device__ __forceinline__ Raw<I> load_raw(const void* x, int64_t e) {
 #pragma unroll
   for (int i = 0; i < (I == InType::kF32 ? 2 : 1); ++i) r.v[i] = __ldg(p + i);
   return r;
-}
-
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most N committed groups of this thread are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ float f16_to_float(uint32_t h) {
@@ -846,57 +833,27 @@ __device__ __forceinline__ void nvfp4_row_item(const Args& a, int64_t k0, bool t
   }
 }
 
-// The kernel: a grid-stride loop over the items (the grid is a few waves of resident CTAs, so each thread derives the
-// tensor scale once for many items). kStaged (16-bit inputs): a thread's next item is on its way into shared memory
-// (cp.async into the thread's own slots, so no CTA barrier) while it codes the current one; unstaged, its loads
-// wait in registers. Held to 64 registers (4 CTAs per SM): at 76 (3 CTAs) the first form of nvfp4_codes8 ran 5 %
-// slower (H200).
-template <InType I, bool kStaged>
+// The kernel: a grid-stride loop over the items, the grid a few waves of resident CTAs (MXPREC_NVFP4_ROW_WAVES), so
+// that each thread derives the tensor scale once for many items: 117.8 -> 113.2 us at 16384 x 4096 on an H100
+// (fifty-third session, with the counted codes). Staging the next item through cp.async (a thread's own 64 bytes in
+// shared memory) was 20 % slower there and was removed. Held to 64 registers (4 CTAs per SM): at 76 (3 CTAs) the
+// first form of nvfp4_codes8 ran 5 % slower (H200).
+template <InType I>
 __global__ void __launch_bounds__(kThreads, 4) nvfp4_row_kernel(Args a) {
   static_assert(kUnroll == 4, "nvfp4_row_kernel: a thread owns two groups of two chunks");
-  static_assert(!kStaged || I != InType::kF32, "nvfp4_row_kernel: staging holds 16-bit chunks");
   const float ts = nvfp4_ts(a), bm = nvfp4_block_multiplier(ts);
   if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   const int64_t nck = a.n / 8;  // even: groups are whole
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * kUnroll;
-  const int64_t first = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kUnroll;
   uint32_t acc = 0;
-  if constexpr (!kStaged) {
-    for (int64_t k0 = first; k0 < nck; k0 += stride) {
-      const bool two = k0 + 2 < nck;
-      Raw<I> raw[kUnroll];
+  for (int64_t k0 = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kUnroll; k0 < nck; k0 += stride) {
+    const bool two = k0 + 2 < nck;
+    Raw<I> raw[kUnroll];
 #pragma unroll
-      for (int j = 0; j < kUnroll; ++j) {
-        if (j < 2 || two) raw[j] = load_raw<I>(a.x, (k0 + j) * 8);
-      }
-      nvfp4_row_item<I>(a, k0, two, raw, ts, bm, acc);
+    for (int j = 0; j < kUnroll; ++j) {
+      if (j < 2 || two) raw[j] = load_raw<I>(a.x, (k0 + j) * 8);
     }
-  } else {
-    __shared__ uint4 stage[2][kUnroll][kThreads];  // [buffer][chunk][thread]: 16-byte reads side by side
-    const char* x = static_cast<const char*>(a.x);
-    const auto issue = [&](int64_t k0, int b) {  // one commit group per item, empty past the end
-      if (k0 < nck) {
-#pragma unroll
-        for (int j = 0; j < kUnroll; ++j) {
-          if (j < 2 || k0 + 2 < nck) cp_async16(&stage[b][j][threadIdx.x], x + (k0 + j) * 16);
-        }
-      }
-      cp_async_commit();
-    };
-    issue(first, 0);
-    int b = 0;
-    for (int64_t k0 = first; k0 < nck; k0 += stride, b ^= 1) {
-      issue(k0 + stride, b ^ 1);  // (the thread read buffer b ^ 1 last iteration; those values are used)
-      cp_async_wait_group<1>();   // this item's chunks have landed
-      const bool two = k0 + 2 < nck;
-      Raw<I> raw[kUnroll];
-#pragma unroll
-      for (int j = 0; j < kUnroll; ++j) {
-        if (j < 2 || two) raw[j].v[0] = stage[b][j][threadIdx.x];
-      }
-      nvfp4_row_item<I>(a, k0, two, raw, ts, bm, acc);
-    }
-    cp_async_wait_all();
+    nvfp4_row_item<I>(a, k0, two, raw, ts, bm, acc);
   }
   if (a.acc_amax) block_amax(a.amax, acc);
 }
@@ -1293,6 +1250,19 @@ template <InType I>
 constexpr size_t col_smem_bytes() {
   return static_cast<size_t>(kColTile) * kColTile * in_bytes<I>() + kColTile * kColTile +
          (kColTile / kColSeg) * kColTile * sizeof(uint32_t);
+}
+
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N committed groups of this thread are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // ------------------------------------------------------------------ current scaling in one read of x
@@ -2567,14 +2537,12 @@ int tall_mode() { return env_mode("MXPREC_QUANTIZE_TALL", 2, 2); }
 // MXPREC_NVFP4_ROW_WAVES: nvfp4_row_kernel's grid, that many times the CTAs resident at once, each looping over its
 // share (default 1); 0: one CTA per kThreads x kUnroll chunks, no loop (the fifty-second session's grid).
 int nvfp4_row_waves() { return env_mode("MXPREC_NVFP4_ROW_WAVES", 9, 1); }
-// MXPREC_NVFP4_ROW_STAGED: 1 (default): bf16 / f16 rows through the cp.async stages, 0: without them.
-int nvfp4_row_staged() { return env_mode("MXPREC_NVFP4_ROW_STAGED", 1, 1); }
 
 // nvfp4_row_kernel over waves x the resident CTAs (at most one CTA per item group; waves 0: one CTA per
 // kThreads x kUnroll chunks).
-template <InType I, bool kStaged>
+template <InType I>
 ffi::Error launch_nvfp4_rows(cudaStream_t stream, const Args& a, int waves) {
-  constexpr auto kKernel = nvfp4_row_kernel<I, kStaged>;
+  constexpr auto kKernel = nvfp4_row_kernel<I>;
   int64_t grid = blocks_for(a.n / 8, static_cast<int64_t>(kThreads) * kUnroll);
   if (waves > 0) {
     int dev = 0, ctas = 1;
@@ -2740,11 +2708,9 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     return ffi::Error::Success();
   }
   if (kind == ScalingKind::kNVFP4 && a.axis == 2 && x16 && gh == 1 && gw == 16) {
-    const int waves = nvfp4_row_waves(), staged = nvfp4_row_staged();
+    const int waves = nvfp4_row_waves();
     if (waves < 0) return invalid(std::string(kOp) + ": MXPREC_NVFP4_ROW_WAVES must be one digit 0 .. 9");
-    if (staged < 0) return invalid(std::string(kOp) + ": MXPREC_NVFP4_ROW_STAGED must be 0 or 1");
-    if (I != InType::kF32 && staged == 1) return launch_nvfp4_rows<I, I != InType::kF32>(stream, a, waves);
-    return launch_nvfp4_rows<I, false>(stream, a, waves);
+    return launch_nvfp4_rows<I>(stream, a, waves);
   }
   if (a.axis == 2 && x16) {
     // hgroup: 1 x G groups with G / 8 a power of two <= 32 (not NVFP4: its scale needs the tensor's).
