@@ -928,6 +928,36 @@ def test_tall_row_groups_kernel_switch_is_checked(monkeypatch):
         monkeypatch.delenv(var)
 
 
+# nvfp4_row_kernel's grid (MXPREC_NVFP4_ROW_WAVES: that many times the resident CTAs, each looping over its items; 0:
+# one CTA per item): shapes with fewer items than one wave, a ragged last item (one group), and many loop turns.
+NVFP4_ROW_SHAPES = [((8, 48), "bfloat16"), ((3, 16400), "float16"), ((2048, 4096), "bfloat16"), ((640, 272), "float32")]
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape,dtype", NVFP4_ROW_SHAPES, ids=[f"{s}-{d}" for s, d in NVFP4_ROW_SHAPES])
+def test_nvfp4_rows_loop_matches_one_cta_per_item(shape, dtype, monkeypatch):
+    """Every QTensor field bit for bit at 0, 1, 2 and 9 waves; the default also against the CPU oracle."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(shape, np.float32) * np.exp2(rng.integers(-20, 20, shape))).astype(
+        ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
+    got = {}
+    for waves in ("0", "1", "2", "9"):
+        monkeypatch.setenv("MXPREC_NVFP4_ROW_WAVES", waves)  # read by the kernel's host code at every launch
+        got[waves] = jax.block_until_ready(_gpu_q(NVFP4Scaling(), -1)(jnp.asarray(x), None))
+    for waves in ("1", "2", "9"):
+        bad = C._qtensor_mismatch(got[waves], got["0"])
+        assert not bad, f"NVFP4 rows {shape} {dtype}, {waves} waves against one CTA per item: {bad}"
+    monkeypatch.delenv("MXPREC_NVFP4_ROW_WAVES")
+    _check(NVFP4Scaling(), x, -1, what=f"rows loop {shape} {dtype}")
+
+
+@needs_gpu
+def test_nvfp4_rows_grid_switch_is_checked(monkeypatch):
+    monkeypatch.setenv("MXPREC_NVFP4_ROW_WAVES", "x")
+    with pytest.raises(Exception, match="MXPREC_NVFP4_ROW_WAVES must be one digit"):
+        jax.block_until_ready(_gpu_q(NVFP4Scaling(), -1)(jnp.ones((64, 64), jnp.bfloat16), None))
+
+
 def _gradient_like(shape=(512, 384), seed=41) -> np.ndarray:
     """f32 with gradient-like values: magnitudes exp(N(0, 3)) over ~10 decades, 1 % +0 / -0, a few FP32
     subnormals: most FP8 groups hold quotients far below the FP8 range, where the band kernels' straight
