@@ -2538,8 +2538,8 @@ int tall_mode() { return env_mode("MXPREC_QUANTIZE_TALL", 2, 2); }
 // share (default 1); 0: one CTA per kThreads x kUnroll chunks, no loop (the fifty-second session's grid).
 int nvfp4_row_waves() { return env_mode("MXPREC_NVFP4_ROW_WAVES", 9, 1); }
 
-// nvfp4_row_kernel over waves x the resident CTAs (at most one CTA per item group; waves 0: one CTA per
-// kThreads x kUnroll chunks).
+// nvfp4_row_kernel on waves x the resident CTAs, never more CTAs than runs of kThreads x kUnroll chunks (waves 0:
+// one CTA per such run).
 template <InType I>
 ffi::Error launch_nvfp4_rows(cudaStream_t stream, const Args& a, int waves) {
   constexpr auto kKernel = nvfp4_row_kernel<I>;
