@@ -5,7 +5,8 @@
 # session's: ab/old.so, the fifty-second session's library, one CTA per item; ab/mask.so, the same source built with
 # -DMXPREC_NVFP4_COUNT=0, the binary search). First the NVFP4 GPU tests on each library of TEST_LIBS (default "new":
 # libmxprec_cuda.so), then benchmarks/cuda_quantize.py per library:MXPREC_NVFP4_ROW_WAVES setting of CONFIGS
-# (e.g. "old:0 new:1 new:2"), ROUNDS rounds (default 2), interleaved.
+# (e.g. "old:0 new:1 new:2"), ROUNDS rounds (default 2), interleaved. A third field sets MXPREC_NVFP4_ONCHIP
+# (fifty-fourth session; e.g. "new:1:0 new:1:2"; empty: unset, the library's default).
 set -u
 export PYTHONPATH="$PWD/src:$PWD/tests" PYTHONUNBUFFERED=1
 R="$OUT/r"
@@ -22,9 +23,9 @@ wait
 for lib in ${TEST_LIBS:-new}; do echo "tests $lib: $(tail -n 1 "$R/tests_$lib.log")"; done
 for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
   for cfg in ${CONFIGS:-old:0 new:0 new:1 new:2}; do
-    IFS=: read -r lib w <<< "$cfg"
-    t="${lib}_w${w}_$r"
-    MXPREC_NVFP4_ROW_WAVES="$w" MXPREC_CUDA_LIBRARY="$(lib_path "$lib")" timeout 100 \
+    IFS=: read -r lib w o <<< "$cfg"
+    t="${lib}_w${w}${o:+_o$o}_$r"
+    MXPREC_NVFP4_ONCHIP="${o:-}" MXPREC_NVFP4_ROW_WAVES="$w" MXPREC_CUDA_LIBRARY="$(lib_path "$lib")" timeout 100 \
       python3 benchmarks/cuda_quantize.py --no-peer --kernels nvfp4 --shapes "${SHAPES:-16384x4096,8192x8192,4096x4096}" \
       --out "$R/q_$t" > "$R/q_$t.log" 2>&1
     echo "$t: $(grep '| nvfp4' "$R/q_$t/cuda_quantize.md" | awk -F'|' '{printf "%s/%s %s %s%%  ", $2, $3, $6, $8}')"

@@ -54,7 +54,10 @@
 //                   codes by comparing |x| with the group's 7 limits, two elements per instruction
 //                   (nvfp4_codes_by_limits, also in col_kernel's NVFP4 path); f32 ones (and block scales
 //                   outside [2**-124, 2**120]) through the reciprocal of the scale where a certificate shows
-//                   they are the division's (nvfp4_codes8);
+//                   they are the division's (nvfp4_codes8); the limits come from a per-CTA table indexed by the
+//                   group's E4M3 scale byte (MXPREC_NVFP4_TABLE; col_kernel's NVFP4 path too);
+//   nvfp4_onchip_kernel NVFP4 along rows (bf16 / f16) in one read of x where it fits on chip, onchip_kernel's plan
+//                   in nvfp4_row_kernel's items (MXPREC_NVFP4_ONCHIP=0: amax_kernel + nvfp4_row_kernel);
 //   row_kernel      FP8 axis-2 row groups of 257 .. 16384 elements: persistent CTAs of 128 threads x 4 /
 //                   8 chunks or 512 x 4 that prefetch their next row into shared memory (cp.async) while
 //                   they compute the current one (one pass);
@@ -589,15 +592,25 @@ __device__ __forceinline__ ElemScale group_elem_scale(const Args& a, int64_t g, 
 // div_f32). t = RN(RN(amax / 6) / ts) comes from one multiply by bm = nvfp4_block_multiplier(ts) where
 // nvfp4_block_certified allows it (quantize_math.h), else from the two divisions. A NaN / Inf t (NaN / Inf amax)
 // takes the exact function.
-__device__ __forceinline__ Nvfp4Scale nvfp4_block_scale_cvt(float amax, float ts, float bm) {
+// Split in two for the limit table below: nvfp4_block_byte gives the E4M3 byte (-1 where t is NaN / Inf: the caller
+// takes the exact function), nvfp4_scale_of_byte the Nvfp4Scale of a byte under ts.
+__device__ __forceinline__ int nvfp4_block_byte(float amax, float ts, float bm) {
   float t = __fmul_rn(amax, bm);
   if (!nvfp4_block_certified(amax, t)) t = div_f32(div_f32(amax, 6.0f), ts);
-  if (!isfinite(t)) return nvfp4_block_scale(amax, ts);
-  unsigned short code2, h2;
+  if (!isfinite(t)) return -1;
+  unsigned short code2;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(code2) : "f"(t), "f"(0.0f));  // code in the low byte
-  asm("{ .reg .b32 p; cvt.rn.f16x2.e4m3x2 p, %1; mov.b32 {%0, _}, p; }" : "=h"(h2) : "h"(code2));
+  return code2 & 0xFF;
+}
+__device__ __forceinline__ Nvfp4Scale nvfp4_scale_of_byte(int byte, float ts) {
+  unsigned short h2;
+  asm("{ .reg .b32 p; cvt.rn.f16x2.e4m3x2 p, %1; mov.b32 {%0, _}, p; }" : "=h"(h2) : "h"(static_cast<unsigned short>(byte)));
   const float sb = __half2float(__ushort_as_half(h2));
-  return Nvfp4Scale{sb, mul_f32(sb, ts), static_cast<uint8_t>(code2 & 0xFFu)};
+  return Nvfp4Scale{sb, mul_f32(sb, ts), static_cast<uint8_t>(byte)};
+}
+__device__ __forceinline__ Nvfp4Scale nvfp4_block_scale_cvt(float amax, float ts, float bm) {
+  const int byte = nvfp4_block_byte(amax, ts, bm);
+  return byte < 0 ? nvfp4_block_scale(amax, ts) : nvfp4_scale_of_byte(byte, ts);
 }
 
 // NVFP4's block scale for a group with raw max |x| key `key` under the tensor scale ts, bm =
@@ -614,6 +627,40 @@ template <InType I>
 __device__ __forceinline__ uint32_t nvfp4_limit16_of(float eff, int k) {
   return nvfp4_limit16<I>(nvfp4_limit(eff, k));
 }
+// The limit table (MXPREC_NVFP4_TABLE, default 1): a tensor has one ts, so a group's limits are a function of its
+// E4M3 block-scale byte alone. Entry b holds the 7 limit words nvfp4_limit16_of(eff_b, k) * 0x10001 (both lanes) and,
+// in word 7, whether nvfp4_limits_apply(eff_b), eff_b = nvfp4_scale_of_byte(b, ts).eff: what a group with that byte
+// would compute (byte 0: eff 0, 0x7F: NaN, both not applying). A CTA fills it once (kNvfp4TableEntries threads), then
+// each group reads its 32 bytes (two 16-byte shared loads) instead of 7 FP64 products, 7 conversions to FP32 rounding
+// up and their 16-bit roundings.
+#ifndef MXPREC_NVFP4_TABLE
+#define MXPREC_NVFP4_TABLE 1
+#endif
+constexpr int kNvfp4TableEntries = 128;
+struct alignas(16) Nvfp4Limits {
+  uint4 lo, hi;  // limit words 0..3, then 4..6 and the apply flag
+};
+template <InType I>
+__device__ __forceinline__ void nvfp4_fill_limits(Nvfp4Limits* table, float ts) {
+  static_assert(I != InType::kF32, "16-bit inputs");
+  if (threadIdx.x < kNvfp4TableEntries) {
+    const float eff = nvfp4_scale_of_byte(static_cast<int>(threadIdx.x), ts).eff;
+    uint32_t w[8] = {};
+    if (nvfp4_limits_apply(eff)) {
+#pragma unroll
+      for (int k = 0; k < 7; ++k) w[k] = nvfp4_limit16_of<I>(eff, k) * 0x10001u;
+      w[7] = 1u;
+    }
+    table[threadIdx.x] = Nvfp4Limits{make_uint4(w[0], w[1], w[2], w[3]), make_uint4(w[4], w[5], w[6], w[7])};
+  }
+}
+// Entry `byte` (0..127) of the table: its 7 limit words and whether they apply.
+__device__ __forceinline__ bool nvfp4_table_limits(const Nvfp4Limits* table, int byte, uint32_t (&lim)[7]) {
+  const Nvfp4Limits t = table[byte];
+  lim[0] = t.lo.x, lim[1] = t.lo.y, lim[2] = t.lo.z, lim[3] = t.lo.w, lim[4] = t.hi.x, lim[5] = t.hi.y, lim[6] = t.hi.z;
+  return t.hi.w != 0u;
+}
+
 // Eight codes (element i in nibble i) of one 16-bit chunk whose elements share the limits lim.
 template <InType I>
 __device__ __forceinline__ uint32_t nvfp4_chunk_by_limits(const uint4& w, const uint32_t (&lim)[7]) {
@@ -775,9 +822,10 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
 // bf16 / f16 groups whose block scale allows it take their codes by limits (two elements per compare); the others,
 // and f32 inputs, through the reciprocal (nvfp4_codes8) or, in an exact mode, the generic path.
 // The codes of the item at chunk k0 (raw: its chunks; `two`: its second group exists).
+// table: the CTA's limit table (nvfp4_fill_limits; nullptr for f32 inputs or without MXPREC_NVFP4_TABLE).
 template <InType I>
 __device__ __forceinline__ void nvfp4_row_item(const Args& a, int64_t k0, bool two, const Raw<I> (&raw)[kUnroll],
-                                               float ts, float bm, uint32_t& acc) {
+                                               float ts, float bm, const Nvfp4Limits* table, uint32_t& acc) {
   uint32_t words[kUnroll] = {};  // chunk j's 8 codes, element i in nibble i
   uint8_t* scale = static_cast<uint8_t*>(a.scale);
 #pragma unroll
@@ -793,15 +841,34 @@ __device__ __forceinline__ void nvfp4_row_item(const Args& a, int64_t k0, bool t
       key = key16<I>(max_u16x2(max_abs_pair(raw[2 * g].v[0]), max_abs_pair(raw[2 * g + 1].v[0])));
     }
     acc = max(acc, key);
-    const Nvfp4Scale b = nvfp4_group_block(key, ts, bm, scale, k0 / 2 + g);
-    if constexpr (I != InType::kF32) {
-      if (nvfp4_limits_apply(b.eff)) {  // nearly always
+    Nvfp4Scale b;
+    if constexpr (I != InType::kF32 && MXPREC_NVFP4_TABLE) {
+      const float amax = __uint_as_float(finish_key(key));
+      const int byte = nvfp4_block_byte(amax, ts, bm);
+      if (byte >= 0) {
+        scale[k0 / 2 + g] = static_cast<uint8_t>(byte);
         uint32_t lim[7];
+        if (nvfp4_table_limits(table, byte, lim)) {  // nearly always
+          words[2 * g] = nvfp4_chunk_by_limits<I>(raw[2 * g].v[0], lim);
+          words[2 * g + 1] = nvfp4_chunk_by_limits<I>(raw[2 * g + 1].v[0], lim);
+          continue;
+        }
+        b = nvfp4_scale_of_byte(byte, ts);
+      } else {
+        b = nvfp4_block_scale(amax, ts);
+        scale[k0 / 2 + g] = b.byte;
+      }
+    } else {
+      b = nvfp4_group_block(key, ts, bm, scale, k0 / 2 + g);
+      if constexpr (I != InType::kF32) {
+        if (nvfp4_limits_apply(b.eff)) {  // nearly always
+          uint32_t lim[7];
 #pragma unroll
-        for (int k = 0; k < 7; ++k) lim[k] = nvfp4_limit16_of<I>(b.eff, k) * 0x10001u;
-        words[2 * g] = nvfp4_chunk_by_limits<I>(raw[2 * g].v[0], lim);
-        words[2 * g + 1] = nvfp4_chunk_by_limits<I>(raw[2 * g + 1].v[0], lim);
-        continue;
+          for (int k = 0; k < 7; ++k) lim[k] = nvfp4_limit16_of<I>(b.eff, k) * 0x10001u;
+          words[2 * g] = nvfp4_chunk_by_limits<I>(raw[2 * g].v[0], lim);
+          words[2 * g + 1] = nvfp4_chunk_by_limits<I>(raw[2 * g + 1].v[0], lim);
+          continue;
+        }
       }
     }
     float v0[8], v1[8];
@@ -843,6 +910,11 @@ __global__ void __launch_bounds__(kThreads, 4) nvfp4_row_kernel(Args a) {
   static_assert(kUnroll == 4, "nvfp4_row_kernel: a thread owns two groups of two chunks");
   const float ts = nvfp4_ts(a), bm = nvfp4_block_multiplier(ts);
   if (blockIdx.x == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+  __shared__ Nvfp4Limits table[I == InType::kF32 || !MXPREC_NVFP4_TABLE ? 1 : kNvfp4TableEntries];
+  if constexpr (I != InType::kF32 && MXPREC_NVFP4_TABLE) {
+    nvfp4_fill_limits<I>(table, ts);
+    __syncthreads();
+  }
   const int64_t nck = a.n / 8;  // even: groups are whole
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * kUnroll;
   uint32_t acc = 0;
@@ -853,7 +925,7 @@ __global__ void __launch_bounds__(kThreads, 4) nvfp4_row_kernel(Args a) {
     for (int j = 0; j < kUnroll; ++j) {
       if (j < 2 || two) raw[j] = load_raw<I>(a.x, (k0 + j) * 8);
     }
-    nvfp4_row_item<I>(a, k0, two, raw, ts, bm, acc);
+    nvfp4_row_item<I>(a, k0, two, raw, ts, bm, table, acc);
   }
   if (a.acc_amax) block_amax(a.amax, acc);
 }
@@ -1575,6 +1647,122 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
 }
 #undef OC_MARK
 
+// ------------------------------------------------------------------------------------ NVFP4 in one read of x
+
+// nvfp4_onchip_kernel: NVFP4 along rows (axis 2, groups of 16; bf16 / f16, x and data 16-byte aligned, amax_mode 0)
+// with x read from DRAM once where it fits on chip, instead of amax_kernel + nvfp4_row_kernel. onchip_kernel's plan
+// in units of nvfp4_row_item's items (4 consecutive chunks, 32 elements, two groups): a cooperative grid of one CTA
+// of kNoThreads threads per SM; round r is the items (r * G + blockIdx.x) * kNoThreads + threadIdx.x. Rounds
+// 0 .. kNoRegItems - 1 stay in registers, the next kNoSmemItems in shared memory (chunk-major, so that a warp's
+// 16-byte stores and loads do not conflict), and later ("spill") rounds are read for their keys only (L2
+// evict_last with kHint). The CTAs max their keys into sync[0], meet at a grid barrier (sync[1]; both zeroed by the
+// host), fill the limit table from the tensor scale, then write the codes: spill rounds newest first (read again,
+// evict_first), then shared memory, then registers. On 132 SMs x stays on chip up to 132 * 512 * 8 * 32 = 17.3 M
+// elements (4096 x 4096 fits). The codes after the barrier overlap no reads: unlike the FP8 one, this kernel's
+// arithmetic (nvfp4_row_item) is most of its time there.
+constexpr int kNoThreads = 512;
+constexpr int kNoRegItems = 2;
+constexpr int kNoSmemItems = 6;  // 192 KiB of bf16 per CTA (7 would leave no room for the table and the keys)
+constexpr int kNoSpillUnroll = 2;
+constexpr int nvfp4_onchip_smem_bytes() { return kNoSmemItems * kUnroll * kNoThreads * 16; }
+
+template <InType I, bool kHint>
+__global__ void __launch_bounds__(kNoThreads, 1) nvfp4_onchip_kernel(Args a, uint32_t* sync) {
+  static_assert(I != InType::kF32 && sizeof(Raw<I>) == 16, "nvfp4_onchip_kernel: 16-bit inputs");
+  extern __shared__ __align__(16) unsigned char no_smem[];
+  Raw<I>* held = reinterpret_cast<Raw<I>*>(no_smem);  // [kNoSmemItems][kUnroll][kNoThreads]
+  const int64_t nck = a.n / 8;                        // even: groups are whole
+  const int64_t nitems = (nck + kUnroll - 1) / kUnroll;
+  const int64_t per_round = static_cast<int64_t>(gridDim.x) * kNoThreads;
+  const int64_t rounds = (nitems + per_round - 1) / per_round;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kNoThreads + threadIdx.x;
+  auto first_chunk = [&](int64_t r) { return (r * per_round + base) * kUnroll; };
+  const uint64_t keep = kHint ? l2_policy_evict_last() : 0, drop = kHint ? l2_policy_evict_first() : 0;
+  // An item's chunks (zeros past the end: key 0), read with an L2 policy where given.
+  auto load_item = [&](int64_t k0, Raw<I> (&raw)[kUnroll], bool hinted, uint64_t policy) {
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int64_t k = k0 + j;
+      raw[j] = k < nck ? (kHint && hinted ? load_raw_hint<I>(a.x, k * 8, policy) : load_raw<I>(a.x, k * 8)) : Raw<I>{};
+    }
+  };
+  auto item_key = [](const Raw<I> (&raw)[kUnroll]) {
+    uint32_t k = 0;
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) k = max(k, raw_key<I>(raw[j]));
+    return k;
+  };
+
+  // Phase 1: the held rounds (registers, then shared memory, keyed on the way), then the spill rounds' keys.
+  Raw<I> reg[kNoRegItems][kUnroll];
+#pragma unroll
+  for (int j = 0; j < kNoRegItems; ++j) load_item(first_chunk(j), reg[j], false, 0);
+  uint32_t acc = 0;
+  static_assert(kNoSmemItems % 2 == 0, "nvfp4_onchip_kernel: shared-memory items loaded two at a time");
+#pragma unroll 1
+  for (int j0 = 0; j0 < kNoSmemItems; j0 += 2) {  // two items in flight
+    Raw<I> t[2][kUnroll];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) load_item(first_chunk(kNoRegItems + j0 + u), t[u], false, 0);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      acc = max(acc, item_key(t[u]));
+#pragma unroll
+      for (int c = 0; c < kUnroll; ++c) held[((j0 + u) * kUnroll + c) * kNoThreads + threadIdx.x] = t[u][c];
+    }
+  }
+  for (int64_t r0 = kNoRegItems + kNoSmemItems; r0 < rounds; r0 += kNoSpillUnroll) {
+    Raw<I> t[kNoSpillUnroll][kUnroll];
+#pragma unroll
+    for (int u = 0; u < kNoSpillUnroll; ++u) load_item(r0 + u < rounds ? first_chunk(r0 + u) : nck, t[u], true, keep);
+#pragma unroll
+    for (int u = 0; u < kNoSpillUnroll; ++u) acc = max(acc, item_key(t[u]));
+  }
+#pragma unroll
+  for (int j = 0; j < kNoRegItems; ++j) acc = max(acc, item_key(reg[j]));
+  block_amax<kNoThreads>(sync, acc);
+
+  // The tensor amax, once every CTA has maxed its part into sync[0]; then the tensor scale and the limit table.
+  grid_barrier(sync + 1);
+  __shared__ uint32_t amax_bits;
+  __shared__ Nvfp4Limits table[kNvfp4TableEntries];
+  if (threadIdx.x == 0) amax_bits = ld_acquire_gpu(sync);
+  __syncthreads();
+  const float ts = nvfp4_tensor_scale(__uint_as_float(amax_bits)), bm = nvfp4_block_multiplier(ts);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *a.amax = amax_bits;
+    *a.tensor_scale = ts;
+  }
+  nvfp4_fill_limits<I>(table, ts);
+  __syncthreads();
+  uint32_t unused = 0;  // (the amax is known)
+  auto emit = [&](int64_t k0, const Raw<I> (&raw)[kUnroll]) {
+    if (k0 < nck) nvfp4_row_item<I>(a, k0, k0 + 2 < nck, raw, ts, bm, table, unused);
+  };
+
+  // Phase 2: the spill rounds again (newest first), then shared memory, then registers.
+  for (int64_t r0 = rounds - 1; r0 >= kNoRegItems + kNoSmemItems; r0 -= kNoSpillUnroll) {
+    Raw<I> t[kNoSpillUnroll][kUnroll];
+#pragma unroll
+    for (int u = 0; u < kNoSpillUnroll; ++u) {
+      load_item(r0 - u >= kNoRegItems + kNoSmemItems ? first_chunk(r0 - u) : nck, t[u], true, drop);
+    }
+#pragma unroll
+    for (int u = 0; u < kNoSpillUnroll; ++u) {
+      if (r0 - u >= kNoRegItems + kNoSmemItems) emit(first_chunk(r0 - u), t[u]);
+    }
+  }
+#pragma unroll 1  // (two items per turn: 5-7 % slower at 3584 x 4096 and 4096 x 4096, H200)
+  for (int j = 0; j < kNoSmemItems; ++j) {
+    Raw<I> t[kUnroll];
+#pragma unroll
+    for (int c = 0; c < kUnroll; ++c) t[c] = held[(j * kUnroll + c) * kNoThreads + threadIdx.x];
+    emit(first_chunk(kNoRegItems + j), t);
+  }
+#pragma unroll
+  for (int j = 0; j < kNoRegItems; ++j) emit(first_chunk(j), reg[j]);
+}
+
 // Axis-2 groups of one row segment (gh == 1, gw % 8 == 0, gw / 8 <= kBlock * kChunks: row scaling of
 // rows up to 4096 elements with 128 threads x 4 chunks, 8192 with 128 x 8, 16384 with 512 x 4), FP8 only. A persistent CTA
 // walks groups blockIdx.x, + gridDim.x, ...; while it computes one, the next kRowStages - 1 are already
@@ -1727,9 +1915,10 @@ __device__ __forceinline__ void fp32_packed_rows(const unsigned char* col_base, 
 // columns are two groups per column, each with its E4M3 block scale under the tensor scale ts (written
 // here: scale rows grow0 and grow0 + 1); codes packed two rows a byte, as MX FP4's. Returns the max |x|
 // key of the thread's elements.
+// table: the CTA's limit table (nvfp4_fill_limits; nullptr for f32 inputs or without MXPREC_NVFP4_TABLE).
 template <InType I>
 __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigned char* col_base, uint8_t* code_base,
-                                                    int64_t grow0, int64_t col, float ts) {
+                                                    int64_t grow0, int64_t col, float ts, const Nvfp4Limits* table) {
   constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
   const float bm = nvfp4_block_multiplier(ts);
   uint32_t all = 0;
@@ -1755,20 +1944,40 @@ __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigne
     }
     all = max(all, max(k0, k1));
     uint8_t* scale = static_cast<uint8_t*>(a.scale) + (grow0 + h) * a.ngc + col;
+    // The codes by limits (column c's limits in lane c of lim), for 16-bit inputs whose two groups allow them.
+    const auto by_limits = [&](const uint32_t (&lim)[7]) {
+#pragma unroll 4
+      for (int r = 16 * h; r < 16 * h + 16; r += 2) {  // packed row r / 2: byte 0 column 0's rows, byte 1 column 1's
+        const uint32_t c0 = nvfp4_codes_by_limits<I>(*reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes), lim);
+        const uint32_t c1 =
+            nvfp4_codes_by_limits<I>(*reinterpret_cast<const uint32_t*>(col_base + (r + 1) * kRowBytes), lim);
+        *reinterpret_cast<uint16_t*>(code_base + (r / 2) * kColTile) =
+            static_cast<uint16_t>(__byte_perm(c0 | (c1 << 4), 0u, 0x0020));
+      }
+    };
+    if constexpr (I != InType::kF32 && MXPREC_NVFP4_TABLE) {
+      const int b0 = nvfp4_block_byte(__uint_as_float(finish_key(k0)), ts, bm);
+      const int b1 = nvfp4_block_byte(__uint_as_float(finish_key(k1)), ts, bm);
+      if (b0 >= 0 && b1 >= 0) {  // nearly always
+        uint32_t l0[7], l1[7];
+        if (nvfp4_table_limits(table, b0, l0) & nvfp4_table_limits(table, b1, l1)) {  // nearly always
+          scale[0] = static_cast<uint8_t>(b0);
+          scale[1] = static_cast<uint8_t>(b1);
+          uint32_t lim[7];
+#pragma unroll
+          for (int k = 0; k < 7; ++k) lim[k] = __byte_perm(l0[k], l1[k], 0x7610);
+          by_limits(lim);
+          continue;
+        }
+      }
+    }
     const Nvfp4Scale b[2] = {nvfp4_group_block(k0, ts, bm, scale, 0), nvfp4_group_block(k1, ts, bm, scale, 1)};
-    if constexpr (I != InType::kF32) {
+    if constexpr (I != InType::kF32 && !MXPREC_NVFP4_TABLE) {
       if (nvfp4_limits_apply(b[0].eff) && nvfp4_limits_apply(b[1].eff)) {  // nearly always: codes by limits
         uint32_t lim[7];  // column c's limits in lane c
 #pragma unroll
         for (int k = 0; k < 7; ++k) lim[k] = nvfp4_limit16_of<I>(b[0].eff, k) | (nvfp4_limit16_of<I>(b[1].eff, k) << 16);
-#pragma unroll 4
-        for (int r = 16 * h; r < 16 * h + 16; r += 2) {  // packed row r / 2: byte 0 column 0's rows, byte 1 column 1's
-          const uint32_t c0 = nvfp4_codes_by_limits<I>(*reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes), lim);
-          const uint32_t c1 =
-              nvfp4_codes_by_limits<I>(*reinterpret_cast<const uint32_t*>(col_base + (r + 1) * kRowBytes), lim);
-          *reinterpret_cast<uint16_t*>(code_base + (r / 2) * kColTile) =
-              static_cast<uint16_t>(__byte_perm(c0 | (c1 << 4), 0u, 0x0020));
-        }
+        by_limits(lim);
         continue;
       }
     }
@@ -1858,7 +2067,8 @@ __device__ __forceinline__ void tile_row_groups(const Args& a, const unsigned ch
 // ts: NVFP4's tensor scale (1 for the other kinds).
 template <InType I, bool kBand, int kBits, bool kNvfp4, bool kTransposed, bool kRows>
 __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned char* xin, uint8_t* codes,
-                                                   uint32_t* seg_keys, int64_t r0, int64_t c0, float& ts) {
+                                                   uint32_t* seg_keys, int64_t r0, int64_t c0, float& ts,
+                                                   const Nvfp4Limits* nvfp4_table = nullptr) {
   constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
   constexpr int kCodeRows = kColTile * kBits / 8;  // rows of packed codes
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
@@ -1870,7 +2080,7 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
   if constexpr (kNvfp4) {
     ts = nvfp4_ts(a);
     thread_key = nvfp4_col_codes<I>(a, col_base, codes + seg * (kColSeg / 2) * kColTile + 2 * pair,
-                                    (r0 + seg * kColSeg) / 16, c0 + 2 * pair, ts);
+                                    (r0 + seg * kColSeg) / 16, c0 + 2 * pair, ts, nvfp4_table);
   } else {
     uint32_t k0 = 0, k1 = 0;  // max |x| keys of the two columns
     if constexpr (I == InType::kBF16) {  // a row's two bf16 elements: one max.u16x2 (column per lane)
@@ -2108,12 +2318,15 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColTile, c0 = static_cast<int64_t>(blockIdx.x) * kColTile;
 
   col_load_tile<I>(a, xin, r0, c0);
+  constexpr bool kTable = kNvfp4 && I != InType::kF32 && MXPREC_NVFP4_TABLE;
+  __shared__ Nvfp4Limits nvfp4_table[kTable ? kNvfp4TableEntries : 1];
+  if constexpr (kTable) nvfp4_fill_limits<I>(nvfp4_table, nvfp4_ts(a));  // while the tile loads
   cp_async_wait_all();
   __syncthreads();
 
   float ts;  // NVFP4's tensor scale
   const uint32_t thread_key =
-      col_tile_codes<I, kBand, kBits, kNvfp4, kTransposed, kRows>(a, xin, codes, seg_keys, r0, c0, ts);
+      col_tile_codes<I, kBand, kBits, kNvfp4, kTransposed, kRows>(a, xin, codes, seg_keys, r0, c0, ts, nvfp4_table);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   if (a.acc_amax) block_amax(a.amax, thread_key);
 }
@@ -2630,6 +2843,60 @@ cudaError_t launch_onchip(cudaStream_t stream, const Args& a, uint32_t* sync, bo
   return hint ? launch_onchip_of<I, false, true>(stream, a, sync) : launch_onchip_of<I, false, false>(stream, a, sync);
 }
 
+// MXPREC_NVFP4_ONCHIP picks the kernels of NVFP4 along rows (bf16 / f16, aligned, amax_mode 0): 2 nvfp4_onchip_kernel
+// with its L2 cache hints, 1 without them, 0 amax_kernel + nvfp4_row_kernel (x read twice); unset (3 here): the one
+// read where x fills more than kNvfp4OnchipMinFill of the on-chip capacity and fits (nvfp4_onchip_applies), else
+// the two passes. Read at every launch, so that a test or an A/B can switch it within one process; -1 for any other
+// value.
+int nvfp4_onchip_mode() { return env_mode("MXPREC_NVFP4_ONCHIP", 2, 3); }
+
+// Whether nvfp4_onchip_kernel can take the call (its shape conditions are nvfp4_row_kernel's).
+bool nvfp4_onchip_eligible(const Args& a, ffi::DataType t) {
+  return static_cast<ScalingKind>(a.kind) == ScalingKind::kNVFP4 && a.amode == 0 && a.axis == 2 && a.gh == 1 &&
+         a.gw == 16 && (t == ffi::DataType::BF16 || t == ffi::DataType::F16) && aligned(a.x, 16) &&
+         aligned(a.data, 16);
+}
+
+template <InType I, bool kHint>
+cudaError_t launch_nvfp4_onchip_of(cudaStream_t stream, const Args& a, uint32_t* sync) {
+  constexpr auto kKernel = nvfp4_onchip_kernel<I, kHint>;
+  constexpr int smem = nvfp4_onchip_smem_bytes();
+  int dev = 0, ctas = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
+  if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kNoThreads, smem, &ctas);
+  if (e != cudaSuccess) return e;
+  Args args = a;
+  void* params[] = {&args, &sync};
+  return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kKernel), dim3(static_cast<unsigned>(ctas)),
+                                     dim3(kNoThreads), params, static_cast<size_t>(smem), stream);
+}
+
+template <InType I>
+cudaError_t launch_nvfp4_onchip(cudaStream_t stream, const Args& a, uint32_t* sync, bool hint) {
+  return hint ? launch_nvfp4_onchip_of<I, true>(stream, a, sync) : launch_nvfp4_onchip_of<I, false>(stream, a, sync);
+}
+
+// The default rule (MXPREC_NVFP4_ONCHIP unset): whether x fits on chip (one round of registers and shared memory per
+// resident CTA) and fills more than kNvfp4OnchipMinFill of it. Below, the two passes were faster: their second read
+// of x comes from L2, and nvfp4_row_kernel's codes run on twice the warps. bf16, us, two passes / one read
+// (h100_nvfp4_onchip.md): H100 2048 x 4096 19.5 / 20.8, 4096 x 4096 34.0 / 31.5, 16384 x 4096 (above the capacity)
+// 111.4 / 117.0; H200 2048 x 4096 17.7 / 19.1, 3072 x 4096 24.1 / 24.0, 3584 x 4096 26.5 / 26.1, 4096 x 4096
+// 30.8 / 28.4, 16384 x 4096 97.0 / 103.2.
+constexpr double kNvfp4OnchipMinFill = 0.75;
+template <InType I>
+cudaError_t nvfp4_onchip_applies(const Args& a, bool* applies) {
+  constexpr auto kKernel = nvfp4_onchip_kernel<I, true>;
+  int dev = 0, ctas = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, nvfp4_onchip_smem_bytes());
+  if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kNoThreads, nvfp4_onchip_smem_bytes(), &ctas);
+  if (e != cudaSuccess) return e;
+  const double capacity = static_cast<double>(ctas) * kNoThreads * (kNoRegItems + kNoSmemItems) * kUnroll * 8;
+  *applies = static_cast<double>(a.n) <= capacity && static_cast<double>(a.n) > kNvfp4OnchipMinFill * capacity;
+  return cudaSuccess;
+}
+
 template <InType I>
 ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   const auto kind = static_cast<ScalingKind>(a.kind);
@@ -2849,15 +3116,32 @@ ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, 
   a.ngroups = (a.rows / a.gh) * a.ngc;
 
   cudaError_t ce = cudaSuccess;
-  // Per-tensor current scaling in one read of x: onchip_kernel's amax word and barrier counter live in XLA
-  // scratch (zeroed here); without scratch the two-pass kernels run (the same results).
+  // Per-tensor current scaling and NVFP4 along rows in one read of x: onchip_kernel's / nvfp4_onchip_kernel's amax
+  // word and barrier counter live in XLA scratch (zeroed here); without scratch the two-pass kernels run (the same
+  // results).
   const int onchip = onchip_eligible(a) ? onchip_mode() : 0;
   if (onchip < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_ONCHIP must be 0, 1 or 2");
-  if (onchip > 0) {
+  int nvfp4_onchip = nvfp4_onchip_eligible(a, x.element_type()) ? nvfp4_onchip_mode() : 0;
+  if (nvfp4_onchip < 0) return invalid(std::string(kOp) + ": MXPREC_NVFP4_ONCHIP must be 0, 1 or 2");
+  if (nvfp4_onchip == 3) {  // unset: the default rule
+    bool applies = false;
+    ce = x.element_type() == ffi::DataType::BF16 ? nvfp4_onchip_applies<InType::kBF16>(a, &applies)
+                                                  : nvfp4_onchip_applies<InType::kF16>(a, &applies);
+    if (ce != cudaSuccess) return cuda_error("nvfp4_onchip_kernel launch setup", ce);
+    nvfp4_onchip = applies ? 2 : 0;
+  }
+  if (onchip > 0 || nvfp4_onchip > 0) {
     if (auto sync = scratch.Allocate(2 * sizeof(uint32_t), 16); sync.has_value()) {
       uint32_t* words = static_cast<uint32_t*>(*sync);
       ce = cudaMemsetAsync(words, 0, 2 * sizeof(uint32_t), stream);
       if (ce != cudaSuccess) return cuda_error("cudaMemsetAsync", ce);
+      const bool bf16 = x.element_type() == ffi::DataType::BF16;
+      if (nvfp4_onchip > 0) {
+        ce = bf16 ? launch_nvfp4_onchip<InType::kBF16>(stream, a, words, nvfp4_onchip == 2)
+                  : launch_nvfp4_onchip<InType::kF16>(stream, a, words, nvfp4_onchip == 2);
+        if (ce != cudaSuccess) return cuda_error("nvfp4_onchip_kernel cooperative launch", ce);
+        return ffi::Error::Success();
+      }
       switch (x.element_type()) {
         case ffi::DataType::F32: ce = launch_onchip<InType::kF32>(stream, a, words, onchip == 2); break;
         case ffi::DataType::BF16: ce = launch_onchip<InType::kBF16>(stream, a, words, onchip == 2); break;
