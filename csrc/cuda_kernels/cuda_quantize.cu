@@ -862,7 +862,7 @@ __global__ void __launch_bounds__(kThreads, (I == InType::kF32 ? 3 : 4) - (kTens
 // bf16 / f16 groups whose block scale allows it take their codes by limits (two elements per compare); the others,
 // and f32 inputs, through the reciprocal (nvfp4_codes8) or, in an exact mode, the generic path.
 // The codes of the item at chunk k0 (raw: its chunks; `two`: its second group exists).
-// table: the CTA's limit table (nvfp4_fill_limits; nullptr for f32 inputs or without MXPREC_NVFP4_TABLE).
+// table: the CTA's limit table (nvfp4_fill_limits; not read for f32 inputs or without MXPREC_NVFP4_TABLE).
 template <InType I, bool kPaired = false>
 __device__ __forceinline__ void nvfp4_row_item(const Args& a, int64_t k0, bool two, const Raw<I> (&raw)[kUnroll],
                                                float ts, float bm, const Nvfp4Limits* table, uint32_t& acc) {
@@ -1962,7 +1962,7 @@ __device__ __forceinline__ void fp32_packed_rows(const unsigned char* col_base, 
 // columns are two groups per column, each with its E4M3 block scale under the tensor scale ts (written
 // here: scale rows grow0 and grow0 + 1); codes packed two rows a byte, as MX FP4's. Returns the max |x|
 // key of the thread's elements.
-// table: the CTA's limit table (nvfp4_fill_limits; nullptr for f32 inputs or without MXPREC_NVFP4_TABLE).
+// table: the CTA's limit table (nvfp4_fill_limits; not read for f32 inputs or without MXPREC_NVFP4_TABLE).
 template <InType I>
 __device__ __forceinline__ uint32_t nvfp4_col_codes(const Args& a, const unsigned char* col_base, uint8_t* code_base,
                                                     int64_t grow0, int64_t col, float ts, const Nvfp4Limits* table) {
