@@ -665,9 +665,9 @@ __device__ __forceinline__ bool nvfp4_table_limits(const Nvfp4Limits* table, int
 // i + 1 of a chunk are counted into one accumulator lane at weights 1 and 16 (the lane type's smallest subnormal times
 // 1 and 16; the sum, at most 0x77, stays subnormal and exact), so that the lane's low byte ends as their two nibbles:
 // the packing is one byte permute, and the signs join at the end from the words' high bytes (7 instructions fewer per
-// chunk). nvfp4_pairs first puts (e0, e2), (e1, e3), (e4, e6), (e5, e7) in one word each. H100, bf16 (call 4 of
-// h100_nvfp4_onchip.md): nvfp4_onchip_kernel 31.9 -> 31.1 us at 4096 x 4096; nvfp4_row_kernel 113.2 -> 113.8 us at
-// 16384 x 4096 (its two 14-FMA chains per chunk against four of 7), so that one keeps the unpaired form.
+// chunk). nvfp4_pairs first puts (e0, e2), (e1, e3), (e4, e6), (e5, e7) in one word each. H100, bf16 (calls 4 and 6
+// of h100_nvfp4_onchip.md): nvfp4_onchip_kernel 31.9 -> 31.1 us at 4096 x 4096 (30.8 with the split chains below);
+// nvfp4_row_kernel 113.2 -> 113.8 us at 16384 x 4096 (113.5 with them), so that one keeps the unpaired form.
 __device__ __forceinline__ uint4 nvfp4_pairs(const uint4& w) {
   return make_uint4(__byte_perm(w.x, w.y, 0x5410), __byte_perm(w.x, w.y, 0x7632), __byte_perm(w.z, w.w, 0x5410),
                     __byte_perm(w.z, w.w, 0x7632));
@@ -675,22 +675,22 @@ __device__ __forceinline__ uint4 nvfp4_pairs(const uint4& w) {
 // Lane i: #{k : |lo_i| >= lim_k} + 16 #{k : |hi_i| >= lim_k} (lo, hi: magnitudes, NaN-free).
 template <InType I>
 __device__ __forceinline__ uint32_t nvfp4_count_pair(uint32_t lo, uint32_t hi, const uint32_t (&lim)[7]) {
-  uint32_t acc = 0, one;
+  uint32_t acc = 0, acc_hi = 0, one;  // two chains of 7 FMAs (one of 14: 1.3 % slower at 4096 x 4096, H100)
 #pragma unroll
   for (int k = 0; k < 7; ++k) {
     if constexpr (I == InType::kBF16) {
       asm("set.ge.bf16x2.bf16x2 %0, %1, %2;" : "=r"(one) : "r"(lo), "r"(lim[k]));
       asm("fma.rn.bf16x2 %0, %1, %2, %0;" : "+r"(acc) : "r"(one), "r"(0x00010001u));
       asm("set.ge.bf16x2.bf16x2 %0, %1, %2;" : "=r"(one) : "r"(hi), "r"(lim[k]));
-      asm("fma.rn.bf16x2 %0, %1, %2, %0;" : "+r"(acc) : "r"(one), "r"(0x00100010u));
+      asm("fma.rn.bf16x2 %0, %1, %2, %0;" : "+r"(acc_hi) : "r"(one), "r"(0x00100010u));
     } else {
       asm("set.ge.f16x2.f16x2 %0, %1, %2;" : "=r"(one) : "r"(lo), "r"(lim[k]));
       asm("fma.rn.f16x2 %0, %1, %2, %0;" : "+r"(acc) : "r"(one), "r"(0x00010001u));
       asm("set.ge.f16x2.f16x2 %0, %1, %2;" : "=r"(one) : "r"(hi), "r"(lim[k]));
-      asm("fma.rn.f16x2 %0, %1, %2, %0;" : "+r"(acc) : "r"(one), "r"(0x00100010u));
+      asm("fma.rn.f16x2 %0, %1, %2, %0;" : "+r"(acc_hi) : "r"(one), "r"(0x00100010u));
     }
   }
-  return acc;
+  return acc | acc_hi;  // (bits 0-2 and 4-6 of each lane)
 }
 // Eight codes (element i in nibble i) of one 16-bit chunk from its nvfp4_pairs p, under the limits lim.
 template <InType I>
