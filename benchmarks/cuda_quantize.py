@@ -339,7 +339,7 @@ def main(argv=None):
     p.add_argument("--no-peer", action="store_true", help="time mxprec's kernels only (same-call A/Bs of builds)")
     p.add_argument("--sets", type=int, default=4, help="distinct inputs per timed call")
     p.add_argument("--dist", choices=tuple(DISTS), default="normal",
-                   help="input values: " + "; ".join(f"{k}: {v}" for k, v in DISTS.items()))
+                   help="input values: " + "; ".join(f"{k}: {v}" for k, v in DISTS.items()).replace("%", "%%"))
     p.add_argument("--timing", choices=("kernel", "wall"), default="kernel",
                    help="kernel: GPU kernel time from a profiler trace; wall: synchronized wall time")
     p.add_argument("--any-platform", action="store_true", help=argparse.SUPPRESS)  # smoke test on CPU
