@@ -872,15 +872,17 @@ __device__ __forceinline__ void nvfp4_row_item(const Args& a, int64_t k0, bool t
   for (int g = 0; g < 2; ++g) {
     if (g == 1 && !two) break;
     uint32_t key;
+    uint4 w0{}, w1{};  // 16-bit inputs: the group's two chunks, as nvfp4_pairs where kPaired (the same key)
     if constexpr (I == InType::kF32) {
       float v0[8], v1[8];
       to_f32<I>(raw[2 * g], v0);
       to_f32<I>(raw[2 * g + 1], v1);
       key = max(chunk_key(v0), chunk_key(v1));
-    } else if constexpr (kPaired && MXPREC_NVFP4_TABLE) {  // the key of the permuted words: the same
-      key = key16<I>(max_u16x2(max_abs_pair(nvfp4_pairs(raw[2 * g].v[0])), max_abs_pair(nvfp4_pairs(raw[2 * g + 1].v[0]))));
     } else {
-      key = key16<I>(max_u16x2(max_abs_pair(raw[2 * g].v[0]), max_abs_pair(raw[2 * g + 1].v[0])));
+      constexpr bool kPairs = kPaired && MXPREC_NVFP4_TABLE;
+      w0 = kPairs ? nvfp4_pairs(raw[2 * g].v[0]) : raw[2 * g].v[0];
+      w1 = kPairs ? nvfp4_pairs(raw[2 * g + 1].v[0]) : raw[2 * g + 1].v[0];
+      key = key16<I>(max_u16x2(max_abs_pair(w0), max_abs_pair(w1)));
     }
     acc = max(acc, key);
     Nvfp4Scale b;
@@ -892,11 +894,11 @@ __device__ __forceinline__ void nvfp4_row_item(const Args& a, int64_t k0, bool t
         uint32_t lim[7];
         if (nvfp4_table_limits(table, byte, lim)) {  // nearly always
           if constexpr (kPaired) {
-            words[2 * g] = nvfp4_paired_by_limits<I>(nvfp4_pairs(raw[2 * g].v[0]), lim);
-            words[2 * g + 1] = nvfp4_paired_by_limits<I>(nvfp4_pairs(raw[2 * g + 1].v[0]), lim);
+            words[2 * g] = nvfp4_paired_by_limits<I>(w0, lim);
+            words[2 * g + 1] = nvfp4_paired_by_limits<I>(w1, lim);
           } else {
-            words[2 * g] = nvfp4_chunk_by_limits<I>(raw[2 * g].v[0], lim);
-            words[2 * g + 1] = nvfp4_chunk_by_limits<I>(raw[2 * g + 1].v[0], lim);
+            words[2 * g] = nvfp4_chunk_by_limits<I>(w0, lim);
+            words[2 * g + 1] = nvfp4_chunk_by_limits<I>(w1, lim);
           }
           continue;
         }
@@ -912,8 +914,8 @@ __device__ __forceinline__ void nvfp4_row_item(const Args& a, int64_t k0, bool t
           uint32_t lim[7];
 #pragma unroll
           for (int k = 0; k < 7; ++k) lim[k] = nvfp4_limit16_of<I>(b.eff, k) * 0x10001u;
-          words[2 * g] = nvfp4_chunk_by_limits<I>(raw[2 * g].v[0], lim);
-          words[2 * g + 1] = nvfp4_chunk_by_limits<I>(raw[2 * g + 1].v[0], lim);
+          words[2 * g] = nvfp4_chunk_by_limits<I>(w0, lim);
+          words[2 * g + 1] = nvfp4_chunk_by_limits<I>(w1, lim);
           continue;
         }
       }
@@ -2896,17 +2898,22 @@ cudaError_t launch_onchip(cudaStream_t stream, const Args& a, uint32_t* sync, bo
 }
 
 // MXPREC_NVFP4_ONCHIP picks the kernels of NVFP4 along rows (bf16 / f16, aligned, amax_mode 0): 2 nvfp4_onchip_kernel
-// with its L2 cache hints, 1 without them, 0 amax_kernel + nvfp4_row_kernel (x read twice); unset (3 here): the one
+// with its L2 cache hints, 1 without them, 0 amax_kernel + nvfp4_row_kernel (x read twice); unset (kNvfp4OnchipRule): the one
 // read where x fills more than kNvfp4OnchipMinFill of the on-chip capacity and fits (nvfp4_onchip_applies), else
 // the two passes. Read at every launch, so that a test or an A/B can switch it within one process; -1 for any other
 // value.
-int nvfp4_onchip_mode() { return env_mode("MXPREC_NVFP4_ONCHIP", 2, 3); }
+constexpr int kNvfp4OnchipRule = 3;  // nvfp4_onchip_mode when MXPREC_NVFP4_ONCHIP is unset
+int nvfp4_onchip_mode() { return env_mode("MXPREC_NVFP4_ONCHIP", 2, kNvfp4OnchipRule); }
 
-// Whether nvfp4_onchip_kernel can take the call (its shape conditions are nvfp4_row_kernel's).
+// Whether nvfp4_row_kernel takes the call: NVFP4 groups of 16 along rows, x and data 16-byte aligned.
+bool nvfp4_rows_apply(const Args& a) {
+  return static_cast<ScalingKind>(a.kind) == ScalingKind::kNVFP4 && a.axis == 2 && a.gh == 1 && a.gw == 16 &&
+         aligned(a.x, 16) && aligned(a.data, 16);
+}
+
+// Whether nvfp4_onchip_kernel can take the call: nvfp4_row_kernel's, for 16-bit inputs and amax_mode 0.
 bool nvfp4_onchip_eligible(const Args& a, ffi::DataType t) {
-  return static_cast<ScalingKind>(a.kind) == ScalingKind::kNVFP4 && a.amode == 0 && a.axis == 2 && a.gh == 1 &&
-         a.gw == 16 && (t == ffi::DataType::BF16 || t == ffi::DataType::F16) && aligned(a.x, 16) &&
-         aligned(a.data, 16);
+  return nvfp4_rows_apply(a) && a.amode == 0 && (t == ffi::DataType::BF16 || t == ffi::DataType::F16);
 }
 
 template <InType I, bool kHint>
@@ -3016,7 +3023,7 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     }
     return ffi::Error::Success();
   }
-  if (kind == ScalingKind::kNVFP4 && a.axis == 2 && x16 && gh == 1 && gw == 16) {
+  if (nvfp4_rows_apply(a)) {
     const int waves = nvfp4_row_waves();
     if (waves < 0) return invalid(std::string(kOp) + ": MXPREC_NVFP4_ROW_WAVES must be one digit 0 .. 9");
     return launch_nvfp4_rows<I>(stream, a, waves);
@@ -3165,7 +3172,7 @@ ffi::Error QuantizeCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, 
   if (onchip < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_ONCHIP must be 0, 1 or 2");
   int nvfp4_onchip = nvfp4_onchip_eligible(a, x.element_type()) ? nvfp4_onchip_mode() : 0;
   if (nvfp4_onchip < 0) return invalid(std::string(kOp) + ": MXPREC_NVFP4_ONCHIP must be 0, 1 or 2");
-  if (nvfp4_onchip == 3) {  // unset: the default rule
+  if (nvfp4_onchip == kNvfp4OnchipRule) {  // unset: the default rule
     bool applies = false;
     ce = x.element_type() == ffi::DataType::BF16 ? nvfp4_onchip_applies<InType::kBF16>(a, &applies)
                                                   : nvfp4_onchip_applies<InType::kF16>(a, &applies);
