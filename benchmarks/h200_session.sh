@@ -31,7 +31,9 @@
 #   tall-ab      row scaling down the columns in one launch (tall_col_kernel): its GPU tests, then cuda_quantize.py
 #                (row_e4m3, tile1x128_e4m3 as the control) with MXPREC_QUANTIZE_TALL=0, then each mode of TALL_MODES
 #                (default "1 2": without / with L2 hints) at each lag of TALL_LAGS (default "0": the host's rule; e.g.
-#                "0 2 3 8"), TALL_ROUNDS rounds (default 1), QUANT_SHAPES
+#                "0 2 3 8"), TALL_ROUNDS rounds (default 1), QUANT_SHAPES, TALL_KERNELS (default
+#                row_e4m3,tile1x128_e4m3), TALL_BASE (default 0:0, the two passes; empty: left out), TALL_AB=1 (also
+#                each build-cuda/ab/*.so, interleaved per round)
 #   onchip-trace onchip_kernel's phase timings (benchmarks/onchip_trace.py) from each build-cuda/trace/*.so, a
 #                -DMXPREC_ONCHIP_TRACE build of the library (QUANT_SHAPES, default 16384x4096,4096x4096)
 #   onchip-llama:ARMS each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
@@ -82,6 +84,10 @@
 #   cuda-sharding tests/test_cuda_sharding.py: dot_general's CUDA path and quantize_transposed sharded over every GPU
 #                (needs 2+ GPUs: kind nvidia-h200-x2)
 #   ncu-qsrc     ncu --set full + per-SASS-instruction counts of single quantize kernels (QSRC=spec:axis:kernel,...)
+#   ncu-traffic  DRAM bytes read / written and L2 hit rate (ncu --metrics) of per-tensor current scaling (onchip_kernel,
+#                MXPREC_QUANTIZE_ONCHIP 2 and 1, and the two-pass kernels) and row scaling down the columns
+#                (tall_col_kernel, MXPREC_QUANTIZE_TALL 2 and 1; then its warp stalls) on one bf16 input (QUANT_SHAPE,
+#                default 16384x4096)
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
 #                kernels (delayed cast, tile 1x128 along axis -1, MXFP8 along both axes) on one 8192x8192 bf16 input
 #   raster       per-tensor GEMM (default tiles): persistent-scheduler raster order m / n x swizzle 1 / 4 / 8
@@ -347,15 +353,21 @@ for stage in "$@"; do
       done ;;
     tall-ab)  # row scaling down the columns in one launch: tall_col_kernel's GPU tests, then cuda_quantize.py with
       # MXPREC_QUANTIZE_TALL=0 (keys pass + col_kernel), then TALL_MODES x TALL_LAGS (lag 0: the host's rule)
+      TALL_LIBS=("$PWD/build-cuda/libmxprec_cuda.so")
+      [ "${TALL_AB:-0}" = 1 ] && TALL_LIBS=("${AB_LIBS[@]}")
       step tall_tests "$PY" -m pytest -q -x tests/test_cuda_quantize.py -k "tall or axis or large_bf16 or shapes_and"
-      settings="0:0"  # mode:lag; mode 0 (the two passes) has no lag
+      settings="${TALL_BASE-0:0}"  # mode:lag; mode 0 (the two passes) has no lag (TALL_BASE= : leave it out)
       for mode in ${TALL_MODES:-1 2}; do for lag in ${TALL_LAGS:-0}; do settings+=" $mode:$lag"; done; done
       for ((round = 1; round <= ${TALL_ROUNDS:-1}; round++)); do
-        for setting in $settings; do
-          mode="${setting%%:*}" lag="${setting#*:}"
-          step "quant_tall${mode}_lag${lag}_$round" env MXPREC_QUANTIZE_TALL="$mode" MXPREC_QUANTIZE_TALL_LAG="$lag" \
-            "$PY" benchmarks/cuda_quantize.py --kernels row_e4m3,tile1x128_e4m3 --no-peer \
-            --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,4096x4096}" --out "$R/quant_tall${mode}_lag${lag}_$round"
+        for lib in "${TALL_LIBS[@]}"; do  # the built library, then build-cuda/ab/*.so (TALL_AB=1)
+          lname="$(basename "$lib" .so)"
+          for setting in $settings; do
+            mode="${setting%%:*}" lag="${setting#*:}"
+            name="quant_tall${mode}_lag${lag}_${lname}_$round"
+            step "$name" env MXPREC_CUDA_LIBRARY="$lib" MXPREC_QUANTIZE_TALL="$mode" MXPREC_QUANTIZE_TALL_LAG="$lag" \
+              "$PY" benchmarks/cuda_quantize.py --kernels "${TALL_KERNELS:-row_e4m3,tile1x128_e4m3}" --no-peer \
+              --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,4096x4096}" --out "$R/$name"
+          done
         done
       done ;;
     onchip-ab)  # per-tensor current scaling in one read of x: onchip_kernel's GPU tests, then cuda_quantize.py
@@ -482,6 +494,26 @@ for stage in "$@"; do
       llama_step delayed_passlog fp8_delayed --warmup 1 --steps 3
       LLAMA_ENV=()
       grep -c "" "$R/delayed_passlog.log"; grep -i "pass" "$R/delayed_passlog.log" | tail -n 5 ;;
+    ncu-traffic)
+      shape="${QUANT_SHAPE:-16384x4096}"
+      metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct
+      metrics+=,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum
+      for v in 2 1 0; do
+        step "ncu_traffic_onchip$v" env XLA_PYTHON_CLIENT_PREALLOCATE=false MXPREC_QUANTIZE_ONCHIP=$v ncu \
+          --kernel-name regex:"onchip_kernel|amax_kernel|tensor_kernel" --metrics "$metrics" \
+          "$PY" benchmarks/ncu_quantize_traffic.py --kinds tensor:-1 --shape "$shape"
+      done
+      for v in 2 1; do
+        step "ncu_traffic_tall$v" env XLA_PYTHON_CLIENT_PREALLOCATE=false MXPREC_QUANTIZE_TALL=$v ncu \
+          --kernel-name regex:"tall_col_kernel" --metrics "$metrics" \
+          "$PY" benchmarks/ncu_quantize_traffic.py --kinds row:0 --shape "$shape"
+      done
+      # the control: col_kernel (one read of x by cp.async, as tall_col_kernel's second) for 1 x 128 tiles down the columns
+      step ncu_traffic_col env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"col_kernel" \
+        --metrics "$metrics" "$PY" benchmarks/ncu_quantize_traffic.py --kinds tile:0 --shape "$shape"
+      step ncu_traffic_tall_stalls env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"tall_col_kernel" \
+        --section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats \
+        "$PY" benchmarks/ncu_quantize_traffic.py --kinds row:0 --shape "$shape" ;;
     ncu-quant)
       cat > /tmp/mxprec_q1.py <<'PYEOF'
 import jax, jax.numpy as jnp

@@ -2399,7 +2399,9 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
 // read starts to miss L2.
 template <InType I, bool kHint>
 __global__ void __launch_bounds__(kThreads) tall_col_kernel(Args a, uint32_t* sync, int64_t lag) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  // 128-byte aligned: behind this kernel's static shared words, a 16-byte aligned base sat 16 bytes off the 32-byte
+  // sectors its cp.async copies read, and each warp's copy of 512 bytes then took 32 L2 sectors instead of 16.
+  extern __shared__ __align__(128) unsigned char smem[];
   constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
   constexpr int kChunksPerRow = kColTile / 8, kRowStep = kThreads / kChunksPerRow;  // pass 1: chunk c of rows r + 16 k
   constexpr int kRowsPerThread = kColTile / kRowStep;
