@@ -2397,11 +2397,16 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
 // bf16, % of copy, two passes / one launch): 16384 x 4096 52.8 / 61.9, 8192 x 8192 52.6 / 64.1, 4096 x 4096
 // 43.4 / 53.4 (h100_quantize_tall.md); at the smallest lag codes wait for keys in flight, at 512 tiles the second
 // read starts to miss L2.
+constexpr uint32_t kTallSmemPad = 128;
 template <InType I, bool kHint>
 __global__ void __launch_bounds__(kThreads) tall_col_kernel(Args a, uint32_t* sync, int64_t lag) {
-  // 128-byte aligned: behind this kernel's static shared words, a 16-byte aligned base sat 16 bytes off the 32-byte
-  // sectors its cp.async copies read, and each warp's copy of 512 bytes then took 32 L2 sectors instead of 16.
-  extern __shared__ __align__(128) unsigned char smem[];
+  // The tile buffers start on a 128-byte boundary (launch_tall adds kTallSmemPad bytes for it): behind this kernel's
+  // static shared words the dynamic base sits 16 bytes off a 32-byte sector, and each warp's cp.async of 512 bytes of
+  // x's second read then took 32 L2 sectors instead of 16 (ncu, h100_quantize_l2.md). Not __align__(128) on the
+  // array: the dynamic base's alignment is the TU's largest, so that would move every kernel's.
+  extern __shared__ __align__(16) unsigned char tall_smem[];
+  unsigned char* smem =
+      tall_smem + ((kTallSmemPad - static_cast<uint32_t>(__cvta_generic_to_shared(tall_smem))) & (kTallSmemPad - 1));
   constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
   constexpr int kChunksPerRow = kColTile / 8, kRowStep = kThreads / kChunksPerRow;  // pass 1: chunk c of rows r + 16 k
   constexpr int kRowsPerThread = kColTile / kRowStep;
@@ -2847,7 +2852,7 @@ ffi::Error launch_tall(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args
   a.keys = sync + 1 + units;
   cudaError_t e = cudaMemsetAsync(sync, 0, words * sizeof(uint32_t), stream);
   if (e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
-  constexpr int smem = static_cast<int>(col_smem_bytes<I>());
+  constexpr int smem = static_cast<int>(col_smem_bytes<I>() + kTallSmemPad);
   int dev = 0, ctas = 1;
   e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
