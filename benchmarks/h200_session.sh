@@ -86,7 +86,8 @@
 #   ncu-qsrc     ncu --set full + per-SASS-instruction counts of single quantize kernels (QSRC=spec:axis:kernel,...)
 #   ncu-traffic  DRAM bytes read / written and L2 hit rate (ncu --metrics) of per-tensor current scaling (onchip_kernel,
 #                MXPREC_QUANTIZE_ONCHIP 2 and 1, and the two-pass kernels) and row scaling down the columns
-#                (tall_col_kernel, MXPREC_QUANTIZE_TALL 2 and 1; then its warp stalls) on one bf16 input (QUANT_SHAPE,
+#                (tall_col_kernel, MXPREC_QUANTIZE_TALL 2 and 1), col_kernel (1 x 128 tiles down the columns: one
+#                cp.async read of x, the control), then tall_col_kernel's warp stalls; one bf16 input (QUANT_SHAPE,
 #                default 16384x4096)
 #   ncu-quant    Nsight Compute sections (speed of light, memory, warp stalls, occupancy) of the CUDA quantize
 #                kernels (delayed cast, tile 1x128 along axis -1, MXFP8 along both axes) on one 8192x8192 bf16 input

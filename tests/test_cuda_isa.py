@@ -624,6 +624,28 @@ def test_quantize_col_kernel_transposed_instances():
         assert count(r"\b(STL|LDL)") <= (8 if rows else 0)
 
 
+def test_quantize_cp_async_destinations_start_on_32_byte_sectors():
+    """Every kernel of cuda_quantize.o that copies x into shared memory by cp.async (LDGSTS) starts the buffer on a
+    32-byte boundary, as its 16-byte global sources are placed in their sectors: with the two 16 bytes apart, each
+    warp's copy of 512 bytes took 32 L2 sectors instead of 16 (tall_col_kernel until the fifty-fifth session, ncu:
+    12.8 M sectors requested for 8.7 M of data, h100_quantize_l2.md). The dynamic base follows the static shared words
+    (cuobjdump's SHARED, 1 KiB reserved included) on a 16-byte boundary, so either those end on a 32-byte boundary or
+    the kernel rounds its buffer up at run time (tall_col_kernel: `& 0x7f` of the base, kTallSmemPad)."""
+    obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
+    shared = dict(re.findall(r"Function (\S+):\s*\n?\s*REG:\d+ STACK:\d+ SHARED:(\d+)",
+                             _cuobjdump_out("--dump-resource-usage", obj)))
+    checked = 0
+    for body in re.split(r"\n\s*Function : ", _sass(obj))[1:]:
+        name = body.split("\n", 1)[0].strip()
+        if not re.search(r"\bLDGSTS\b", body):
+            continue
+        checked += 1
+        rounded = re.search(r"\bULOP3\.LUT UR\d+, UR\d+, 0x7f,", body) is not None
+        assert rounded or (int(shared[name]) - 1024) % 32 == 0, f"{name}: SHARED:{shared[name]}, its buffer off a sector"
+        assert rounded == ("tall_col_kernel" in name), name
+    assert checked >= 30, checked  # col_kernel, row_kernel and tall_col_kernel instances
+
+
 def test_swiglu_tile_kernel_instances():
     """fp8_block's SwiGLU tile kernels (swiglu_tile_kernel in cuda_quantize.cu: h along F, h K-major, the gradients;
     bf16 and f16 each): held to 64 registers (4 CTAs per SM), no local memory; the h instances keep no stack, the
