@@ -502,19 +502,19 @@ for stage in "$@"; do
       for v in 2 1 0; do
         step "ncu_traffic_onchip$v" env XLA_PYTHON_CLIENT_PREALLOCATE=false MXPREC_QUANTIZE_ONCHIP=$v ncu \
           --kernel-name regex:"onchip_kernel|amax_kernel|tensor_kernel" --metrics "$metrics" \
-          "$PY" benchmarks/ncu_quantize_traffic.py --kinds tensor:-1 --shape "$shape"
+          "$PY" benchmarks/ncu_quantize_traffic.py --kinds tensor_e4m3:-1 --shape "$shape"
       done
       for v in 2 1; do
         step "ncu_traffic_tall$v" env XLA_PYTHON_CLIENT_PREALLOCATE=false MXPREC_QUANTIZE_TALL=$v ncu \
           --kernel-name regex:"tall_col_kernel" --metrics "$metrics" \
-          "$PY" benchmarks/ncu_quantize_traffic.py --kinds row:0 --shape "$shape"
+          "$PY" benchmarks/ncu_quantize_traffic.py --kinds row_e4m3:0 --shape "$shape"
       done
       # the control: col_kernel (one read of x by cp.async, as tall_col_kernel's second) for 1 x 128 tiles down the columns
       step ncu_traffic_col env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"col_kernel" \
-        --metrics "$metrics" "$PY" benchmarks/ncu_quantize_traffic.py --kinds tile:0 --shape "$shape"
+        --metrics "$metrics" "$PY" benchmarks/ncu_quantize_traffic.py --kinds tile1x128_e4m3:0 --shape "$shape"
       step ncu_traffic_tall_stalls env XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --kernel-name regex:"tall_col_kernel" \
         --section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats \
-        "$PY" benchmarks/ncu_quantize_traffic.py --kinds row:0 --shape "$shape" ;;
+        "$PY" benchmarks/ncu_quantize_traffic.py --kinds row_e4m3:0 --shape "$shape" ;;
     ncu-quant)
       cat > /tmp/mxprec_q1.py <<'PYEOF'
 import jax, jax.numpy as jnp
