@@ -2397,8 +2397,8 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
 // bf16, % of copy, two passes / one launch): 16384 x 4096 52.8 / 61.9, 8192 x 8192 52.6 / 64.1, 4096 x 4096
 // 43.4 / 53.4 (h100_quantize_tall.md); at the smallest lag codes wait for keys in flight, at 512 tiles the second
 // read starts to miss L2. With the tile buffers 128-byte aligned and tall_lag's rule of the fifty-sixth session
-// (264 tiles at all three): 67.0-67.3 / 67.6-68.0 / 56.1-56.7 (h100_quantize_l2.md, call 11). Persistent CTAs looping over tickets
-// were measured there too: 80 registers (3 CTAs per SM) or spills at 64, and no faster.
+// (264 tiles at all three): 67.0-67.3 / 67.6-68.0 / 56.1-56.7 (h100_quantize_l2.md, call 11). Persistent CTAs
+// looping over tickets were measured there too: 80 registers (3 CTAs per SM) or spills at 64, and no faster.
 constexpr uint32_t kTallSmemPad = 128;
 template <InType I, bool kHint>
 __global__ void __launch_bounds__(kThreads) tall_col_kernel(Args a, uint32_t* sync, int64_t lag) {
