@@ -606,7 +606,8 @@ def test_quantize_col_kernel_transposed_instances():
     mask and the thread's amax key; without the bound: 79 registers, 3 CTAs per SM and 7.5 % slower on the H200)."""
     obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
     usage = _cuobjdump_out("--dump-resource-usage", obj)
-    col = re.findall(r"Function (\S*col_kernel\S*):\s*\n?\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", usage)
+    col = re.findall(r"Function (\S*(?<!tall_)col_kernel\S*):\s*\n?\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)",
+                     usage)
     assert len(col) >= 15, usage
     for name, reg, stack, local in col:
         if re.search(_COL_ROWS, name):
@@ -622,6 +623,31 @@ def test_quantize_col_kernel_transposed_instances():
         rows = re.search(_COL_ROWS, body.split("\n", 1)[0]) is not None
         assert (count(r"\bSTG\.E\.64") >= 1) == rows
         assert count(r"\b(STL|LDL)") <= (8 if rows else 0)
+
+
+def test_quantize_tall_col_kernel_instances():
+    """tall_col_kernel (row scaling down the columns in one launch): per input dtype, L2 hints or not, and code tile or
+    in place. The in-place instances write each thread's codes over its own x words (STS.U16, no code tile) and
+    gather them as 8-byte row pieces (STG.E.64); for 2-byte inputs they are held to 48 registers (5 CTAs per SM) and
+    keep at most 32 bytes of stack (a few words). Every other instance stores 16-byte row pieces from the code tile
+    and does not spill."""
+    obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
+    usage = re.findall(r"Function (\S*tall_col_kernel\S*):\s*\n?\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)",
+                       _cuobjdump_out("--dump-resource-usage", obj))
+    assert len(usage) == 12, usage  # f32 / bf16 / f16 x hints x in place
+    for name, reg, stack, local in usage:
+        in_place, two_byte = name.endswith("Lb1EEEvNS1_4ArgsEPjl"), "InTypeE0E" not in name
+        if in_place and two_byte:
+            assert int(reg) <= 48 and int(stack) <= 32 and local == "0", f"{name}: REG:{reg} STACK:{stack} LOCAL:{local}"
+        else:
+            assert (stack, local) == ("0", "0"), f"{name}: REG:{reg} STACK:{stack} LOCAL:{local} (spills)"
+    bodies = [f for f in re.split(r"\n\s*Function : ", _sass(obj)) if "tall_col_kernel" in f.split("\n", 1)[0]]
+    assert len(bodies) == 12
+    for body in bodies:
+        in_place = body.split("\n", 1)[0].strip().endswith("Lb1EEEvNS1_4ArgsEPjl")
+        count = lambda pat: len(re.findall(pat, body))
+        assert count(r"\bSTS\.U16") >= 16, "codes as 16-bit row pairs"
+        assert (count(r"\bSTG\.E\.64") >= 1) == in_place and (count(r"\bSTG\.E\.128") >= 1) == (not in_place)
 
 
 def test_quantize_cp_async_destinations_start_on_32_byte_sectors():

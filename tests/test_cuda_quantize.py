@@ -871,13 +871,15 @@ def test_current_scaling_kernel_switch_is_checked(monkeypatch):
 # tall_col_kernel (MXPREC_QUANTIZE_TALL=2, the default, with L2 cache hints; 1: without) against vgroup_kernel's keys
 # pass + col_kernel (=0): FP8 row scaling down the columns (groups of 128 T rows, T > 1) where rows and cols are
 # multiples of 128. Shapes: few and many tiles per unit (a group row's 128-column strip), several group rows (a batch
-# axis), f32 / f16 / bf16. Lags (in tiles) from the smallest (1: raised to the group's tiles) to past the last tile.
+# axis), f32 / f16 / bf16, and one the size rule (tall_in_place_by_size) sends to the in-place instance. Lags (in
+# tiles) from the smallest (1: raised to the group's tiles) to past the last tile.
 TALL_SHAPES = [
     ((1024, 4096), 0, "bfloat16"),  # 8 tiles per unit, 32 units
     ((16384, 256), 0, "bfloat16"),  # 128 tiles per unit, 2 units (the default lag clamped to all 256 tiles)
     ((3, 512, 384), 1, "float16"),  # 3 group rows x 3 strips
     ((256, 640), 0, "float32"),  # 2 tiles per unit, f32 tiles
     ((2, 2048, 128), 1, "bfloat16"),  # one strip, 2 group rows of 16 tiles
+    ((4096, 8192), 0, "bfloat16"),  # 2048 tiles: the size rule takes the in-place instance
 ]
 
 
@@ -893,9 +895,10 @@ def _tall_input(shape, dtype, seed=5) -> np.ndarray:
     return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
 
 
-def _with_tall(monkeypatch, mode: str, spec, axis, x, lag: str = ""):
+def _with_tall(monkeypatch, mode: str, spec, axis, x, lag: str = "", in_place: str = ""):
     monkeypatch.setenv("MXPREC_QUANTIZE_TALL", mode)  # read by the kernel's host code at every launch
     monkeypatch.setenv("MXPREC_QUANTIZE_TALL_LAG", lag)
+    monkeypatch.setenv("MXPREC_QUANTIZE_TALL_INPLACE", in_place)
     return jax.block_until_ready(_gpu_q(spec, axis)(x, None))
 
 
@@ -903,17 +906,22 @@ def _with_tall(monkeypatch, mode: str, spec, axis, x, lag: str = ""):
 @pytest.mark.parametrize("shape,axis,dtype", TALL_SHAPES, ids=[f"{s}-{a}-{d}" for s, a, d in TALL_SHAPES])
 def test_tall_row_groups_in_one_launch_match_two_passes(shape, axis, dtype, monkeypatch):
     """Every QTensor field bit for bit against the two-pass kernels, E4M3 and E5M2, with and without the L2 hints, at
-    the default lag and at forced lags (1, 2, 7, more than all tiles); the default also against the CPU oracle."""
+    the default lag and at forced lags (1, 2, 7, more than all tiles), each with the instance the size picks and
+    forced to the in-place one (codes over x's tile) and the code-tile one; the default also against the CPU
+    oracle."""
     x = _tall_input(shape, dtype)
     xj = jnp.asarray(x)
     for spec in (RowScaling(E4M3), RowScaling(E5M2)):
         want = _with_tall(monkeypatch, "0", spec, axis, xj)
         for mode, lag in (("2", ""), ("1", ""), ("2", "1"), ("2", "2"), ("1", "7"), ("2", "100000")):
-            got = _with_tall(monkeypatch, mode, spec, axis, xj, lag)
-            bad = C._qtensor_mismatch(got, want)
-            assert not bad, f"{_sid(spec)} {shape} {dtype} axis {axis}, mode {mode}, lag {lag or 'default'}: {bad}"
+            for in_place in ("", "1", "0"):
+                got = _with_tall(monkeypatch, mode, spec, axis, xj, lag, in_place)
+                bad = C._qtensor_mismatch(got, want)
+                assert not bad, (f"{_sid(spec)} {shape} {dtype} axis {axis}, mode {mode}, lag {lag or 'default'}, "
+                                 f"in place {in_place or 'by size'}: {bad}")
     monkeypatch.setenv("MXPREC_QUANTIZE_TALL", "2")
     monkeypatch.setenv("MXPREC_QUANTIZE_TALL_LAG", "")
+    monkeypatch.setenv("MXPREC_QUANTIZE_TALL_INPLACE", "")
     _check(RowScaling(E4M3), x, axis, reference=False, what="tall groups, one launch")
 
 
@@ -921,7 +929,8 @@ def test_tall_row_groups_in_one_launch_match_two_passes(shape, axis, dtype, monk
 def test_tall_row_groups_kernel_switch_is_checked(monkeypatch):
     x = jnp.ones((512, 128), jnp.bfloat16)
     for var, value, msg in (("MXPREC_QUANTIZE_TALL", "3", "MXPREC_QUANTIZE_TALL must be 0, 1 or 2"),
-                            ("MXPREC_QUANTIZE_TALL_LAG", "-1", "MXPREC_QUANTIZE_TALL_LAG must be a non-negative")):
+                            ("MXPREC_QUANTIZE_TALL_LAG", "-1", "MXPREC_QUANTIZE_TALL_LAG must be a non-negative"),
+                            ("MXPREC_QUANTIZE_TALL_INPLACE", "2", "MXPREC_QUANTIZE_TALL_INPLACE must be 0 or 1")):
         monkeypatch.setenv(var, value)
         with pytest.raises(Exception, match=msg):
             jax.block_until_ready(_gpu_q(RowScaling(E4M3), 0)(x, None))

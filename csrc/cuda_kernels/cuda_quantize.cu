@@ -2114,7 +2114,7 @@ __device__ __forceinline__ void tile_row_groups(const Args& a, const unsigned ch
 // rows r0, columns c0 of `a`'s view: every thread of the CTA calls it once (it synchronizes), after xin is complete.
 // codes / seg_keys: the kernel's shared code tile and segment keys. Returns the max |x| key of the thread's elements;
 // ts: NVFP4's tensor scale (1 for the other kinds).
-template <InType I, bool kBand, int kBits, bool kNvfp4, bool kTransposed, bool kRows>
+template <InType I, bool kBand, int kBits, bool kNvfp4, bool kTransposed, bool kRows, bool kInPlace = false>
 __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned char* xin, uint8_t* codes,
                                                    uint32_t* seg_keys, int64_t r0, int64_t c0, float& ts,
                                                    const Nvfp4Limits* nvfp4_table = nullptr) {
@@ -2213,7 +2213,11 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
     // MX FP6 / FP4 from bf16 with both columns in kMul mode: the bf16-pair encoder, a column per lane.
     const bool pairs = I == InType::kBF16 && kBits != 8 && es[0].mode == ElemMode::kMul && es[1].mode == ElemMode::kMul;
     const uint32_t p2 = (__float_as_uint(es[0].p) >> 16) | (__float_as_uint(es[1].p) & 0xFFFF0000u);
-    uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kColTile + 2 * pair;
+    static_assert(!kInPlace || (kBits == 8 && !kNvfp4 && !kTransposed), "col_tile_codes: in place for FP8 rows only");
+    // kInPlace: codes is xin, and the two codes of each row of a column pair go to the first two bytes of that
+    // row's x words, which only this thread reads (after it has read them).
+    constexpr int kCodeRowBytes = kInPlace ? kRowBytes : kColTile;
+    uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kCodeRowBytes + 2 * pair * (kInPlace ? in_bytes<I>() : 1);
     // FP8 codes of rows r .. r + 3 of the column pair (row j's two codes in bytes 2 j, 2 j + 1 of c.x, c.y): the
     // straight division (band) or the per-element path, chosen by the caller once, outside its row loop (in it, the
     // per-iteration choice cost the 1 x 128 tiles down the columns 73 -> 77 % of copy on the H200).
@@ -2260,10 +2264,10 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
           const uint2 c = fp8_rows4(band, r);
           // Row j's two codes are bytes 2 j, 2 j + 1 of c (no byte permutes as in put_packed_rows: MXFP8 down
           // the columns measured 74.3 % of copy this way, 73.0 % through them)
-          *reinterpret_cast<uint16_t*>(code_base + (r + 0) * kColTile) = static_cast<uint16_t>(c.x);
-          *reinterpret_cast<uint16_t*>(code_base + (r + 1) * kColTile) = static_cast<uint16_t>(c.x >> 16);
-          *reinterpret_cast<uint16_t*>(code_base + (r + 2) * kColTile) = static_cast<uint16_t>(c.y);
-          *reinterpret_cast<uint16_t*>(code_base + (r + 3) * kColTile) = static_cast<uint16_t>(c.y >> 16);
+          *reinterpret_cast<uint16_t*>(code_base + (r + 0) * kCodeRowBytes) = static_cast<uint16_t>(c.x);
+          *reinterpret_cast<uint16_t*>(code_base + (r + 1) * kCodeRowBytes) = static_cast<uint16_t>(c.x >> 16);
+          *reinterpret_cast<uint16_t*>(code_base + (r + 2) * kCodeRowBytes) = static_cast<uint16_t>(c.y);
+          *reinterpret_cast<uint16_t*>(code_base + (r + 3) * kCodeRowBytes) = static_cast<uint16_t>(c.y >> 16);
         }
       };
       if (in_band) {
@@ -2313,6 +2317,25 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
           reinterpret_cast<const uint4*>(codes + c * kColTile)[piece ^ ((c >> 1) & 7)];
     }
     if constexpr (kRows) tile_row_groups<I>(a, xin, r0, c0);  // x's tile is still in shared memory
+  } else if constexpr (kInPlace) {
+    // 8 codes of a row (column pairs 4 p .. 4 p + 3): the first two bytes of 4 pairs' x words, one 16-byte load of
+    // xin (two for f32), leaving as one 8-byte store. (16 codes per thread from two loads of xin, leaving as one
+    // 16-byte store, measured 5 points of copy slower on an H100, h100_quantize_inplace.md.)
+    constexpr int kPairBytes = 2 * static_cast<int>(in_bytes<I>());
+#pragma unroll
+    for (int i = threadIdx.x; i < kColTile * kColTile / 8; i += kThreads) {
+      const int row = i / (kColTile / 8), piece = i % (kColTile / 8);
+      const uint4* w = reinterpret_cast<const uint4*>(codes + row * kRowBytes + piece * 4 * kPairBytes);
+      uint2 out;
+      if constexpr (kPairBytes == 4) {
+        const uint4 v = w[0];
+        out = make_uint2(__byte_perm(v.x, v.y, 0x5410), __byte_perm(v.z, v.w, 0x5410));
+      } else {
+        const uint4 v0 = w[0], v1 = w[1];
+        out = make_uint2(__byte_perm(v0.x, v0.z, 0x5410), __byte_perm(v1.x, v1.z, 0x5410));
+      }
+      *reinterpret_cast<uint2*>(a.data + (r0 + row) * cols + c0 + piece * 8) = out;
+    }
   } else {
 #pragma unroll
     for (int i = threadIdx.x; i < kCodeRows * kColTile / 16; i += kThreads) {
@@ -2399,9 +2422,23 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
 // read starts to miss L2. With the tile buffers 128-byte aligned and tall_lag's rule of the fifty-sixth session
 // (264 tiles at all three): 67.0-67.3 / 67.6-68.0 / 56.1-56.7 (h100_quantize_l2.md, call 11). Persistent CTAs
 // looping over tickets were measured there too: 80 registers (3 CTAs per SM) or spills at 64, and no faster.
+// kInPlace (fifty-seventh session): pass 2 writes each code over the first bytes of its own x word in shared memory
+// (col_tile_codes kInPlace) instead of into a 16 KB code tile, so that a CTA needs 37 KB and, held to 48 registers
+// (a few words spilled to the stack), 5 CTAs fit on an SM instead of 4; faster at the large shapes, slower at
+// 4096 x 4096 (tall_in_place_by_size). At 6 CTAs per SM (40 registers, 80 bytes of stack) it was slower still.
 constexpr uint32_t kTallSmemPad = 128;
-template <InType I, bool kHint>
-__global__ void __launch_bounds__(kThreads) tall_col_kernel(Args a, uint32_t* sync, int64_t lag) {
+constexpr int kTallInPlaceCtas = 5;  // CTAs per SM of the in-place instances (2-byte inputs): at most 48 registers
+// Dynamic shared memory: x's tile, then pass 1's [warp][column] keys (kInPlace), or col_kernel's code tile and
+// segment keys (pass 1's keys in the code tile).
+template <InType I, bool kInPlace>
+constexpr size_t tall_smem_bytes() {
+  return (kInPlace ? static_cast<size_t>(kColTile) * kColTile * in_bytes<I>() + kThreads / 32 * kColTile * 4
+                   : col_smem_bytes<I>()) +
+         kTallSmemPad;
+}
+template <InType I, bool kHint, bool kInPlace>
+__global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTallInPlaceCtas : 0)
+    tall_col_kernel(Args a, uint32_t* sync, int64_t lag) {
   // The tile buffers start on a 128-byte boundary (launch_tall adds kTallSmemPad bytes for it): behind this kernel's
   // static shared words the dynamic base sits 16 bytes off a 32-byte sector, and each warp's cp.async of 512 bytes of
   // x's second read then took 32 L2 sectors instead of 16 (ncu, h100_quantize_l2.md). Not __align__(128) on the
@@ -2414,8 +2451,10 @@ __global__ void __launch_bounds__(kThreads) tall_col_kernel(Args a, uint32_t* sy
   constexpr int kRowsPerThread = kColTile / kRowStep;
   constexpr int kBatch = I == InType::kF32 ? 4 : 8;  // pass-1 chunks in registers at once
   unsigned char* xin = smem;
-  uint8_t* codes = smem + kColTile * kRowBytes;
-  uint32_t* seg_keys = reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);
+  uint8_t* codes = kInPlace ? xin : smem + kColTile * kRowBytes;
+  uint32_t* red = reinterpret_cast<uint32_t*>(smem + kColTile * kRowBytes);  // pass 1's keys: [warp][column]
+  // (col_tile_codes reads no segment keys when the group keys come in: any 2 KB of shared memory not in use)
+  uint32_t* seg_keys = kInPlace ? red : reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);
   __shared__ uint32_t tall_ticket;
   if (threadIdx.x == 0) tall_ticket = atomicAdd(sync, 1u);
   __syncthreads();
@@ -2472,7 +2511,6 @@ __global__ void __launch_bounds__(kThreads) tall_col_kernel(Args a, uint32_t* sy
     }
     // Lanes l and l ^ 16 hold the same columns (rows r, r + 1 of the step); then the 8 warps meet in shared memory
     // (pass 2's code tile, not in use yet).
-    uint32_t* red = reinterpret_cast<uint32_t*>(codes);  // [warp][column]
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       key[i] = max(key[i], __shfl_xor_sync(kFull, key[i], 16));
@@ -2495,7 +2533,8 @@ __global__ void __launch_bounds__(kThreads) tall_col_kernel(Args a, uint32_t* sy
   cp_async_wait_all();
   __syncthreads();
   float ts;
-  const uint32_t thread_key = col_tile_codes<I, true, 8, false, false, false>(a, xin, codes, seg_keys, r0, c0, ts);
+  const uint32_t thread_key =
+      col_tile_codes<I, true, 8, false, false, false, kInPlace>(a, xin, codes, seg_keys, r0, c0, ts);
   if (w.codes_tile == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   if (a.acc_amax) block_amax(a.amax, thread_key);
 }
@@ -2805,6 +2844,18 @@ int env_mode(const char* var, int max_mode, int unset) {
 // only): tall_col_kernel's lag in tiles, a positive integer (below the group's tiles: raised to them); unset, empty
 // or 0: tall_lag's rule; anything else: -1.
 int tall_mode() { return env_mode("MXPREC_QUANTIZE_TALL", 2, 2); }
+// MXPREC_QUANTIZE_TALL_INPLACE picks tall_col_kernel's instance: 1 the in-place one (codes over x's tile in shared
+// memory, 5 CTAs per SM for 2-byte inputs), 0 the one with col_kernel's code tile (4 CTAs per SM); unset or empty
+// (2): by tall_in_place_by_size; -1 for any other value.
+int tall_in_place_mode() { return env_mode("MXPREC_QUANTIZE_TALL_INPLACE", 1, 2); }
+// The in-place instance where it measured faster: 2-byte inputs of at least kTallInPlaceMinTiles 128 x 128 tiles
+// (H100, bf16, % of copy against the code-tile instance in the same call, h100_quantize_inplace.md: 16384 x 4096 and
+// 8192 x 8192, 4096 tiles each, 67.2-67.8 -> 68.2-68.7 and 67.5-67.8 -> 69.4-70.1; 4096 x 4096, 1024 tiles,
+// 56.1-56.6 -> 53.2-54.8).
+constexpr int64_t kTallInPlaceMinTiles = 2048;
+bool tall_in_place_by_size(const Args& a, size_t in_bytes) {
+  return in_bytes == 2 && (a.rows / kColTile) * (a.cols / kColTile) >= kTallInPlaceMinTiles;
+}
 // MXPREC_NVFP4_ROW_WAVES: nvfp4_row_kernel's grid, that many times the CTAs resident at once, each looping over its
 // share (default 1); 0: one CTA per kThreads x kUnroll chunks, no loop (the fifty-second session's grid).
 int nvfp4_row_waves() { return env_mode("MXPREC_NVFP4_ROW_WAVES", 9, 1); }
@@ -2840,10 +2891,10 @@ int64_t tall_lag_override() {
 
 // Row scaling along axis 1 by tall_col_kernel (see there); *launched stays false where it cannot take the call (no
 // scratch, too many tickets for a 32-bit counter), and the caller takes the two-pass kernels.
-template <InType I, bool kHint>
+template <InType I, bool kHint, bool kInPlace>
 ffi::Error launch_tall(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a, int64_t lag_override,
                        bool* launched) {
-  constexpr auto kKernel = tall_col_kernel<I, kHint>;
+  constexpr auto kKernel = tall_col_kernel<I, kHint, kInPlace>;
   *launched = false;
   const int64_t strips = a.cols / kColTile, tiles = a.gh / kColTile, units = (a.rows / a.gh) * strips;
   if (2 * units * tiles > std::min<int64_t>(kMaxGrid, UINT32_MAX)) return ffi::Error::Success();  // tickets <= that
@@ -2854,7 +2905,7 @@ ffi::Error launch_tall(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args
   a.keys = sync + 1 + units;
   cudaError_t e = cudaMemsetAsync(sync, 0, words * sizeof(uint32_t), stream);
   if (e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
-  constexpr int smem = static_cast<int>(col_smem_bytes<I>() + kTallSmemPad);
+  constexpr int smem = static_cast<int>(tall_smem_bytes<I, kInPlace>());
   int dev = 0, ctas = 1;
   e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
@@ -3000,10 +3051,15 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
     const int64_t lag = tall_lag_override();
     if (tall < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_TALL must be 0, 1 or 2");
     if (lag < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_TALL_LAG must be a non-negative integer");
+    const int in_place = tall_in_place_mode();
+    if (in_place < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_TALL_INPLACE must be 0 or 1");
     if (tall > 0) {
+      const bool ip = in_place == 1 || (in_place == 2 && tall_in_place_by_size(a, in_bytes<I>()));
       bool launched = false;
-      auto e = tall == 2 ? launch_tall<I, true>(stream, scratch, a, lag, &launched)
-                         : launch_tall<I, false>(stream, scratch, a, lag, &launched);
+      auto e = tall == 2 ? (ip ? launch_tall<I, true, true>(stream, scratch, a, lag, &launched)
+                               : launch_tall<I, true, false>(stream, scratch, a, lag, &launched))
+                         : (ip ? launch_tall<I, false, true>(stream, scratch, a, lag, &launched)
+                               : launch_tall<I, false, false>(stream, scratch, a, lag, &launched));
       if (e.failure() || launched) return e;
     }
     if (auto e = tall_group_keys<I>(stream, scratch, &a); e.failure()) return e;
