@@ -2510,7 +2510,7 @@ __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTa
       }
     }
     // Lanes l and l ^ 16 hold the same columns (rows r, r + 1 of the step); then the 8 warps meet in shared memory
-    // (pass 2's code tile, not in use yet).
+    // (red: pass 2's code tile, not in use yet; in place, 4 KB of its own).
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       key[i] = max(key[i], __shfl_xor_sync(kFull, key[i], 16));
