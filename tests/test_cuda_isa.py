@@ -638,7 +638,8 @@ def test_quantize_tall_col_kernel_instances():
     for name, reg, stack, local in usage:
         in_place, two_byte = name.endswith("Lb1EEEvNS1_4ArgsEPjl"), "InTypeE0E" not in name
         if in_place and two_byte:
-            assert int(reg) <= 48 and int(stack) <= 32 and local == "0", f"{name}: REG:{reg} STACK:{stack} LOCAL:{local}"
+            resources = f"{name}: REG:{reg} STACK:{stack} LOCAL:{local}"
+            assert int(reg) <= 48 and int(stack) <= 32 and local == "0", resources
         else:
             assert (stack, local) == ("0", "0"), f"{name}: REG:{reg} STACK:{stack} LOCAL:{local} (spills)"
     bodies = [f for f in re.split(r"\n\s*Function : ", _sass(obj)) if "tall_col_kernel" in f.split("\n", 1)[0]]

@@ -2217,7 +2217,8 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
     // kInPlace: codes is xin, and the two codes of each row of a column pair go to the first two bytes of that
     // row's x words, which only this thread reads (after it has read them).
     constexpr int kCodeRowBytes = kInPlace ? kRowBytes : kColTile;
-    uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kCodeRowBytes + 2 * pair * (kInPlace ? in_bytes<I>() : 1);
+    constexpr int kCodePairBytes = kInPlace ? 2 * static_cast<int>(in_bytes<I>()) : 2;
+    uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kCodeRowBytes + pair * kCodePairBytes;
     // FP8 codes of rows r .. r + 3 of the column pair (row j's two codes in bytes 2 j, 2 j + 1 of c.x, c.y): the
     // straight division (band) or the per-element path, chosen by the caller once, outside its row loop (in it, the
     // per-iteration choice cost the 1 x 128 tiles down the columns 73 -> 77 % of copy on the H200).
@@ -2423,9 +2424,10 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
 // (264 tiles at all three): 67.0-67.3 / 67.6-68.0 / 56.1-56.7 (h100_quantize_l2.md, call 11). Persistent CTAs
 // looping over tickets were measured there too: 80 registers (3 CTAs per SM) or spills at 64, and no faster.
 // kInPlace (fifty-seventh session): pass 2 writes each code over the first bytes of its own x word in shared memory
-// (col_tile_codes kInPlace) instead of into a 16 KB code tile, so that a CTA needs 37 KB and, held to 48 registers
-// (a few words spilled to the stack), 5 CTAs fit on an SM instead of 4; faster at the large shapes, slower at
-// 4096 x 4096 (tall_in_place_by_size). At 6 CTAs per SM (40 registers, 80 bytes of stack) it was slower still.
+// (col_tile_codes kInPlace) instead of into a 16 KB code tile, so that a CTA needs 38 KB of shared memory (with the
+// reserved 1 KB) and, held to 48 registers (a few words spilled to the stack), 5 CTAs fit on an SM instead of 4;
+// faster at the large shapes, slower at 4096 x 4096 (tall_in_place_by_size). At 6 CTAs per SM (40 registers, 80 bytes
+// of stack) it was slower still.
 constexpr uint32_t kTallSmemPad = 128;
 constexpr int kTallInPlaceCtas = 5;  // CTAs per SM of the in-place instances (2-byte inputs): at most 48 registers
 // Dynamic shared memory: x's tile, then pass 1's [warp][column] keys (kInPlace), or col_kernel's code tile and
