@@ -33,7 +33,8 @@
 #                (default "1 2": without / with L2 hints) at each lag of TALL_LAGS (default "0": the host's rule; e.g.
 #                "0 2 3 8"), TALL_ROUNDS rounds (default 1), QUANT_SHAPES, TALL_KERNELS (default
 #                row_e4m3,tile1x128_e4m3), TALL_BASE (default 0:0, the two passes; empty: left out), TALL_AB=1 (also
-#                each build-cuda/ab/*.so, interleaved per round)
+#                each build-cuda/ab/*.so, interleaved per round), TALL_INPLACES (default "_": the size rule; e.g.
+#                "_ 0 1": also each MXPREC_QUANTIZE_TALL_INPLACE)
 #   onchip-trace onchip_kernel's phase timings (benchmarks/onchip_trace.py) from each build-cuda/trace/*.so, a
 #                -DMXPREC_ONCHIP_TRACE build of the library (QUANT_SHAPES, default 16384x4096,4096x4096)
 #   onchip-llama:ARMS each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
@@ -362,13 +363,14 @@ for stage in "$@"; do
       for ((round = 1; round <= ${TALL_ROUNDS:-1}; round++)); do
         for lib in "${TALL_LIBS[@]}"; do  # the built library, then build-cuda/ab/*.so (TALL_AB=1)
           lname="$(basename "$lib" .so)"
-          for setting in $settings; do
+          for setting in $settings; do for ip in ${TALL_INPLACES:-_}; do  # "_": tall_in_place_by_size
             mode="${setting%%:*}" lag="${setting#*:}"
-            name="quant_tall${mode}_lag${lag}_${lname}_$round"
+            name="quant_tall${mode}_lag${lag}_ip${ip}_${lname}_$round"
             step "$name" env MXPREC_CUDA_LIBRARY="$lib" MXPREC_QUANTIZE_TALL="$mode" MXPREC_QUANTIZE_TALL_LAG="$lag" \
+              MXPREC_QUANTIZE_TALL_INPLACE="${ip#_}" \
               "$PY" benchmarks/cuda_quantize.py --kernels "${TALL_KERNELS:-row_e4m3,tile1x128_e4m3}" --no-peer \
               --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,4096x4096}" --out "$R/$name"
-          done
+          done; done
         done
       done ;;
     onchip-ab)  # per-tensor current scaling in one read of x: onchip_kernel's GPU tests, then cuda_quantize.py
