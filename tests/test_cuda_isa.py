@@ -631,13 +631,13 @@ def test_quantize_tall_col_kernel_instances():
     gather them as 8-byte row pieces (STG.E.64); for 2-byte inputs they are held to 48 registers (5 CTAs per SM) and
     keep at most 32 bytes of stack (a few words). Every other instance stores 16-byte row pieces from the code tile
     and does not spill."""
+    in_place = lambda name: name.strip().endswith("Lb1EEEvNS1_4ArgsEPjl")  # tall_col_kernel<I, kHint, kInPlace>
     obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
     usage = re.findall(r"Function (\S*tall_col_kernel\S*):\s*\n?\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)",
                        _cuobjdump_out("--dump-resource-usage", obj))
     assert len(usage) == 12, usage  # f32 / bf16 / f16 x hints x in place
     for name, reg, stack, local in usage:
-        in_place, two_byte = name.endswith("Lb1EEEvNS1_4ArgsEPjl"), "InTypeE0E" not in name
-        if in_place and two_byte:
+        if in_place(name) and "InTypeE0E" not in name:  # 2-byte input
             resources = f"{name}: REG:{reg} STACK:{stack} LOCAL:{local}"
             assert int(reg) <= 48 and int(stack) <= 32 and local == "0", resources
         else:
@@ -645,10 +645,10 @@ def test_quantize_tall_col_kernel_instances():
     bodies = [f for f in re.split(r"\n\s*Function : ", _sass(obj)) if "tall_col_kernel" in f.split("\n", 1)[0]]
     assert len(bodies) == 12
     for body in bodies:
-        in_place = body.split("\n", 1)[0].strip().endswith("Lb1EEEvNS1_4ArgsEPjl")
+        gathered = in_place(body.split("\n", 1)[0])
         count = lambda pat: len(re.findall(pat, body))
         assert count(r"\bSTS\.U16") >= 16, "codes as 16-bit row pairs"
-        assert (count(r"\bSTG\.E\.64") >= 1) == in_place and (count(r"\bSTG\.E\.128") >= 1) == (not in_place)
+        assert (count(r"\bSTG\.E\.64") >= 1) == gathered and (count(r"\bSTG\.E\.128") >= 1) == (not gathered)
 
 
 def test_quantize_cp_async_destinations_start_on_32_byte_sectors():

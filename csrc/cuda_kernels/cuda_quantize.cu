@@ -2120,6 +2120,11 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
                                                    const Nvfp4Limits* nvfp4_table = nullptr) {
   constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
   constexpr int kCodeRows = kColTile * kBits / 8;  // rows of packed codes
+  static_assert(!kInPlace || (kBits == 8 && !kNvfp4 && !kTransposed), "col_tile_codes: in place for FP8 rows only");
+  // kInPlace: codes is xin, and the two codes of each row of a column pair go to the first two bytes of that row's x
+  // words, which only this thread reads (after it has read them).
+  constexpr int kCodeRowBytes = kInPlace ? kRowBytes : kColTile;
+  constexpr int kCodePairBytes = kInPlace ? 2 * static_cast<int>(in_bytes<I>()) : 2;
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
   const int64_t cols = a.cols;
   ts = 1.0f;
@@ -2213,11 +2218,6 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
     // MX FP6 / FP4 from bf16 with both columns in kMul mode: the bf16-pair encoder, a column per lane.
     const bool pairs = I == InType::kBF16 && kBits != 8 && es[0].mode == ElemMode::kMul && es[1].mode == ElemMode::kMul;
     const uint32_t p2 = (__float_as_uint(es[0].p) >> 16) | (__float_as_uint(es[1].p) & 0xFFFF0000u);
-    static_assert(!kInPlace || (kBits == 8 && !kNvfp4 && !kTransposed), "col_tile_codes: in place for FP8 rows only");
-    // kInPlace: codes is xin, and the two codes of each row of a column pair go to the first two bytes of that
-    // row's x words, which only this thread reads (after it has read them).
-    constexpr int kCodeRowBytes = kInPlace ? kRowBytes : kColTile;
-    constexpr int kCodePairBytes = kInPlace ? 2 * static_cast<int>(in_bytes<I>()) : 2;
     uint8_t* code_base = codes + seg * (kColSeg * kBits / 8) * kCodeRowBytes + pair * kCodePairBytes;
     // FP8 codes of rows r .. r + 3 of the column pair (row j's two codes in bytes 2 j, 2 j + 1 of c.x, c.y): the
     // straight division (band) or the per-element path, chosen by the caller once, outside its row loop (in it, the
@@ -2322,13 +2322,12 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
     // 8 codes of a row (column pairs 4 p .. 4 p + 3): the first two bytes of 4 pairs' x words, one 16-byte load of
     // xin (two for f32), leaving as one 8-byte store. (16 codes per thread from two loads of xin, leaving as one
     // 16-byte store, measured 5 points of copy slower on an H100, h100_quantize_inplace.md.)
-    constexpr int kPairBytes = 2 * static_cast<int>(in_bytes<I>());
 #pragma unroll
     for (int i = threadIdx.x; i < kColTile * kColTile / 8; i += kThreads) {
       const int row = i / (kColTile / 8), piece = i % (kColTile / 8);
-      const uint4* w = reinterpret_cast<const uint4*>(codes + row * kRowBytes + piece * 4 * kPairBytes);
+      const uint4* w = reinterpret_cast<const uint4*>(codes + row * kCodeRowBytes + piece * 4 * kCodePairBytes);
       uint2 out;
-      if constexpr (kPairBytes == 4) {
+      if constexpr (kCodePairBytes == 4) {
         const uint4 v = w[0];
         out = make_uint2(__byte_perm(v.x, v.y, 0x5410), __byte_perm(v.z, v.w, 0x5410));
       } else {
