@@ -39,7 +39,8 @@ MXPREC_TALL_HD TallWork tall_work(int64_t t, int64_t units, int64_t tiles, int64
 // x are read in between (264 tiles, 8.7 MB of bf16, at 16384 x 4096 on an H100 / H200 with 4 CTAs per SM; 330 for the
 // in-place instance's 5). Measured (H100, bf16, % of copy at 16384 x 4096 / 8192 x 8192 / 4096 x 4096,
 // h100_quantize_l2.md call 11): this rule (264 / 264 / 264) 67.0-67.3 / 67.6-68.0 / 56.1-56.7; the earlier one,
-// tiles + ctas / 2 (392 / 328 / 296), 66.0-66.2 / 67.6-67.8 / 56.6.
+// tiles + ctas / 2 (392 / 328 / 296), 66.0-66.2 / 67.6-67.8 / 56.6. H200 (h200_cuda_quantize_58.md): this rule
+// (330 in place / 264 with the code tile) 54.5 / 55.2 / 45.0, lag 264 53.2 / 54.9 / 45.0, lag 200 52.8 / 54.7 / 44.2.
 inline int64_t tall_lag(int64_t ctas, int64_t tiles, int64_t units, int64_t override_lag) {
   const int64_t lag = override_lag > 0 ? override_lag : std::max(tiles + ctas / 4, ctas / 2);
   return std::max(tiles, std::min(lag, units * tiles));
