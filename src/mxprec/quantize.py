@@ -292,7 +292,7 @@ def tensor_amax(x: jax.Array, axis=None, keepdims: bool = False) -> jax.Array:
     The value of ``_amax(x.astype(float32))``. A bfloat16 ``x`` is reduced over its own 16-bit patterns:
     bf16 -> f32 is exact and order-preserving, so the max and the NaN / subnormal rules are unchanged, and
     XLA's reduction reads 2-byte values. On the H200 Llama step this cut fp8_delayed's peak memory
-    25.12 -> 24.85 GB (XLA packs the gradients' quantize fusions differently; docs/backends/cuda.md,
+    25.12 -> 24.85 GB (XLA packs the gradients' quantize fusions differently; docs/backends/cuda_sessions.md,
     tenth session).
     """
     if x.dtype == jnp.bfloat16 and x.size:
