@@ -637,11 +637,11 @@ def test_quantize_tall_col_kernel_instances():
                        _cuobjdump_out("--dump-resource-usage", obj))
     assert len(usage) == 12, usage  # f32 / bf16 / f16 x hints x in place
     for name, reg, stack, local in usage:
+        resources = f"{name}: REG:{reg} STACK:{stack} LOCAL:{local}"
         if in_place(name) and "InTypeE0E" not in name:  # 2-byte input
-            resources = f"{name}: REG:{reg} STACK:{stack} LOCAL:{local}"
             assert int(reg) <= 48 and int(stack) <= 32 and local == "0", resources
         else:
-            assert (stack, local) == ("0", "0"), f"{name}: REG:{reg} STACK:{stack} LOCAL:{local} (spills)"
+            assert (stack, local) == ("0", "0"), f"{resources} (spills)"
     bodies = [f for f in re.split(r"\n\s*Function : ", _sass(obj)) if "tall_col_kernel" in f.split("\n", 1)[0]]
     assert len(bodies) == 12
     for body in bodies:
