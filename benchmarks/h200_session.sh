@@ -34,7 +34,8 @@
 #                "0 2 3 8"), TALL_ROUNDS rounds (default 1), QUANT_SHAPES, TALL_KERNELS (default
 #                row_e4m3,tile1x128_e4m3), TALL_BASE (default 0:0, the two passes; empty: left out), TALL_AB=1 (also
 #                each build-cuda/ab/*.so, interleaved per round), TALL_INPLACES (default "_": the size rule; e.g.
-#                "_ 0 1": also each MXPREC_QUANTIZE_TALL_INPLACE)
+#                "_ 0 1": also each MXPREC_QUANTIZE_TALL_INPLACE), TALL_RING_SLOTS (mode 3, tall_ring_kernel: default
+#                "_", its default slots; e.g. "_ 2")
 #   onchip-trace onchip_kernel's phase timings (benchmarks/onchip_trace.py) from each build-cuda/trace/*.so, a
 #                -DMXPREC_ONCHIP_TRACE build of the library (QUANT_SHAPES, default 16384x4096,4096x4096)
 #   onchip-llama:ARMS each arm with MXPREC_QUANTIZE_ONCHIP=0 / 1 interleaved (LLAMA_PAIRS rounds, default 2)
@@ -367,10 +368,14 @@ for stage in "$@"; do
             mode="${setting%%:*}" lag="${setting#*:}"
             ips="${TALL_INPLACES:-_}"  # "_": tall_in_place_by_size
             [ "$mode" = 0 ] && ips=_   # the two passes have no tall_col_kernel instance to pick: once
+            [ "$mode" = 3 ] && ips="${TALL_RING_SLOTS:-_}"  # tall_ring_kernel: its slots instead ("_": the default)
             for ip in $ips; do
               name="quant_tall${mode}_lag${lag}_ip${ip}_${lname}_$round"
+              slots=_
+              if [ "$mode" = 3 ]; then slots="$ip" ip=_ name="quant_tall${mode}_lag${lag}_slots${slots}_${lname}_$round"; fi
               step "$name" env MXPREC_CUDA_LIBRARY="$lib" MXPREC_QUANTIZE_TALL="$mode" \
                 MXPREC_QUANTIZE_TALL_LAG="$lag" MXPREC_QUANTIZE_TALL_INPLACE="${ip#_}" \
+                MXPREC_QUANTIZE_TALL_SLOTS="${slots#_}" \
                 "$PY" benchmarks/cuda_quantize.py --kernels "${TALL_KERNELS:-row_e4m3,tile1x128_e4m3}" --no-peer \
                 --shapes "${QUANT_SHAPES:-16384x4096,8192x8192,4096x4096}" --out "$R/$name"
             done

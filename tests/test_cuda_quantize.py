@@ -71,11 +71,14 @@ def test_element_fast_path_matches_exact_functions_on_cpu(host_cxx_check):
 def test_tall_group_work_order_on_cpu(host_cxx_check):
     """tall_col_kernel's ticket order and lag (csrc/cuda_kernels/tall_order.h), compiled for the CPU: every tile keyed
     and coded exactly once, a unit's keys tickets before its codes tickets (the no-deadlock condition), exactly `lag`
-    tickets between a tile's two reads, and the lag rule (csrc/cuda_kernels/tests/tall_order_host_test.cc)."""
+    tickets between a tile's two reads, the lag rules, and tall_ring_kernel's producer / consumer schedule simulated
+    over random interleavings at several residencies: no deadlock, every tile coded once after its unit's keys
+    (csrc/cuda_kernels/tests/tall_order_host_test.cc)."""
     kernels = os.path.join(ROOT, "csrc", "cuda_kernels")
     counts, out, rc = host_cxx_check(os.path.join(kernels, "tests", "tall_order_host_test.cc"), kernels)
-    assert set(counts) == {"lags", "orders"}, out
-    assert counts["orders"][0] > 500 and all(bad == 0 for _, bad in counts.values()), out
+    assert set(counts) == {"lags", "orders", "ring_lags", "ring"}, out
+    assert counts["orders"][0] > 500 and counts["ring"][0] > 5000, out
+    assert all(bad == 0 for _, bad in counts.values()), out
     assert rc == 0, out
 
 
@@ -895,40 +898,46 @@ def _tall_input(shape, dtype, seed=5) -> np.ndarray:
     return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
 
 
-def _with_tall(monkeypatch, mode: str, spec, axis, x, lag: str = "", in_place: str = ""):
+def _with_tall(monkeypatch, mode: str, spec, axis, x, lag: str = "", in_place: str = "", slots: str = ""):
     monkeypatch.setenv("MXPREC_QUANTIZE_TALL", mode)  # read by the kernel's host code at every launch
     monkeypatch.setenv("MXPREC_QUANTIZE_TALL_LAG", lag)
     monkeypatch.setenv("MXPREC_QUANTIZE_TALL_INPLACE", in_place)
+    monkeypatch.setenv("MXPREC_QUANTIZE_TALL_SLOTS", slots)
     return jax.block_until_ready(_gpu_q(spec, axis)(x, None))
+
+
+# (mode, lag, in place, slots): tall_col_kernel (modes 2 / 1) at the default lag and forced ones, each with the
+# instance the size picks, the in-place one and the code-tile one; tall_ring_kernel (mode 3) with 3 and 2 slots.
+TALL_SETTINGS = [(mode, lag, ip, "") for mode, lag in (("2", ""), ("1", ""), ("2", "1"), ("2", "2"), ("1", "7"),
+                                                       ("2", "100000")) for ip in ("", "1", "0")]
+TALL_SETTINGS += [("3", lag, "", slots) for lag in ("", "1", "2", "7", "100000") for slots in ("", "2")]
 
 
 @needs_gpu
 @pytest.mark.parametrize("shape,axis,dtype", TALL_SHAPES, ids=[f"{s}-{a}-{d}" for s, a, d in TALL_SHAPES])
 def test_tall_row_groups_in_one_launch_match_two_passes(shape, axis, dtype, monkeypatch):
-    """Every QTensor field bit for bit against the two-pass kernels, E4M3 and E5M2, with and without the L2 hints, at
-    the default lag and at forced lags (1, 2, 7, more than all tiles), each with the instance the size picks and
-    forced to the in-place one (codes over x's tile) and the code-tile one; the default also against the CPU
-    oracle."""
+    """Every QTensor field bit for bit against the two-pass kernels, E4M3 and E5M2, for each of TALL_SETTINGS
+    (tall_col_kernel with and without the L2 hints, at the default lag and forced ones, each instance;
+    tall_ring_kernel with 3 and 2 slots); the default and tall_ring_kernel also against the CPU oracle."""
     x = _tall_input(shape, dtype)
     xj = jnp.asarray(x)
     for spec in (RowScaling(E4M3), RowScaling(E5M2)):
         want = _with_tall(monkeypatch, "0", spec, axis, xj)
-        for mode, lag in (("2", ""), ("1", ""), ("2", "1"), ("2", "2"), ("1", "7"), ("2", "100000")):
-            for in_place in ("", "1", "0"):
-                got = _with_tall(monkeypatch, mode, spec, axis, xj, lag, in_place)
-                bad = C._qtensor_mismatch(got, want)
-                assert not bad, (f"{_sid(spec)} {shape} {dtype} axis {axis}, mode {mode}, lag {lag or 'default'}, "
-                                 f"in place {in_place or 'by size'}: {bad}")
-    monkeypatch.setenv("MXPREC_QUANTIZE_TALL", "2")
-    monkeypatch.setenv("MXPREC_QUANTIZE_TALL_LAG", "")
-    monkeypatch.setenv("MXPREC_QUANTIZE_TALL_INPLACE", "")
-    _check(RowScaling(E4M3), x, axis, reference=False, what="tall groups, one launch")
+        for mode, lag, in_place, slots in TALL_SETTINGS:
+            got = _with_tall(monkeypatch, mode, spec, axis, xj, lag, in_place, slots)
+            bad = C._qtensor_mismatch(got, want)
+            assert not bad, (f"{_sid(spec)} {shape} {dtype} axis {axis}, mode {mode}, lag {lag or 'default'}, "
+                             f"in place {in_place or 'by size'}, slots {slots or 'default'}: {bad}")
+    for mode in ("2", "3"):
+        _with_tall(monkeypatch, mode, RowScaling(E4M3), axis, xj)  # sets the variables for _check's calls
+        _check(RowScaling(E4M3), x, axis, reference=False, what=f"tall groups, one launch, mode {mode}")
 
 
 @needs_gpu
 def test_tall_row_groups_kernel_switch_is_checked(monkeypatch):
     x = jnp.ones((512, 128), jnp.bfloat16)
-    for var, value, msg in (("MXPREC_QUANTIZE_TALL", "3", "MXPREC_QUANTIZE_TALL must be 0, 1 or 2"),
+    for var, value, msg in (("MXPREC_QUANTIZE_TALL", "4", "MXPREC_QUANTIZE_TALL must be 0, 1, 2 or 3"),
+                            ("MXPREC_QUANTIZE_TALL_SLOTS", "4", "MXPREC_QUANTIZE_TALL_SLOTS must be 2 or 3"),
                             ("MXPREC_QUANTIZE_TALL_LAG", "-1", "MXPREC_QUANTIZE_TALL_LAG must be a non-negative"),
                             ("MXPREC_QUANTIZE_TALL_INPLACE", "2", "MXPREC_QUANTIZE_TALL_INPLACE must be 0 or 1")):
         monkeypatch.setenv(var, value)

@@ -91,6 +91,7 @@
 #include "ffi_helpers.h"
 #include "formats.h"
 #include "fp8_codes.cuh"
+#include "mbarrier.cuh"
 #include "quantize.h"
 #include "quantize_ffi.h"
 #include "quantize_math.h"
@@ -2110,11 +2111,45 @@ __device__ __forceinline__ void tile_row_groups(const Args& a, const unsigned ch
   }
 }
 
+// tall_ring_kernel's consumers (its first kThreads threads) meet at this named barrier (0 is __syncthreads').
+constexpr int kRingConsumerBarrier = 1;
+__device__ __forceinline__ void consumer_sync() {
+  asm volatile("bar.sync %0, %1;" ::"n"(kRingConsumerBarrier), "n"(kThreads) : "memory");
+}
+
+// The max |x| keys k0, k1 of one column pair over the kColSeg rows from col_base (a staged tile's kRowBytes rows).
+template <InType I>
+__device__ __forceinline__ void col_pair_keys(const unsigned char* col_base, uint32_t& k0, uint32_t& k1) {
+  constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
+  k0 = 0;
+  k1 = 0;
+  if constexpr (I == InType::kBF16) {  // a row's two bf16 elements: one max.u16x2 (column per lane)
+    uint32_t k2 = 0;
+#pragma unroll 8
+    for (int r = 0; r < kColSeg; ++r) {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes) & 0x7FFF7FFFu;
+      k2 = max_u16x2(k2, w);
+    }
+    k0 = k2 << 16;
+    k1 = k2 & 0xFFFF0000u;
+  } else {
+#pragma unroll 8
+    for (int r = 0; r < kColSeg; ++r) {
+      float lo, hi;
+      load_pair<I>(col_base + r * kRowBytes, lo, hi);
+      k0 = max(k0, abs_key(lo));
+      k1 = max(k1, abs_key(hi));
+    }
+  }
+}
+
 // The codes and scales of col_kernel's staged 128 x 128 tile xin (shared memory; kRowBytes per row), for the tile at
 // rows r0, columns c0 of `a`'s view: every thread of the CTA calls it once (it synchronizes), after xin is complete.
 // codes / seg_keys: the kernel's shared code tile and segment keys. Returns the max |x| key of the thread's elements;
-// ts: NVFP4's tensor scale (1 for the other kinds).
-template <InType I, bool kBand, int kBits, bool kNvfp4, bool kTransposed, bool kRows, bool kInPlace = false>
+// ts: NVFP4's tensor scale (1 for the other kinds). kRingBarrier: the CTA's kThreads threads are tall_ring_kernel's
+// consumers, and they synchronize on named barrier kRingConsumerBarrier instead of __syncthreads.
+template <InType I, bool kBand, int kBits, bool kNvfp4, bool kTransposed, bool kRows, bool kInPlace = false,
+          bool kRingBarrier = false>
 __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned char* xin, uint8_t* codes,
                                                    uint32_t* seg_keys, int64_t r0, int64_t c0, float& ts,
                                                    const Nvfp4Limits* nvfp4_table = nullptr) {
@@ -2136,25 +2171,8 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
     thread_key = nvfp4_col_codes<I>(a, col_base, codes + seg * (kColSeg / 2) * kColTile + 2 * pair,
                                     (r0 + seg * kColSeg) / 16, c0 + 2 * pair, ts, nvfp4_table);
   } else {
-    uint32_t k0 = 0, k1 = 0;  // max |x| keys of the two columns
-    if constexpr (I == InType::kBF16) {  // a row's two bf16 elements: one max.u16x2 (column per lane)
-      uint32_t k2 = 0;
-#pragma unroll 8
-      for (int r = 0; r < kColSeg; ++r) {
-        const uint32_t w = *reinterpret_cast<const uint32_t*>(col_base + r * kRowBytes) & 0x7FFF7FFFu;
-        k2 = max_u16x2(k2, w);
-      }
-      k0 = k2 << 16;
-      k1 = k2 & 0xFFFF0000u;
-    } else {
-#pragma unroll 8
-      for (int r = 0; r < kColSeg; ++r) {
-        float lo, hi;
-        load_pair<I>(col_base + r * kRowBytes, lo, hi);
-        k0 = max(k0, abs_key(lo));
-        k1 = max(k1, abs_key(hi));
-      }
-    }
+    uint32_t k0, k1;  // max |x| keys of the two columns
+    col_pair_keys<I>(col_base, k0, k1);
     // Group keys: a group of gh rows spans gh / 32 segments of this column pair; a 128 x 128 tile group
     // is the whole CTA tile; groups taller than the tile (row scaling along axis 1) take their keys from
     // the earlier keys pass (a.keys).
@@ -2307,7 +2325,11 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
     }
     thread_key = max(k0, k1);
   }
-  __syncthreads();
+  if constexpr (kRingBarrier) {
+    consumer_sync();
+  } else {
+    __syncthreads();
+  }
   if constexpr (kTransposed) {  // column c's 128 codes: rows r0 .. r0 + 127 of out[b][c0 + c] (B, C, R)
     const int64_t b = r0 / a.batch_rows;
     uint8_t* out = a.data + (b * cols + c0) * a.batch_rows + (r0 - b * a.batch_rows);
@@ -2539,6 +2561,149 @@ __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTa
       col_tile_codes<I, true, 8, false, false, false, kInPlace>(a, xin, codes, seg_keys, r0, c0, ts);
   if (w.codes_tile == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   if (a.acc_amax) block_amax(a.amax, thread_key);
+}
+
+// ------------------------------------------------------------------------------------ tall column groups, TMA ring
+
+// tall_ring_kernel (MXPREC_QUANTIZE_TALL=3; H200 measurements in cuda_sessions.md, fifty-ninth session): the tickets,
+// tiles, keys and codes of tall_col_kernel on persistent, warp-specialized CTAs, so that x's reads no longer wait
+// in each CTA's chain. tall_col_kernel takes nearly the same time on an H100 and an H200 (88.8 against ~98 us at
+// 16384 x 4096): its CTAs each run one ticket as a chain of round trips (ticket, pass-1 read, key atomics, release,
+// acquire, codes, stores) with 5 CTAs per SM to overlap them, so the H200's faster DRAM does not shorten it.
+// Here a CTA is kThreads consumer threads (8 warps) and one producer warp, with a ring of kSlots tile buffers
+// (x's 128 x 128 tile, row-major, as col_load_tile stages it). The producer claims tickets (tall_work's order) and
+// for each pushes pass 1 of its keys tile, then (once done[unit] == tiles, an acquire) pass 2 of its codes tile:
+// 128 one-row bulk copies (TMA) per tile into a free slot, completing on the slot's `full` mbarrier, pass 1 with L2
+// evict_last, pass 2 (an L2 hit) evict_first. The consumers take the slots in ring order: pass 1 maxes the tile's
+// column keys into keys[] (atomicMax) and counts the tile into done[unit] (one release); pass 2 is col_tile_codes
+// (in place, the group keys from keys[]). No deadlock whatever the residency: consumers wait only for bulk copies
+// already issued, and the producer waits for done[] only after pushing its ticket's pass 1, behind which every
+// ticket it needs has been claimed by a running CTA (tickets are claimed in order) whose pass 1 completes without
+// waiting. sync (zeroed): [0] the ticket counter, [1 + u] done[u]; a.keys (zeroed): the group keys.
+constexpr int kRingThreads = kThreads + 32;  // consumers, then the producer warp
+template <InType I>
+constexpr int ring_tile_bytes() {
+  return kColTile * kColTile * static_cast<int>(in_bytes<I>());
+}
+// Dynamic shared memory: kSlots tiles, then pass 1's keys [segment][column] (aligned as tall_col_kernel's).
+template <InType I, int kSlots>
+constexpr size_t ring_smem_bytes() {
+  return static_cast<size_t>(kSlots) * ring_tile_bytes<I>() + kColTile / kColSeg * kColTile * 4 + kTallSmemPad;
+}
+template <InType I, int kSlots>
+__global__ void __launch_bounds__(kRingThreads, in_bytes<I>() == 2 ? 6 / kSlots : 1)
+    tall_ring_kernel(Args a, uint32_t* sync, int64_t lag) {
+  extern __shared__ __align__(16) unsigned char ring_smem[];
+  unsigned char* smem = ring_smem + ((kTallSmemPad - cuda::smem_u32(ring_smem)) & (kTallSmemPad - 1));
+  constexpr int kTileBytes = ring_tile_bytes<I>();
+  constexpr int kRowBytes = kColTile * static_cast<int>(in_bytes<I>());
+  uint32_t* red = reinterpret_cast<uint32_t*>(smem + kSlots * kTileBytes);
+  __shared__ __align__(8) uint64_t full[kSlots], empty[kSlots];
+  __shared__ int64_t item[kSlots];  // a slot's work: pass 1 of tile t (t), pass 2 of tile t (-2 - t), the end (-1)
+  const int64_t strips = a.cols / kColTile, tiles = a.gh / kColTile;
+  const int64_t units = (a.rows / a.gh) * strips;
+  const int64_t tickets = units * tiles + lag;
+  const auto origin = [&](int64_t tile, int64_t& r0, int64_t& c0) {  // tile u * tiles + i: its first row and column
+    const int64_t unit = tile / tiles;
+    r0 = ((unit / strips) * tiles + tile % tiles) * kColTile;
+    c0 = (unit % strips) * kColTile;
+  };
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      cuda::mbar_init(cuda::smem_u32(&full[s]), 1);
+      cuda::mbar_init(cuda::smem_u32(&empty[s]), 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x >= kThreads) {  // the producer warp
+    const int lane = threadIdx.x & 31;
+    const uint64_t keep = l2_policy_evict_last(), drop = l2_policy_evict_first();
+    uint32_t n = 0;  // items pushed
+    const auto push = [&](int64_t tile, int64_t what, uint64_t policy) {
+      const uint32_t s = n % kSlots;
+      cuda::mbar_wait(cuda::smem_u32(&empty[s]), ((n / kSlots) & 1) ^ 1);
+      const uint32_t bar = cuda::smem_u32(&full[s]);
+      if (lane == 0) {
+        item[s] = what;
+        if (tile >= 0) {
+          cuda::mbar_arrive_expect_tx(bar, kTileBytes);
+        } else {
+          cuda::mbar_arrive(bar);
+        }
+      }
+      __syncwarp();
+      if (tile >= 0) {
+        int64_t r0 = 0, c0 = 0;
+        origin(tile, r0, c0);
+        const char* src = static_cast<const char*>(a.x) + ((r0 + lane) * a.cols + c0) * in_bytes<I>();
+        const uint32_t dst = cuda::smem_u32(smem + s * kTileBytes + lane * kRowBytes);
+#pragma unroll
+        for (int k = 0; k < kColTile / 32; ++k) {
+          cuda::bulk_load_hint(dst + k * 32 * kRowBytes, src + k * 32 * a.cols * in_bytes<I>(), kRowBytes, bar,
+                               policy);
+        }
+      }
+      ++n;
+    };
+    for (;;) {
+      uint32_t t = 0;
+      if (lane == 0) t = atomicAdd(sync, 1u);
+      t = __shfl_sync(kFull, t, 0);
+      if (t >= tickets) break;
+      const cuda::tall::TallWork w = cuda::tall::tall_work(t, units, tiles, lag);
+      if (w.keys_tile >= 0) push(w.keys_tile, w.keys_tile, keep);
+      if (w.codes_tile >= 0) {
+        if (lane == 0) {
+          while (ld_acquire_gpu(sync + 1 + w.codes_tile / tiles) < static_cast<uint32_t>(tiles)) __nanosleep(64);
+        }
+        __syncwarp();
+        push(w.codes_tile, -2 - w.codes_tile, drop);
+      }
+    }
+    push(-1, -1, 0);
+    return;
+  }
+  uint32_t amax_key = 0;
+  const int pair = threadIdx.x % (kColTile / 2), seg = threadIdx.x / (kColTile / 2);
+  for (uint32_t n = 0;; ++n) {
+    const uint32_t s = n % kSlots;
+    cuda::mbar_wait(cuda::smem_u32(&full[s]), (n / kSlots) & 1);
+    const int64_t what = item[s];
+    if (what == -1) break;
+    unsigned char* xin = smem + s * kTileBytes;
+    int64_t r0 = 0, c0 = 0;
+    if (what >= 0) {  // pass 1: the tile's column keys into keys[], then the tile counted into done[unit]
+      origin(what, r0, c0);
+      uint32_t k0, k1;
+      col_pair_keys<I>(xin + seg * kColSeg * kRowBytes + 2 * pair * in_bytes<I>(), k0, k1);
+      *reinterpret_cast<uint2*>(red + seg * kColTile + 2 * pair) = make_uint2(k0, k1);
+      consumer_sync();  // the slot read and the keys in red
+      if (threadIdx.x == 0) cuda::mbar_arrive(cuda::smem_u32(&empty[s]));
+      if (threadIdx.x < kColTile) {
+        uint32_t k = 0;
+#pragma unroll
+        for (int q = 0; q < kColTile / kColSeg; ++q) k = max(k, red[q * kColTile + threadIdx.x]);
+        if (k != 0) atomicMax(a.keys + (what / tiles / strips) * a.ngc + c0 + threadIdx.x, k);
+      }
+      consumer_sync();  // then one release: every thread's atomicMax is ordered before the count (cumulativity)
+      if (threadIdx.x == 0) red_release_gpu_add(sync + 1 + what / tiles, 1u);
+    } else {  // pass 2: col_kernel's codes with the group keys of keys[]
+      const int64_t tile = -2 - what;
+      origin(tile, r0, c0);
+      float ts;
+      amax_key = max(amax_key, col_tile_codes<I, true, 8, false, false, false, true, true>(a, xin, xin, red, r0, c0, ts));
+      if (tile == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
+      cuda::fence_proxy_async_shared();  // the codes written over the slot, before the next bulk copy into it
+      consumer_sync();
+      if (threadIdx.x == 0) cuda::mbar_arrive(cuda::smem_u32(&empty[s]));
+    }
+  }
+  if (a.acc_amax) {
+    const uint32_t k = __reduce_max_sync(kFull, amax_key);
+    if ((threadIdx.x & 31) == 0) amax_update(a.amax, finish_key(k));
+  }
 }
 
 // ------------------------------------------------------------------------------------ SwiGLU, 1 x 128 tiles
@@ -2841,11 +3006,18 @@ int env_mode(const char* var, int max_mode, int unset) {
 
 // MXPREC_QUANTIZE_TALL picks the kernels of row scaling along axis 1 where col_kernel's tiles apply (FP8 groups of
 // 128 T rows, T > 1): 2 (or unset) tall_col_kernel, one launch with x's second read from L2, with L2 cache hints; 1 the
-// same without them; 0 vgroup_kernel's keys pass + col_kernel (x read from DRAM twice). Read at every launch, so that a
-// test or an A/B can switch it within one process; -1 for any other value. MXPREC_QUANTIZE_TALL_LAG (measurements
-// only): tall_col_kernel's lag in tiles, a positive integer (below the group's tiles: raised to them); unset, empty
+// same without them; 3 tall_ring_kernel (persistent, warp-specialized, with the hints); 0 vgroup_kernel's keys pass +
+// col_kernel (x read from DRAM twice). Read at every launch, so that a test or an A/B can switch it within one
+// process; -1 for any other value. MXPREC_QUANTIZE_TALL_LAG (measurements only): tall_col_kernel's (and
+// tall_ring_kernel's, by tall_ring_lag) lag in tiles, a positive integer (below the group's tiles: raised to them); unset, empty
 // or 0: tall_lag's rule; anything else: -1.
-int tall_mode() { return env_mode("MXPREC_QUANTIZE_TALL", 2, 2); }
+int tall_mode() { return env_mode("MXPREC_QUANTIZE_TALL", 3, 2); }
+// MXPREC_QUANTIZE_TALL_SLOTS (measurements): tall_ring_kernel's tile buffers per CTA, 2 or 3 (unset or empty: 3);
+// -1 for any other value.
+int tall_ring_slots() {
+  const int v = env_mode("MXPREC_QUANTIZE_TALL_SLOTS", 3, 3);
+  return v == 2 || v == 3 ? v : -1;
+}
 // MXPREC_QUANTIZE_TALL_INPLACE picks tall_col_kernel's instance: 1 the in-place one (codes over x's tile in shared
 // memory, 5 CTAs per SM for 2-byte inputs), 0 the one with col_kernel's code tile (4 CTAs per SM); unset or empty
 // (2): by tall_in_place_by_size; -1 for any other value.
@@ -2893,28 +3065,61 @@ int64_t tall_lag_override() {
 
 // Row scaling along axis 1 by tall_col_kernel (see there); *launched stays false where it cannot take the call (no
 // scratch, too many tickets for a 32-bit counter), and the caller takes the two-pass kernels.
+// The zeroed scratch of tall_col_kernel / tall_ring_kernel: *sync = [ticket, done[units]], a->keys = keys[ngroups];
+// *sync stays null where the kernels cannot take the call (no scratch, too many tickets for a 32-bit counter).
+ffi::Error tall_scratch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args* a, uint32_t** sync) {
+  *sync = nullptr;
+  const int64_t tiles = a->gh / kColTile, units = (a->rows / a->gh) * (a->cols / kColTile);
+  if (2 * units * tiles > std::min<int64_t>(kMaxGrid, UINT32_MAX)) return ffi::Error::Success();  // tickets <= that
+  const size_t words = static_cast<size_t>(1 + units + a->ngroups);  // ticket, done[units], keys[ngroups]
+  auto mem = scratch.Allocate(words * sizeof(uint32_t), 16);
+  if (!mem.has_value()) return ffi::Error::Success();
+  const cudaError_t e = cudaMemsetAsync(*mem, 0, words * sizeof(uint32_t), stream);
+  if (e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
+  *sync = static_cast<uint32_t*>(*mem);
+  a->keys = *sync + 1 + units;
+  return ffi::Error::Success();
+}
+
 template <InType I, bool kHint, bool kInPlace>
 ffi::Error launch_tall(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a, int64_t lag_override,
                        bool* launched) {
   constexpr auto kKernel = tall_col_kernel<I, kHint, kInPlace>;
   *launched = false;
-  const int64_t strips = a.cols / kColTile, tiles = a.gh / kColTile, units = (a.rows / a.gh) * strips;
-  if (2 * units * tiles > std::min<int64_t>(kMaxGrid, UINT32_MAX)) return ffi::Error::Success();  // tickets <= that
-  const size_t words = static_cast<size_t>(1 + units + a.ngroups);  // ticket, done[units], keys[ngroups]
-  auto mem = scratch.Allocate(words * sizeof(uint32_t), 16);
-  if (!mem.has_value()) return ffi::Error::Success();
-  uint32_t* sync = static_cast<uint32_t*>(*mem);
-  a.keys = sync + 1 + units;
-  cudaError_t e = cudaMemsetAsync(sync, 0, words * sizeof(uint32_t), stream);
-  if (e != cudaSuccess) return cuda_error("cudaMemsetAsync", e);
+  const int64_t tiles = a.gh / kColTile, units = (a.rows / a.gh) * (a.cols / kColTile);
+  uint32_t* sync = nullptr;
+  if (auto err = tall_scratch(stream, scratch, &a, &sync); err.failure() || sync == nullptr) return err;
   constexpr int smem = static_cast<int>(tall_smem_bytes<I, kInPlace>());
   int dev = 0, ctas = 1;
-  e = cudaGetDevice(&dev);
+  cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
   if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kThreads, smem, &ctas);
   if (e != cudaSuccess) return cuda_error("tall_col_kernel launch setup", e);
   const int64_t lag = cuda::tall::tall_lag(ctas, tiles, units, lag_override);
   kKernel<<<static_cast<unsigned>(units * tiles + lag), kThreads, smem, stream>>>(a, sync, lag);
+  *launched = true;
+  return ffi::Error::Success();
+}
+
+// Row scaling along axis 1 by tall_ring_kernel (see there) on every CTA that fits at once (never more than the
+// tickets); *launched as launch_tall's.
+template <InType I, int kSlots>
+ffi::Error launch_tall_ring(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a, int64_t lag_override,
+                            bool* launched) {
+  constexpr auto kKernel = tall_ring_kernel<I, kSlots>;
+  *launched = false;
+  const int64_t tiles = a.gh / kColTile, units = (a.rows / a.gh) * (a.cols / kColTile);
+  uint32_t* sync = nullptr;
+  if (auto err = tall_scratch(stream, scratch, &a, &sync); err.failure() || sync == nullptr) return err;
+  constexpr int smem = static_cast<int>(ring_smem_bytes<I, kSlots>());
+  int dev = 0, ctas = 1;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
+  if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kRingThreads, smem, &ctas);
+  if (e != cudaSuccess) return cuda_error("tall_ring_kernel launch setup", e);
+  const int64_t lag = cuda::tall::tall_ring_lag(ctas, kSlots, tiles, units, lag_override);
+  const int64_t grid = std::min<int64_t>(ctas, units * tiles + lag);
+  kKernel<<<static_cast<unsigned>(grid), kRingThreads, smem, stream>>>(a, sync, lag);
   *launched = true;
   return ffi::Error::Success();
 }
@@ -3051,11 +3256,18 @@ ffi::Error launch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a) {
   if (col_ok && tall_groups) {
     const int tall = tall_mode();
     const int64_t lag = tall_lag_override();
-    if (tall < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_TALL must be 0, 1 or 2");
+    if (tall < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_TALL must be 0, 1, 2 or 3");
     if (lag < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_TALL_LAG must be a non-negative integer");
     const int in_place = tall_in_place_mode();
     if (in_place < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_TALL_INPLACE must be 0 or 1");
-    if (tall > 0) {
+    const int slots = tall_ring_slots();
+    if (slots < 0) return invalid(std::string(kOp) + ": MXPREC_QUANTIZE_TALL_SLOTS must be 2 or 3");
+    if (tall == 3) {
+      bool launched = false;
+      auto e = slots == 2 ? launch_tall_ring<I, 2>(stream, scratch, a, lag, &launched)
+                          : launch_tall_ring<I, 3>(stream, scratch, a, lag, &launched);
+      if (e.failure() || launched) return e;
+    } else if (tall > 0) {
       const bool ip = in_place == 1 || (in_place == 2 && tall_in_place_by_size(a, in_bytes<I>()));
       bool launched = false;
       auto e = tall == 2 ? (ip ? launch_tall<I, true, true>(stream, scratch, a, lag, &launched)

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "mbarrier.cuh"
 #include "sm90_fp8_gemm_blockwise.h"
 #include "split_tail.h"
 
@@ -52,30 +53,7 @@ constexpr int kGroupM = 8;         // row blocks per raster group
 
 // ---------------------------------------------------------------------------------------------------------------
 // PTX wrappers
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// Shared-memory operands below are 32-bit shared-window addresses (smem_u32), computed once per kernel.
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
+// smem_u32, mbar_init, mbar_arrive_expect_tx, mbar_arrive, mbar_wait: mbarrier.cuh (shared-window addresses).
 // Arrive on the barrier at the same shared-memory offset as `bar` in the cluster's CTA `rank`. The default
 // (.release.cta) form, as CUTLASS's ClusterBarrier::arrive(cta_id): `.release.cluster` compiles to a MEMBAR.ALL.GPU
 // in front of every arrive (measured: 40 % slower). What the arrive publishes is that the warp's WGMMAs finished

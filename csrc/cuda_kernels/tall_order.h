@@ -46,6 +46,14 @@ inline int64_t tall_lag(int64_t ctas, int64_t tiles, int64_t units, int64_t over
   return std::max(tiles, std::min(lag, units * tiles));
 }
 
+// tall_ring_kernel's lag (tiles .. units tiles): `override_lag` where positive, else tiles + ctas * slots / 2 (ctas:
+// its resident CTAs, each with up to `slots` items, about slots / 2 tickets, between its producer and its
+// consumers), so that a tile's codes wait for its whole unit's keys and for the tickets in flight on the whole GPU.
+inline int64_t tall_ring_lag(int64_t ctas, int64_t slots, int64_t tiles, int64_t units, int64_t override_lag) {
+  const int64_t lag = override_lag > 0 ? override_lag : tiles + ctas * slots / 2;
+  return std::max(tiles, std::min(lag, units * tiles));
+}
+
 }  // namespace tall
 }  // namespace cuda
 }  // namespace mxprec
