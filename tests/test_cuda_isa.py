@@ -651,6 +651,32 @@ def test_quantize_tall_col_kernel_instances():
         assert (count(r"\bSTG\.E\.64") >= 1) == gathered and (count(r"\bSTG\.E\.128") >= 1) == (not gathered)
 
 
+def test_quantize_tall_ring_kernel_instances():
+    """tall_ring_kernel (MXPREC_QUANTIZE_TALL=3), per input dtype and ring depth (2 / 3 tile buffers): its tiles come by
+    one-row bulk copies (UBLKCP) completing on mbarriers (SYNCS), the consumers meet on named barrier 1 of 256 threads
+    and never on barrier 0 after the start (the producer warp has left: a __syncthreads there would hang), the codes
+    are written in place (STS.U16) and leave as 8-byte row pieces; no spills, and few enough registers for the CTAs
+    per SM the ring's shared memory allows (2-byte inputs: 2 with 3 slots, 3 with 2; f32: 1)."""
+    obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
+    usage = re.findall(r"Function (\S*tall_ring_kernel\S*):\s*\n?\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)",
+                       _cuobjdump_out("--dump-resource-usage", obj))
+    assert len(usage) == 6, usage  # f32 / bf16 / f16 x 2 / 3 slots
+    for name, reg, stack, local in usage:
+        slots = int(re.search(r"ELi(\d)EEEvNS1_4ArgsEPjl", name).group(1))
+        ctas = 1 if "InTypeE0E" in name else 6 // slots
+        warps = (256 + 32) // 32
+        assert (stack, local) == ("0", "0"), f"{name}: REG:{reg} STACK:{stack} LOCAL:{local} (spills)"
+        assert ctas * warps * 32 * ((int(reg) + 7) // 8 * 8) <= 65536, f"{name}: REG:{reg} for {ctas} CTAs per SM"
+    bodies = [f for f in re.split(r"\n\s*Function : ", _sass(obj)) if "tall_ring_kernel" in f.split("\n", 1)[0]]
+    assert len(bodies) == 6
+    for body in bodies:
+        count = lambda pat: len(re.findall(pat, body))
+        assert count(r"\bUBLKCP\.S\.G\b") >= 4 and count(r"\bSYNCS\.PHASECHK") >= 2, "bulk copies on mbarriers"
+        assert count(r"\bBAR\.SYNC\S* 0x0\b") == 1, "barrier 0 only before the producer warp leaves"
+        assert count(r"\bBAR\.SYNC\S* 0x1, 0x100\b") >= 3, "the consumers' named barrier"
+        assert count(r"\bSTS\.U16") >= 16 and count(r"\bSTG\.E\.64") >= 1, "codes in place, 8-byte row pieces"
+
+
 def test_quantize_cp_async_destinations_start_on_32_byte_sectors():
     """Every kernel of cuda_quantize.o that copies x into shared memory by cp.async (LDGSTS) starts the buffer on a
     32-byte boundary, as its 16-byte global sources are placed in their sectors: with the two 16 bytes apart, each

@@ -2163,6 +2163,13 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
   const ElemFormat f = static_cast<ElemFormat>(a.fmt);
   const int64_t cols = a.cols;
   ts = 1.0f;
+  const auto sync_consumers = [] {  // every thread of the CTA, or tall_ring_kernel's consumers
+    if constexpr (kRingBarrier) {
+      consumer_sync();
+    } else {
+      __syncthreads();
+    }
+  };
   const int pair = threadIdx.x % (kColTile / 2), seg = threadIdx.x / (kColTile / 2);
   const unsigned char* col_base = xin + seg * kColSeg * kRowBytes + 2 * pair * in_bytes<I>();
   uint32_t thread_key;  // max |x| key of the thread's elements
@@ -2190,7 +2197,7 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
     } else if (whole_tile) {
       const uint32_t w = __reduce_max_sync(kFull, max(k0, k1));
       if ((threadIdx.x & 31) == 0) seg_keys[threadIdx.x / 32] = w;
-      __syncthreads();
+      sync_consumers();
       g0 = 0;
 #pragma unroll
       for (int q = 0; q < kThreads / 32; ++q) g0 = max(g0, seg_keys[q]);
@@ -2198,7 +2205,7 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
     } else if (segs_per_group > 1) {
       seg_keys[seg * kColTile + 2 * pair] = k0;
       seg_keys[seg * kColTile + 2 * pair + 1] = k1;
-      __syncthreads();
+      sync_consumers();
       const int first = seg & -segs_per_group;
       for (int q = first; q < first + segs_per_group; ++q) {
         g0 = max(g0, seg_keys[q * kColTile + 2 * pair]);
@@ -2325,11 +2332,7 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
     }
     thread_key = max(k0, k1);
   }
-  if constexpr (kRingBarrier) {
-    consumer_sync();
-  } else {
-    __syncthreads();
-  }
+  sync_consumers();
   if constexpr (kTransposed) {  // column c's 128 codes: rows r0 .. r0 + 127 of out[b][c0 + c] (B, C, R)
     const int64_t b = r0 / a.batch_rows;
     uint8_t* out = a.data + (b * cols + c0) * a.batch_rows + (r0 - b * a.batch_rows);
