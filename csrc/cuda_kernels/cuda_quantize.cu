@@ -2984,14 +2984,23 @@ cudaError_t resident_ctas(int dev, int block, int smem, int* ctas) {
   return cudaSuccess;
 }
 
+// The current device's resident CTAs of kKernel at block threads and smem bytes of dynamic shared memory (which
+// it is first allowed): the grid of the persistent and cooperative launches below.
+template <auto kKernel>
+cudaError_t resident_on_device(int block, int smem, int* ctas) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
+  if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, block, smem, ctas);
+  return e;
+}
+
 // row_kernel on a persistent grid: as many CTAs as fit on the GPU at once (at most one per group).
 template <InType I, int kBlock, int kChunks>
 ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
   constexpr int smem = kRowStages * row_buffer_bytes<I, kBlock, kChunks>();
-  int dev = 0, ctas = 1;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = allow_dynamic_smem<row_kernel<I, kBlock, kChunks>>(dev, smem);
-  if (e == cudaSuccess) e = resident_ctas<row_kernel<I, kBlock, kChunks>>(dev, kBlock, smem, &ctas);
+  int ctas = 1;
+  const cudaError_t e = resident_on_device<row_kernel<I, kBlock, kChunks>>(kBlock, smem, &ctas);
   if (e != cudaSuccess) return cuda_error("row_kernel launch setup", e);
   const int64_t grid = std::min<int64_t>(a.ngroups, static_cast<int64_t>(ctas));
   row_kernel<I, kBlock, kChunks><<<static_cast<unsigned>(grid), kBlock, smem, stream>>>(a);
@@ -3093,10 +3102,8 @@ ffi::Error launch_tall(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args
   uint32_t* sync = nullptr;
   if (auto err = tall_scratch(stream, scratch, &a, &sync); err.failure() || sync == nullptr) return err;
   constexpr int smem = static_cast<int>(tall_smem_bytes<I, kInPlace>());
-  int dev = 0, ctas = 1;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
-  if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kThreads, smem, &ctas);
+  int ctas = 1;
+  const cudaError_t e = resident_on_device<kKernel>(kThreads, smem, &ctas);
   if (e != cudaSuccess) return cuda_error("tall_col_kernel launch setup", e);
   const int64_t lag = cuda::tall::tall_lag(ctas, tiles, units, lag_override);
   kKernel<<<static_cast<unsigned>(units * tiles + lag), kThreads, smem, stream>>>(a, sync, lag);
@@ -3115,10 +3122,8 @@ ffi::Error launch_tall_ring(cudaStream_t stream, ffi::ScratchAllocator& scratch,
   uint32_t* sync = nullptr;
   if (auto err = tall_scratch(stream, scratch, &a, &sync); err.failure() || sync == nullptr) return err;
   constexpr int smem = static_cast<int>(ring_smem_bytes<I, kSlots>());
-  int dev = 0, ctas = 1;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
-  if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kRingThreads, smem, &ctas);
+  int ctas = 1;
+  const cudaError_t e = resident_on_device<kKernel>(kRingThreads, smem, &ctas);
   if (e != cudaSuccess) return cuda_error("tall_ring_kernel launch setup", e);
   const int64_t lag = cuda::tall::tall_ring_lag(ctas, kSlots, tiles, units, lag_override);
   const int64_t grid = std::min<int64_t>(ctas, units * tiles + lag);
@@ -3143,10 +3148,8 @@ bool onchip_eligible(const Args& a) {
 // threads and smem bytes of dynamic shared memory that fits on the device at once, so that its grid barrier holds.
 template <auto kKernel>
 cudaError_t launch_cooperative(cudaStream_t stream, const Args& a, uint32_t* sync, int block, int smem) {
-  int dev = 0, ctas = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, smem);
-  if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, block, smem, &ctas);
+  int ctas = 0;
+  const cudaError_t e = resident_on_device<kKernel>(block, smem, &ctas);
   if (e != cudaSuccess) return e;
   Args args = a;
   void* params[] = {&args, &sync};
@@ -3206,10 +3209,8 @@ constexpr double kNvfp4OnchipMinFill = 0.75;
 template <InType I>
 cudaError_t nvfp4_onchip_applies(const Args& a, bool* applies) {
   constexpr auto kKernel = nvfp4_onchip_kernel<I, true>;
-  int dev = 0, ctas = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = allow_dynamic_smem<kKernel>(dev, nvfp4_onchip_smem_bytes());
-  if (e == cudaSuccess) e = resident_ctas<kKernel>(dev, kNoThreads, nvfp4_onchip_smem_bytes(), &ctas);
+  int ctas = 0;
+  const cudaError_t e = resident_on_device<kKernel>(kNoThreads, nvfp4_onchip_smem_bytes(), &ctas);
   if (e != cudaSuccess) return e;
   const double capacity = static_cast<double>(ctas) * kNoThreads * (kNoRegItems + kNoSmemItems) * kUnroll * 8;
   *applies = static_cast<double>(a.n) <= capacity && static_cast<double>(a.n) > kNvfp4OnchipMinFill * capacity;
