@@ -2568,11 +2568,11 @@ __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTa
 
 // ------------------------------------------------------------------------------------ tall column groups, TMA ring
 
-// tall_ring_kernel (MXPREC_QUANTIZE_TALL=3; H200 measurements in cuda_sessions.md, fifty-ninth session): the tickets,
-// tiles, keys and codes of tall_col_kernel on persistent, warp-specialized CTAs, so that x's reads no longer wait
-// in each CTA's chain. tall_col_kernel takes nearly the same time on an H100 and an H200 (88.8 against ~98 us at
-// 16384 x 4096): its CTAs each run one ticket as a chain of round trips (ticket, pass-1 read, key atomics, release,
-// acquire, codes, stores) with 5 CTAs per SM to overlap them, so the H200's faster DRAM does not shorten it.
+// tall_ring_kernel (MXPREC_QUANTIZE_TALL=3, opt-in; fifty-ninth session, not yet run on a GPU: cuda_sessions.md):
+// the tickets, tiles, keys and codes of tall_col_kernel on persistent, warp-specialized CTAs, so that x's reads no
+// longer wait in each CTA's chain. tall_col_kernel takes nearly the same time on an H100 and an H200 (88.8 against
+// ~98 us at 16384 x 4096): its CTAs each run one ticket as a chain of round trips (ticket, pass-1 read, key atomics,
+// release, acquire, codes, stores) with 5 CTAs per SM to overlap them, so the H200's faster DRAM does not shorten it.
 // Here a CTA is kThreads consumer threads (8 warps) and one producer warp, with a ring of kSlots tile buffers
 // (x's 128 x 128 tile, row-major, as col_load_tile stages it). The producer claims tickets (tall_work's order) and
 // for each pushes pass 1 of its keys tile, then (once done[unit] == tiles, an acquire) pass 2 of its codes tile:
@@ -2696,7 +2696,8 @@ __global__ void __launch_bounds__(kRingThreads, in_bytes<I>() == 2 ? 6 / kSlots 
       const int64_t tile = -2 - what;
       origin(tile, r0, c0);
       float ts;
-      amax_key = max(amax_key, col_tile_codes<I, true, 8, false, false, false, true, true>(a, xin, xin, red, r0, c0, ts));
+      const uint32_t key = col_tile_codes<I, true, 8, false, false, false, true, true>(a, xin, xin, red, r0, c0, ts);
+      amax_key = max(amax_key, key);
       if (tile == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
       cuda::fence_proxy_async_shared();  // the codes written over the slot, before the next bulk copy into it
       consumer_sync();
