@@ -2453,6 +2453,15 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
 // faster at the large shapes, slower at 4096 x 4096 (tall_in_place_by_size). At 6 CTAs per SM (40 registers, 80 bytes
 // of stack) it was slower still. On an H200 (h200_cuda_quantize_58.md) it takes nearly the H100's time (88.8 against
 // ~98 us at 16384 x 4096), 54.9 / 55.2 / 45.0 % of the faster copy: the chain above bounds it, not DRAM.
+// The first row r0 and column c0 of tile u * tiles + i (tall_order.h's numbering: unit u = group row * strips +
+// strip, tile i of the unit's `tiles`) of a view with `strips` 128-column strips: tall_col_kernel's and
+// tall_ring_kernel's tiles.
+__device__ __forceinline__ void tall_tile_origin(int64_t tile, int64_t tiles, int64_t strips, int64_t& r0,
+                                                 int64_t& c0) {
+  const int64_t unit = tile / tiles;
+  r0 = ((unit / strips) * tiles + tile % tiles) * kColTile;
+  c0 = (unit % strips) * kColTile;
+}
 constexpr uint32_t kTallSmemPad = 128;
 constexpr int kTallInPlaceCtas = 5;  // CTAs per SM of the in-place instances (2-byte inputs): at most 48 registers
 // Dynamic shared memory: x's tile, then pass 1's [warp][column] keys (kInPlace), or col_kernel's code tile and
@@ -2488,19 +2497,14 @@ __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTa
   const int64_t strips = a.cols / kColTile, tiles = a.gh / kColTile;
   const int64_t units = (a.rows / a.gh) * strips;
   const cuda::tall::TallWork w = cuda::tall::tall_work(tall_ticket, units, tiles, lag);
-  const auto origin = [&](int64_t tile, int64_t& r0, int64_t& c0) {  // tile u * tiles + i: its first row and column
-    const int64_t unit = tile / tiles;
-    r0 = ((unit / strips) * tiles + tile % tiles) * kColTile;
-    c0 = (unit % strips) * kColTile;
-  };
   int64_t r0 = 0, c0 = 0;
   if (w.codes_tile >= 0) {  // pass 2's tile (read `lag` tickets ago: L2) into shared memory
-    origin(w.codes_tile, r0, c0);
+    tall_tile_origin(w.codes_tile, tiles, strips, r0, c0);
     col_load_tile<I>(a, xin, r0, c0);
   }
   if (w.keys_tile >= 0) {  // pass 1: the tile's column keys from registers
     int64_t k0 = 0, kc0 = 0;
-    origin(w.keys_tile, k0, kc0);
+    tall_tile_origin(w.keys_tile, tiles, strips, k0, kc0);
     const int c = threadIdx.x % kChunksPerRow, r = threadIdx.x / kChunksPerRow;
     const int64_t e0 = (k0 + r) * a.cols + kc0 + 8 * c;
     const uint64_t keep = kHint ? l2_policy_evict_last() : 0;
@@ -2606,11 +2610,6 @@ __global__ void __launch_bounds__(kRingThreads, in_bytes<I>() == 2 ? 6 / kSlots 
   const int64_t strips = a.cols / kColTile, tiles = a.gh / kColTile;
   const int64_t units = (a.rows / a.gh) * strips;
   const int64_t tickets = units * tiles + lag;
-  const auto origin = [&](int64_t tile, int64_t& r0, int64_t& c0) {  // tile u * tiles + i: its first row and column
-    const int64_t unit = tile / tiles;
-    r0 = ((unit / strips) * tiles + tile % tiles) * kColTile;
-    c0 = (unit % strips) * kColTile;
-  };
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
@@ -2639,7 +2638,7 @@ __global__ void __launch_bounds__(kRingThreads, in_bytes<I>() == 2 ? 6 / kSlots 
       __syncwarp();
       if (tile >= 0) {
         int64_t r0 = 0, c0 = 0;
-        origin(tile, r0, c0);
+        tall_tile_origin(tile, tiles, strips, r0, c0);
         const char* src = static_cast<const char*>(a.x) + ((r0 + lane) * a.cols + c0) * in_bytes<I>();
         const uint32_t dst = cuda::smem_u32(smem + s * kTileBytes + lane * kRowBytes);
 #pragma unroll
@@ -2678,7 +2677,7 @@ __global__ void __launch_bounds__(kRingThreads, in_bytes<I>() == 2 ? 6 / kSlots 
     unsigned char* xin = smem + s * kTileBytes;
     int64_t r0 = 0, c0 = 0;
     if (what >= 0) {  // pass 1: the tile's column keys into keys[], then the tile counted into done[unit]
-      origin(what, r0, c0);
+      tall_tile_origin(what, tiles, strips, r0, c0);
       uint32_t k0, k1;
       col_pair_keys<I>(xin + seg * kColSeg * kRowBytes + 2 * pair * in_bytes<I>(), k0, k1);
       *reinterpret_cast<uint2*>(red + seg * kColTile + 2 * pair) = make_uint2(k0, k1);
@@ -2694,7 +2693,7 @@ __global__ void __launch_bounds__(kRingThreads, in_bytes<I>() == 2 ? 6 / kSlots 
       if (threadIdx.x == 0) red_release_gpu_add(sync + 1 + what / tiles, 1u);
     } else {  // pass 2: col_kernel's codes with the group keys of keys[]
       const int64_t tile = -2 - what;
-      origin(tile, r0, c0);
+      tall_tile_origin(tile, tiles, strips, r0, c0);
       float ts;
       const uint32_t key = col_tile_codes<I, true, 8, false, false, false, true, true>(a, xin, xin, red, r0, c0, ts);
       amax_key = max(amax_key, key);
@@ -3022,8 +3021,8 @@ int env_mode(const char* var, int max_mode, int unset) {
 // same without them; 3 tall_ring_kernel (persistent, warp-specialized, with the hints); 0 vgroup_kernel's keys pass +
 // col_kernel (x read from DRAM twice). Read at every launch, so that a test or an A/B can switch it within one
 // process; -1 for any other value. MXPREC_QUANTIZE_TALL_LAG (measurements only): tall_col_kernel's (and
-// tall_ring_kernel's, by tall_ring_lag) lag in tiles, a positive integer (below the group's tiles: raised to them); unset, empty
-// or 0: tall_lag's rule; anything else: -1.
+// tall_ring_kernel's, by tall_ring_lag) lag in tiles, a positive integer (below the group's tiles: raised to them);
+// unset, empty or 0: tall_lag's rule; anything else: -1.
 int tall_mode() { return env_mode("MXPREC_QUANTIZE_TALL", 3, 2); }
 // MXPREC_QUANTIZE_TALL_SLOTS (measurements): tall_ring_kernel's tile buffers per CTA, 2 or 3 (unset or empty: 3);
 // -1 for any other value.
@@ -3076,8 +3075,6 @@ int64_t tall_lag_override() {
   return n;
 }
 
-// Row scaling along axis 1 by tall_col_kernel (see there); *launched stays false where it cannot take the call (no
-// scratch, too many tickets for a 32-bit counter), and the caller takes the two-pass kernels.
 // The zeroed scratch of tall_col_kernel / tall_ring_kernel: *sync = [ticket, done[units]], a->keys = keys[ngroups];
 // *sync stays null where the kernels cannot take the call (no scratch, too many tickets for a 32-bit counter).
 ffi::Error tall_scratch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args* a, uint32_t** sync) {
@@ -3094,6 +3091,8 @@ ffi::Error tall_scratch(cudaStream_t stream, ffi::ScratchAllocator& scratch, Arg
   return ffi::Error::Success();
 }
 
+// Row scaling along axis 1 by tall_col_kernel (see there); *launched stays false where it cannot take the call (no
+// scratch, too many tickets for a 32-bit counter), and the caller takes the two-pass kernels.
 template <InType I, bool kHint, bool kInPlace>
 ffi::Error launch_tall(cudaStream_t stream, ffi::ScratchAllocator& scratch, Args a, int64_t lag_override,
                        bool* launched) {
