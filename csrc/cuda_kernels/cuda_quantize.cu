@@ -2442,12 +2442,13 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
 // one tile (its 128 column keys, read into registers and maxed into keys[] by atomicMax; then the tile is counted
 // into done[unit]) and pass 2 of the tile keyed `lag` tickets earlier (col_kernel's body, col_tile_codes with keys_in,
 // once done[unit] == T). The pass-1 tickets of a unit all precede its pass-2 tickets (lag >= T), so a CTA waits only
-// for smaller tickets, claimed by CTAs already running; the one holding the smallest pass-1 ticket not yet counted
-// waits for nothing uncounted and reaches its count: no deadlock, whatever the residency (tall_order_host_test.cc
-// simulates it). Since the sixtieth session the wait (and pass 2's group keys, staged into shared memory) runs on
-// warp kTallKeysWarp while its pass-1 reads are in flight, before the CTA's own count, and the count's release
-// waits only for warps 0 .. 3 (the atomics): the release, the acquire and the keys' L2 read had been three round
-// trips in a row in every CTA's chain, after pass 1.
+// for smaller tickets, claimed by CTAs already running, and the count itself waits for nothing: no deadlock, whatever
+// the residency (tall_order_host_test.cc checks the order). The wait (and pass 2's group keys, staged into shared
+// memory) runs on warp kTallKeysWarp after pass 1's key reduction, beside warps 0 .. 3's atomics and the count's
+// release (a named barrier of those four warps): the release, the acquire and the keys' L2 read had been three round
+// trips in a row in every CTA's chain. The wait must not come before that reduction's __syncthreads: then every count
+// waits for an earlier unit, and the units' completions chain across CTAs (sixty-first session, h100_tall_keys_warp.md:
+// 57-62 % of copy against 68-70 %).
 // Pass 1's DRAM read and pass 2's L2 read are in flight together. kHint: pass 1 reads with
 // L2 evict_last (cp.async with an L2::cache_hint for pass 2's read, evict_first, compiled to an LDGSTS on a misaligned
 // uniform-register descriptor, CUDA 13.0, and faulted with an illegal instruction on an H100). sync (XLA scratch,
@@ -2517,7 +2518,7 @@ __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTa
     col_load_tile<I>(a, xin, r0, c0);
   }
   // Warp kTallKeysWarp: once pass 2's unit is keyed (an acquire), its kColTile group keys into group_keys. It runs
-  // while its pass-1 reads of x are in flight, before this CTA's own count (see above: no deadlock).
+  // after pass 1's last __syncthreads, beside warps 0 .. 3's atomics and count, so that the count never waits for it.
   const auto stage_group_keys = [&] {
     const int lane = threadIdx.x & 31;
     if (lane == 0) {
@@ -2544,7 +2545,6 @@ __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTa
         const int64_t e = e0 + static_cast<int64_t>(b + j) * kRowStep * a.cols;
         raw[j] = kHint ? load_raw_hint<I>(a.x, e, keep) : load_raw<I>(a.x, e);
       }
-      if (b == 0 && keys_warp) stage_group_keys();  // while its first reads of x are in flight
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         if constexpr (I == InType::kBF16) {  // key[i] holds the packed bf16 magnitudes of columns 2 i, 2 i + 1
@@ -2582,9 +2582,11 @@ __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTa
       for (int q = 0; q < kThreads / 32; ++q) k = max(k, red[q * kColTile + threadIdx.x]);
       if (k != 0) atomicMax(a.keys + (w.keys_tile / tiles / strips) * a.ngc + kc0 + threadIdx.x, k);
       // then one release: every atomicMax (warps 0 .. 3, meeting on their own barrier) before the count
-      // (cumulativity); the other warps go on to pass 2
+      // (cumulativity); meanwhile warp kTallKeysWarp waits for pass 2's unit and stages its keys
       asm volatile("bar.sync %0, %1;" ::"n"(kTallCountBarrier), "n"(kColTile) : "memory");
       if (threadIdx.x == 0) red_release_gpu_add(sync + 1 + w.keys_tile / tiles, 1u);
+    } else if (keys_warp) {
+      stage_group_keys();
     }
   } else if (keys_warp) {
     stage_group_keys();

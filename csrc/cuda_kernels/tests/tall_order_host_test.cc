@@ -4,15 +4,11 @@
 //      every ticket has work, the last keys ticket of every unit lies before its first codes ticket (the no-deadlock
 //      condition), and each tile's two tickets lie exactly lag apart;
 //   3. tall_ring_lag: an override > 0 wins, else tiles + ctas * slots / 2; clamped as tall_lag;
-//   4. tall_col_kernel's schedule, simulated: CTAs of one ticket each (at most `resident` at once, the next starting
-//      as one ends; a CTA claims its ticket when it starts) that wait for their pass-2 unit's keys before they count
-//      their own pass-1 tile (the sixtieth session's order), then code; random interleavings, checked as in 5;
-//   5. tall_ring_kernel's schedule, simulated: CTAs (at most `resident` at once, the next starting as one ends) whose
+//   4. tall_ring_kernel's schedule, simulated: CTAs (at most `resident` at once, the next starting as one ends) whose
 //      producer claims tickets in order, pushes pass 1 and then, once its unit's keys are all counted, pass 2 into a
 //      ring of `slots` items, and whose consumers pop the ring in order; random interleavings. Every run must end
 //      (no state where work is left and no step can be taken) with every tile coded once, after its unit's keys.
 // Prints "<check> <cases> <mismatches>" per line and the first mismatches; exit status 1 if any.
-#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -65,63 +61,6 @@ void check_order(int64_t units, int64_t tiles, int64_t lag) {
   }
 }
 
-
-// One random run of tall_col_kernel's schedule (see the top); false (and a mismatch) on a deadlock or a wrong result.
-// A CTA's stages: 0 claim a ticket, 1 wait for its pass-2 unit (if any), 2 count its pass-1 tile (if any), 3 code.
-bool simulate_col(int64_t units, int64_t tiles, int64_t lag, int resident, std::mt19937& rng) {
-  const int64_t total = units * tiles + lag;
-  struct Cta {
-    int stage = 0;
-    TallWork w{-1, -1};
-  };
-  std::vector<Cta> running(static_cast<size_t>(resident));
-  std::vector<int64_t> done(static_cast<size_t>(units), 0), coded(static_cast<size_t>(units * tiles), 0);
-  int64_t ticket = 0, launched = resident;  // CTAs launched so far (one per ticket: total of them)
-  if (launched > total) launched = total, running.resize(static_cast<size_t>(total));
-  std::vector<size_t> steps;
-  for (;;) {
-    steps.clear();
-    for (size_t c = 0; c < running.size(); ++c) {
-      const Cta& k = running[c];
-      const bool blocked = k.stage == 1 && done[static_cast<size_t>(k.w.codes_tile / tiles)] != tiles;
-      if (!blocked) steps.push_back(c);
-    }
-    if (steps.empty()) break;
-    const size_t c = steps[std::uniform_int_distribution<size_t>(0, steps.size() - 1)(rng)];
-    Cta& k = running[c];
-    if (k.stage == 0) {
-      k.w = tall_work(ticket++, units, tiles, lag);
-      k.stage = k.w.codes_tile >= 0 ? 1 : 2;
-    } else if (k.stage == 1) {
-      k.stage = 2;
-    } else if (k.stage == 2) {
-      if (k.w.keys_tile >= 0) ++done[static_cast<size_t>(k.w.keys_tile / tiles)];
-      k.stage = 3;
-    } else {
-      if (k.w.codes_tile >= 0) {
-        if (done[static_cast<size_t>(k.w.codes_tile / tiles)] != tiles) {
-          fail("col codes before keys", units, tiles, lag, k.w.codes_tile);
-        }
-        ++coded[static_cast<size_t>(k.w.codes_tile)];
-      }
-      if (launched < total) {  // the CTA ends; the next one takes its place
-        k = Cta{};
-        ++launched;
-      } else {
-        running.erase(running.begin() + static_cast<std::ptrdiff_t>(c));
-      }
-    }
-  }
-  const bool ok = running.empty() && ticket == total;
-  if (!ok) fail("col deadlock", units, tiles, lag, ticket);
-  for (int64_t i = 0; i < units * tiles; ++i) {
-    if (coded[static_cast<size_t>(i)] != 1) {
-      fail("col coded", units, tiles, lag, i);
-      return false;
-    }
-  }
-  return ok;
-}
 
 // One random run of tall_ring_kernel's schedule (see the top); false (and a mismatch) on a deadlock or a wrong result.
 bool simulate_ring(int64_t units, int64_t tiles, int64_t lag, int ctas, int resident, int slots, std::mt19937& rng) {
@@ -248,23 +187,6 @@ int main() {
       }
     }
     std::printf("ring_lags %lld %lld\n", static_cast<long long>(n), static_cast<long long>(g_bad - before_ring));
-  }
-  {
-    const int64_t before_col = g_bad;
-    std::mt19937 rng(60);
-    int64_t runs = 0;
-    for (int64_t units : {1, 3, 4, 6, 16}) {
-      for (int64_t tiles : {2, 3, 8}) {
-        for (int64_t lag : {tiles, tiles + 1, tiles + 5, units * tiles}) {
-          for (int resident : {1, 2, 3, 7, 40}) {
-            for (int rep = 0; rep < 20; ++rep, ++runs) {
-              if (!simulate_col(units, tiles, std::min(lag, units * tiles), resident, rng)) break;
-            }
-          }
-        }
-      }
-    }
-    std::printf("col %lld %lld\n", static_cast<long long>(runs), static_cast<long long>(g_bad - before_col));
   }
   {
     const int64_t before_sim = g_bad;
