@@ -2147,9 +2147,11 @@ __device__ __forceinline__ void col_pair_keys(const unsigned char* col_base, uin
 // rows r0, columns c0 of `a`'s view: every thread of the CTA calls it once (it synchronizes), after xin is complete.
 // codes / seg_keys: the kernel's shared code tile and segment keys. Returns the max |x| key of the thread's elements;
 // ts: NVFP4's tensor scale (1 for the other kinds). kRingBarrier: the CTA's kThreads threads are tall_ring_kernel's
-// consumers, and they synchronize on named barrier kRingConsumerBarrier instead of __syncthreads.
+// consumers, and they synchronize on named barrier kRingConsumerBarrier instead of __syncthreads. kStagedKeys (with
+// a.keys): the tile's kColTile group keys are already in seg_keys[0 .. kColTile) (column c0 + j at j), staged by the
+// caller, instead of read from a.keys (L2) here.
 template <InType I, bool kBand, int kBits, bool kNvfp4, bool kTransposed, bool kRows, bool kInPlace = false,
-          bool kRingBarrier = false>
+          bool kRingBarrier = false, bool kStagedKeys = false>
 __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned char* xin, uint8_t* codes,
                                                    uint32_t* seg_keys, int64_t r0, int64_t c0, float& ts,
                                                    const Nvfp4Limits* nvfp4_table = nullptr) {
@@ -2191,7 +2193,10 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
     const int64_t grow = keys_in ? (r0 + seg * kColSeg) / a.gh : (r0 + seg * kColSeg) >> (__ffs(static_cast<int>(a.gh)) - 1);
     const int64_t col = c0 + 2 * pair;
     uint32_t g0 = k0, g1 = k1;
-    if (keys_in) {
+    if (keys_in && kStagedKeys) {
+      g0 = seg_keys[2 * pair];
+      g1 = seg_keys[2 * pair + 1];
+    } else if (keys_in) {
       g0 = __ldcg(a.keys + grow * a.ngc + col);  // L2: tall_col_kernel's keys are maxed there during the launch
       g1 = __ldcg(a.keys + grow * a.ngc + col + 1);
     } else if (whole_tile) {
@@ -2436,9 +2441,15 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
 // a ticket (not blockIdx: tickets are claimed in order by CTAs already running) and does up to two things: pass 1 of
 // one tile (its 128 column keys, read into registers and maxed into keys[] by atomicMax; then the tile is counted
 // into done[unit]) and pass 2 of the tile keyed `lag` tickets earlier (col_kernel's body, col_tile_codes with keys_in,
-// once done[unit] == T). It finishes its pass 1 before it waits, and the pass-1 tickets of a unit all precede its
-// pass-2 tickets, so a waiting CTA waits only for running CTAs that reach their count without waiting (no deadlock,
-// whatever the residency). Pass 1's DRAM read and pass 2's L2 read are in flight together. kHint: pass 1 reads with
+// once done[unit] == T). The pass-1 tickets of a unit all precede its pass-2 tickets (lag >= T), so a CTA waits only
+// for smaller tickets, claimed by CTAs already running, and the count itself waits for nothing: no deadlock, whatever
+// the residency (tall_order_host_test.cc checks the order). The wait (and pass 2's group keys, staged into shared
+// memory) runs on warp kTallKeysWarp after pass 1's key reduction, beside warps 0 .. 3's atomics and the count's
+// release (a named barrier of those four warps): the release, the acquire and the keys' L2 read had been three round
+// trips in a row in every CTA's chain. The wait must not come before that reduction's __syncthreads: then every count
+// waits for an earlier unit, and the units' completions chain across CTAs (sixty-first session, h100_tall_keys_warp.md:
+// 57-62 % of copy against 68-70 %).
+// Pass 1's DRAM read and pass 2's L2 read are in flight together. kHint: pass 1 reads with
 // L2 evict_last (cp.async with an L2::cache_hint for pass 2's read, evict_first, compiled to an LDGSTS on a misaligned
 // uniform-register descriptor, CUDA 13.0, and faulted with an illegal instruction on an H100). sync (XLA scratch,
 // zeroed by the host): [0] the ticket counter, [1 + u] done[u]; a.keys (zeroed): the group keys. Measured (H100,
@@ -2464,14 +2475,16 @@ __device__ __forceinline__ void tall_tile_origin(int64_t tile, int64_t tiles, in
 }
 constexpr uint32_t kTallSmemPad = 128;
 constexpr int kTallInPlaceCtas = 5;  // CTAs per SM of the in-place instances (2-byte inputs): at most 48 registers
-// Dynamic shared memory: x's tile, then pass 1's [warp][column] keys (kInPlace), or col_kernel's code tile and
-// segment keys (pass 1's keys in the code tile).
+// Dynamic shared memory: x's tile, then pass 1's [warp][column] keys and pass 2's staged group keys (kInPlace), or
+// col_kernel's code tile and segment keys (pass 1's keys in the code tile, pass 2's group keys in the segment keys).
 template <InType I, bool kInPlace>
 constexpr size_t tall_smem_bytes() {
-  return (kInPlace ? static_cast<size_t>(kColTile) * kColTile * in_bytes<I>() + kThreads / 32 * kColTile * 4
+  return (kInPlace ? static_cast<size_t>(kColTile) * kColTile * in_bytes<I>() + (kThreads / 32 + 1) * kColTile * 4
                    : col_smem_bytes<I>()) +
          kTallSmemPad;
 }
+constexpr int kTallKeysWarp = kColTile / 32;  // the first warp with no pass-1 atomics: it stages pass 2's group keys
+constexpr int kTallCountBarrier = 1;          // named barrier of the warps with pass-1 atomics (0 is __syncthreads')
 template <InType I, bool kHint, bool kInPlace>
 __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTallInPlaceCtas : 0)
     tall_col_kernel(Args a, uint32_t* sync, int64_t lag) {
@@ -2490,7 +2503,9 @@ __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTa
   uint8_t* codes = kInPlace ? xin : smem + kColTile * kRowBytes;
   uint32_t* red = reinterpret_cast<uint32_t*>(smem + kColTile * kRowBytes);  // pass 1's keys: [warp][column]
   // (col_tile_codes reads no segment keys when the group keys come in: any 2 KB of shared memory not in use)
-  uint32_t* seg_keys = kInPlace ? red : reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);
+  // pass 2's group keys, staged (col_tile_codes kStagedKeys): after pass 1's keys (in place), or in col_kernel's
+  // segment keys (not in use: pass 1's keys are in the code tile)
+  uint32_t* group_keys = kInPlace ? red + kThreads / 32 * kColTile : reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);
   __shared__ uint32_t tall_ticket;
   if (threadIdx.x == 0) tall_ticket = atomicAdd(sync, 1u);
   __syncthreads();
@@ -2502,6 +2517,19 @@ __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTa
     tall_tile_origin(w.codes_tile, tiles, strips, r0, c0);
     col_load_tile<I>(a, xin, r0, c0);
   }
+  // Warp kTallKeysWarp: once pass 2's unit is keyed (an acquire), its kColTile group keys into group_keys. It runs
+  // after pass 1's last __syncthreads, beside warps 0 .. 3's atomics and count, so that the count never waits for it.
+  const auto stage_group_keys = [&] {
+    const int lane = threadIdx.x & 31;
+    if (lane == 0) {
+      while (ld_acquire_gpu(sync + 1 + w.codes_tile / tiles) < static_cast<uint32_t>(tiles)) __nanosleep(64);
+    }
+    __syncwarp();
+    const uint32_t* src = a.keys + (w.codes_tile / tiles / strips) * a.ngc + c0;
+#pragma unroll
+    for (int j = 0; j < kColTile / 32; ++j) group_keys[lane + 32 * j] = __ldcg(src + lane + 32 * j);
+  };
+  const bool keys_warp = w.codes_tile >= 0 && threadIdx.x / 32 == kTallKeysWarp;
   if (w.keys_tile >= 0) {  // pass 1: the tile's column keys from registers
     int64_t k0 = 0, kc0 = 0;
     tall_tile_origin(w.keys_tile, tiles, strips, k0, kc0);
@@ -2553,19 +2581,22 @@ __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTa
 #pragma unroll
       for (int q = 0; q < kThreads / 32; ++q) k = max(k, red[q * kColTile + threadIdx.x]);
       if (k != 0) atomicMax(a.keys + (w.keys_tile / tiles / strips) * a.ngc + kc0 + threadIdx.x, k);
+      // then one release: every atomicMax (warps 0 .. 3, meeting on their own barrier) before the count
+      // (cumulativity); meanwhile warp kTallKeysWarp waits for pass 2's unit and stages its keys
+      asm volatile("bar.sync %0, %1;" ::"n"(kTallCountBarrier), "n"(kColTile) : "memory");
+      if (threadIdx.x == 0) red_release_gpu_add(sync + 1 + w.keys_tile / tiles, 1u);
+    } else if (keys_warp) {
+      stage_group_keys();
     }
-    __syncthreads();  // then one release: every thread's atomicMax is ordered before the count (cumulativity)
-    if (threadIdx.x == 0) red_release_gpu_add(sync + 1 + w.keys_tile / tiles, 1u);
+  } else if (keys_warp) {
+    stage_group_keys();
   }
   if (w.codes_tile < 0) return;
-  if (threadIdx.x == 0) {
-    while (ld_acquire_gpu(sync + 1 + w.codes_tile / tiles) < static_cast<uint32_t>(tiles)) __nanosleep(64);
-  }
   cp_async_wait_all();
   __syncthreads();
   float ts;
-  const uint32_t thread_key =
-      col_tile_codes<I, true, 8, false, false, false, kInPlace>(a, xin, codes, seg_keys, r0, c0, ts);
+  const uint32_t thread_key = col_tile_codes<I, true, 8, false, false, false, kInPlace, false, true>(
+      a, xin, codes, group_keys, r0, c0, ts);
   if (w.codes_tile == 0 && threadIdx.x == 0) *a.tensor_scale = ts;
   if (a.acc_amax) block_amax(a.amax, thread_key);
 }
