@@ -2502,10 +2502,10 @@ __global__ void __launch_bounds__(kThreads, kInPlace && in_bytes<I>() == 2 ? kTa
   unsigned char* xin = smem;
   uint8_t* codes = kInPlace ? xin : smem + kColTile * kRowBytes;
   uint32_t* red = reinterpret_cast<uint32_t*>(smem + kColTile * kRowBytes);  // pass 1's keys: [warp][column]
-  // (col_tile_codes reads no segment keys when the group keys come in: any 2 KB of shared memory not in use)
   // pass 2's group keys, staged (col_tile_codes kStagedKeys): after pass 1's keys (in place), or in col_kernel's
   // segment keys (not in use: pass 1's keys are in the code tile)
-  uint32_t* group_keys = kInPlace ? red + kThreads / 32 * kColTile : reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);
+  uint32_t* group_keys =
+      kInPlace ? red + kThreads / 32 * kColTile : reinterpret_cast<uint32_t*>(codes + kColTile * kColTile);
   __shared__ uint32_t tall_ticket;
   if (threadIdx.x == 0) tall_ticket = atomicAdd(sync, 1u);
   __syncthreads();
