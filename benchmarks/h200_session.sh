@@ -103,7 +103,9 @@
 # arm, e.g. AQ=tile,mx,delayed or AQ=tile,mx,weights; names get _aq...), CONFIG (the Llama config of the
 # llama / profile / hlo stages; default llama3_8b_4layer), LLAMA_ARGS (extra `mxprec.bench llama` arguments
 # of those stages, e.g. LLAMA_ARGS="--loss-pick gather"), LLAMA_XLA_FLAGS (XLA_FLAGS of the llama: / llama-ab: arms)
-# and TAG (a suffix for the llama: / llama-ab: / hlo: / profile: output names).
+# and TAG (a suffix for the llama: / llama-ab: / hlo: / profile: output names). REQUIRE_GPU (e.g. H200): exit 3
+# before any stage unless the first GPU's name contains it, so that a call meant for one card costs little on another
+# (the device tool's kinds give H100s or H200s).
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -113,6 +115,10 @@ CONFIG="${CONFIG:-llama3_8b_4layer}"
 R="$OUT/r"
 mkdir -p "$R"
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader > "$R/smi.txt" 2>&1 || true
+if [ -n "${REQUIRE_GPU:-}" ] && ! head -n 1 "$R/smi.txt" | grep -q -- "$REQUIRE_GPU"; then
+  echo "REQUIRE_GPU=$REQUIRE_GPU: this GPU is $(head -n 1 "$R/smi.txt"); no stage run" >&2
+  exit 3
+fi
 
 step() {  # step NAME COMMAND...: runs under the time limit, logs to $R/NAME.log, prints the tail
   local name="$1"

@@ -43,3 +43,23 @@ def test_script_parses():
         pytest.skip("needs the source tree and bash")
     res = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize(("gpu", "runs_stages"), [("NVIDIA H100 80GB HBM3", False), ("NVIDIA H200", True)])
+def test_require_gpu_stops_before_any_stage_on_another_card(tmp_path, gpu, runs_stages):
+    if not SCRIPT.is_file() or shutil.which("bash") is None:
+        pytest.skip("needs the source tree and bash")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(f"#!/bin/sh\necho '{gpu}, 1980 MHz, 700.00 W'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "OUT": str(tmp_path / "out"), "REQUIRE_GPU": "H200"}
+    # A stage the script does not know: it only reports it, so the card check is all that is exercised.
+    res = subprocess.run(["bash", str(SCRIPT), "no-such-stage"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, check=False)
+    if runs_stages:
+        assert res.returncode == 0, res.stderr
+        assert "unknown stage no-such-stage" in res.stderr
+    else:
+        assert res.returncode == 3, res.stderr
+        assert "REQUIRE_GPU=H200" in res.stderr and "unknown stage" not in res.stderr
