@@ -845,11 +845,15 @@ def test_current_scaling_in_one_read_matches_two_passes(shape, dtype, monkeypatc
 def test_current_scaling_every_bf16_value(fmt, monkeypatch):
     """onchip_kernel's codes of every finite bf16 value up to the amax, both signs, against the two-pass kernels
     and the CPU oracle, for tensor scales where one multiply by the reciprocal would give the division's codes and
-    for ones where it would not."""
+    for ones where it would not; and for amaxes that csrc/common/bf16_mul_certificate.h certifies (the kernel then
+    multiplies: significand m = 5) or not (it divides: m = 4, and m = 10 / 54, where a multiply gives 15 / 30
+    elements below the amax another code)."""
     exact, split = _multiply_split_amaxes(fmt is E5M2)
     assert len(exact) > 1 and len(split) > 1
     mags = np.abs(_EVERY_BF16[np.isfinite(_EVERY_BF16)])
-    for amax in (exact[0], exact[-1], split[0], split[-1]):
+    certified = (1 + 5 / 128) * 2.0**-7
+    uncertified = [(1 + 4 / 128) * 2.0**3, (1 + (54 if fmt is E5M2 else 10) / 128) * 2.0**5]
+    for amax in (exact[0], exact[-1], split[0], split[-1], certified, *uncertified):
         v = np.unique(mags[mags <= amax])
         v = np.concatenate([v, -v, [amax]]).astype(np.float32)
         v = np.resize(np.random.default_rng(1).permutation(v), (-(-v.size // 1024) * 1024,))

@@ -30,7 +30,8 @@
 //                   skipped when the global word is already larger (every kernel maxes its part of
 //                   the tensor amax the same way);
 //   onchip_kernel   tensor current scaling in one read of x where it fits on chip (a cooperative grid holds x in
-//                   registers and shared memory across a grid barrier; the rest is read twice); amax_kernel +
+//                   registers and shared memory across a grid barrier; the rest is read twice; bf16 codes by one
+//                   multiply where the amax is certified, bf16_mul_certificate.h); amax_kernel +
 //                   tensor_kernel where it does not apply (MXPREC_QUANTIZE_ONCHIP=0, unaligned or n % 8 != 0);
 //   tensor_kernel   tensor / delayed: one cast pass (current: after amax_kernel; delayed and
 //                   amax_mode 1: fused with the amax, one pass over x); an FP8 chunk whose first
@@ -87,6 +88,7 @@
 #include <string>
 #include <type_traits>
 
+#include "bf16_mul_certificate.h"
 #include "cuda_status.h"
 #include "ffi_helpers.h"
 #include "formats.h"
@@ -428,6 +430,15 @@ __device__ __forceinline__ uint2 in_band_fp8_codes8(const float (&x)[8], PAt p, 
   for (int i = 0; i < 8; ++i) {
     q[i] = markstein_steps(x[i], __fmul_rn(x[i], r(i)), p(i), r(i));
   }
+  return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
+}
+
+// FP8 codes of 8 elements by one multiply each, q = RN(x * r): only where bf16_mul_exact proved them equal to the
+// codes of RN(x / s) (r = RN(1 / s), x bf16 with |x| <= the certified amax).
+__device__ __forceinline__ uint2 mul_fp8_codes8(const float (&x)[8], float r, bool e5m2) {
+  float q[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = __fmul_rn(x[i], r);
   return make_uint2(fp8x4(q[0], q[1], q[2], q[3], e5m2), fp8x4(q[4], q[5], q[6], q[7], e5m2));
 }
 
@@ -1407,6 +1418,9 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // (more x on chip, half the warps for the codes after the barrier) reached 58.8 / 53.6-54.5: the codes' arithmetic
 // after the barrier, not DRAM, bounds the kernel (h100_quantize_onchip.md). A trace build (MXPREC_ONCHIP_TRACE,
 // benchmarks/onchip_trace.py) puts 7.7 + 1.1 us of 31 at 4096 x 4096 in the held rounds' codes after the barrier.
+// MXPREC_ONCHIP_MUL (sixty-second session, h100_quantize_mul_certificate.md): bf16 tensors whose amax significand
+// is certified take one multiply per code there; H100, % of copy 64.7-64.9 -> 65.3-65.7 at 16384 x 4096, 69.2-69.9
+// -> 75.0-75.8 at 4096 x 4096.
 #ifndef MXPREC_ONCHIP_THREADS
 #define MXPREC_ONCHIP_THREADS 1024
 #endif
@@ -1432,6 +1446,9 @@ constexpr int kOcThreads = MXPREC_ONCHIP_THREADS;
 // the shared-memory rounds' codes inside the spill loop (H200: 0.6-1.0 points slower).
 #ifndef MXPREC_ONCHIP_STAGE
 #define MXPREC_ONCHIP_STAGE 1
+#endif
+#ifndef MXPREC_ONCHIP_MUL
+#define MXPREC_ONCHIP_MUL 1
 #endif
 
 template <InType I>
@@ -1641,43 +1658,61 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   // chunk's key (RN(key * r) is monotone in the key; a NaN anywhere or a floored scale fails it), instead of per
   // chunk (+2.2 / +4.3 points of copy at 16384 x 4096 / 4096 x 4096 on the H100).
   const bool band = MXPREC_ONCHIP_TBAND && kFp8 && markstein_band(es, rc, amax_bits);
+  // MXPREC_ONCHIP_MUL (default 1): bf16 x whose amax's significand is certified (bf16_mul_certificate.h) take one
+  // multiply by RN(1 / s) per code instead of Markstein's five operations.
+  const bool mul = MXPREC_ONCHIP_MUL && I == InType::kBF16 && band && bf16_mul_exact(amax_bits, f);
   const bool e5m2 = f == ElemFormat::kE5M2;
-  auto emit = [&](int64_t k, const Raw<I>& raw) {
-    float v[8];
-    to_f32<I>(raw, v);
-    const uint2 c = band ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
-                         : tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f);
+  auto store = [&](int64_t k, uint2 c) {
     if constexpr (kHint) {
       store_u2_hint(a.data + k * 8, c, drop);
     } else {
       *reinterpret_cast<uint2*>(a.data + k * 8) = c;
     }
   };
+  auto emit = [&](int64_t k, const Raw<I>& raw) {
+    float v[8];
+    to_f32<I>(raw, v);
+    store(k, band ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
+                  : tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f));
+  };
+  auto emit_mul = [&](int64_t k, const Raw<I>& raw) {
+    float v[8];
+    to_f32<I>(raw, v);
+    store(k, mul_fp8_codes8(v, rc, e5m2));
+  };
 
-  // Phase 2: the spill rounds again (newest first), then shared memory, then registers.
-  for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU2) {
-    Raw<I> t[kU2];
-    auto live = [&](int u) { return r0 - u >= kR + kS && chunk(r0 - u) < nck; };
+  // Phase 2: the spill rounds again (newest first), then shared memory, then registers; each written once per
+  // element path (the certified multiply's loops apart, so that they carry none of the division's registers).
+  auto codes = [&](auto code) {
+    for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU2) {
+      Raw<I> t[kU2];
+      auto live = [&](int u) { return r0 - u >= kR + kS && chunk(r0 - u) < nck; };
 #pragma unroll
-    for (int u = 0; u < kU2; ++u) {
-      if (live(u)) t[u] = kHint ? load_raw_hint<I>(a.x, chunk(r0 - u) * 8, drop) : load_raw<I>(a.x, chunk(r0 - u) * 8);
-    }
+      for (int u = 0; u < kU2; ++u) {
+        if (live(u)) t[u] = kHint ? load_raw_hint<I>(a.x, chunk(r0 - u) * 8, drop) : load_raw<I>(a.x, chunk(r0 - u) * 8);
+      }
 #pragma unroll
-    for (int u = 0; u < kU2; ++u) {
-      if (live(u)) emit(chunk(r0 - u), t[u]);
+      for (int u = 0; u < kU2; ++u) {
+        if (live(u)) code(chunk(r0 - u), t[u]);
+      }
     }
-  }
-  OC_MARK(6);  // the spill rounds' codes
+    OC_MARK(6);  // the spill rounds' codes
 #pragma unroll 1  // (unrolled, the kS chunk addresses stay live across the loop: spills; by 2: 2 points slower)
-  for (int j = 0; j < kS; ++j) {
-    const int64_t k = chunk(kR + j);
-    if (k < nck) emit(k, held[j * kOcThreads + threadIdx.x]);
-  }
-  OC_MARK(7);  // the shared-memory rounds' codes
+    for (int j = 0; j < kS; ++j) {
+      const int64_t k = chunk(kR + j);
+      if (k < nck) code(k, held[j * kOcThreads + threadIdx.x]);
+    }
+    OC_MARK(7);  // the shared-memory rounds' codes
 #pragma unroll
-  for (int j = 0; j < kR; ++j) {
-    const int64_t k = chunk(j);
-    if (k < nck) emit(k, reg[j]);
+    for (int j = 0; j < kR; ++j) {
+      const int64_t k = chunk(j);
+      if (k < nck) code(k, reg[j]);
+    }
+  };
+  if (mul) {
+    codes(emit_mul);
+  } else {
+    codes(emit);
   }
 #ifdef MXPREC_ONCHIP_TRACE
   __syncthreads();
