@@ -2483,7 +2483,9 @@ __global__ void __launch_bounds__(kThreads, kRows ? 4 : 0) col_kernel(Args a) {
 // release (a named barrier of those four warps): the release, the acquire and the keys' L2 read had been three round
 // trips in a row in every CTA's chain. The wait must not come before that reduction's __syncthreads: then every count
 // waits for an earlier unit, and the units' completions chain across CTAs (sixty-first session, h100_tall_keys_warp.md:
-// 57-62 % of copy against 68-70 %).
+// 57-62 % of copy against 68-70 %). Pass 2's bf16 codes by one multiply where both columns' amaxes are certified
+// (bf16_mul_certificate.h, as onchip_kernel) were correct but slower: 69.4 -> 64.5 % at 16384 x 4096, 70.7 -> 65.8 at
+// 8192 x 8192 (sixty-second session, h100_quantize_mul_certificate.md; not profiled).
 // Pass 1's DRAM read and pass 2's L2 read are in flight together. kHint: pass 1 reads with
 // L2 evict_last (cp.async with an L2::cache_hint for pass 2's read, evict_first, compiled to an LDGSTS on a misaligned
 // uniform-register descriptor, CUDA 13.0, and faulted with an illegal instruction on an H100). sync (XLA scratch,
