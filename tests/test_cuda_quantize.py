@@ -847,7 +847,7 @@ def test_current_scaling_every_bf16_value(fmt, monkeypatch):
     and the CPU oracle, for tensor scales where one multiply by the reciprocal would give the division's codes and
     for ones where it would not; and for amaxes that csrc/common/bf16_mul_certificate.h certifies (the kernel then
     multiplies: significand m = 5) or not (it divides: m = 4, and m = 10 / 54, where a multiply gives 15 / 30
-    elements below the amax another code)."""
+    positive values below the amax, and their negatives, another code)."""
     exact, split = _multiply_split_amaxes(fmt is E5M2)
     assert len(exact) > 1 and len(split) > 1
     mags = np.abs(_EVERY_BF16[np.isfinite(_EVERY_BF16)])

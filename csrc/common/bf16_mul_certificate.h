@@ -8,7 +8,8 @@
 // signs, 44 binades: down to where every code is a signed zero) at amax exponents -80 .. 100, and checks that they
 // do not depend on the exponent; outside that range (and for NaN / Inf / zero amaxes, other formats or inputs)
 // bf16_mul_exact is false and the kernels divide as before (Markstein's steps).
-// E4M3: 102 of 128 significands, E5M2: 108 (e.g. m = 10, amax 1.078125 * 2**k, fails for E4M3 at 15 elements).
+// E4M3: 102 of 128 significands, E5M2: 108 (e.g. m = 10, amax 1.078125 * 2**k, fails for E4M3 at 15 positive values
+// below it, and their negatives).
 #ifndef MXPREC_CSRC_COMMON_BF16_MUL_CERTIFICATE_H_
 #define MXPREC_CSRC_COMMON_BF16_MUL_CERTIFICATE_H_
 
