@@ -1420,7 +1420,8 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // benchmarks/onchip_trace.py) puts 7.7 + 1.1 us of 31 at 4096 x 4096 in the held rounds' codes after the barrier.
 // MXPREC_ONCHIP_MUL (sixty-second session, h100_quantize_mul_certificate.md): bf16 tensors whose amax significand
 // is certified take one multiply per code there; H100, % of copy 64.7-64.9 -> 65.3-65.7 at 16384 x 4096, 69.2-69.9
-// -> 75.0-75.8 at 4096 x 4096.
+// -> 75.0-75.8 at 4096 x 4096; the uncertified amaxes' division got slower with the split (104.0 -> 105.5-105.75 us
+// at 16384 x 4096, 25.5 -> 26.5 at 4096 x 4096).
 #ifndef MXPREC_ONCHIP_THREADS
 #define MXPREC_ONCHIP_THREADS 1024
 #endif
