@@ -1544,9 +1544,29 @@ __device__ __forceinline__ uint64_t oc_globaltimer() {
     __syncthreads();                               \
     if (threadIdx.x == 0) oc_marks[i] = clock64(); \
   } while (0)
+// The trace line of thread 0 of CTAs 0, G / 2 and G - 1, at the kernel's end (either of its two exits).
+#define OC_TRACE_END()                                                                                              \
+  do {                                                                                                              \
+    __syncthreads();                                                                                                \
+    oc_g[2] = oc_globaltimer();                                                                                     \
+    const long long end = clock64();                                                                                \
+    const unsigned b = blockIdx.x;                                                                                  \
+    if (threadIdx.x == 0 && (b == 0 || b == gridDim.x / 2 || b == gridDim.x - 1)) {                                 \
+      printf("oc_trace n=%lld cta=%u g_entry=%llu g_bar=%llu g_end=%llu issue=%lld spillkeys=%lld landed=%lld "    \
+             "amax=%lld barrier=%lld spillcodes=%lld smemcodes=%lld end=%lld\n",                                   \
+             static_cast<long long>(a.n), b, static_cast<unsigned long long>(oc_g[0]),                              \
+             static_cast<unsigned long long>(oc_g[1]), static_cast<unsigned long long>(oc_g[2]),                    \
+             oc_marks[1] - oc_marks[0], oc_marks[2] - oc_marks[0], oc_marks[3] - oc_marks[0],                       \
+             oc_marks[4] - oc_marks[0], oc_marks[5] - oc_marks[0], oc_marks[6] - oc_marks[0],                       \
+             oc_marks[7] - oc_marks[0], end - oc_marks[0]);                                                         \
+    }                                                                                                               \
+  } while (0)
 #else
 #define OC_MARK(i) \
   do {             \
+  } while (0)
+#define OC_TRACE_END() \
+  do {                 \
   } while (0)
 #endif
 
@@ -1663,6 +1683,49 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   // multiply by RN(1 / s) per code instead of Markstein's five operations.
   const bool mul = MXPREC_ONCHIP_MUL && I == InType::kBF16 && band && bf16_mul_exact(amax_bits, f);
   const bool e5m2 = f == ElemFormat::kE5M2;
+  // Phase 2 of the instances with no multiply (f16 / f32 inputs, non-FP8 formats), written out as before the multiply
+  // existed, and a return: so compiled, their SASS is the same as before it to the instruction (cuobjdump; written
+  // through the `codes` lambda below, nvcc scheduled them differently), and the bf16 FP8 instances' SASS is the one
+  // measured in h100_quantize_mul_certificate.md.
+  if constexpr (I != InType::kBF16 || !kFp8) {
+    auto emit = [&](int64_t k, const Raw<I>& raw) {
+      float v[8];
+      to_f32<I>(raw, v);
+      const uint2 c = band ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
+                           : tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f);
+      if constexpr (kHint) {
+        store_u2_hint(a.data + k * 8, c, drop);
+      } else {
+        *reinterpret_cast<uint2*>(a.data + k * 8) = c;
+      }
+    };
+    for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU2) {
+      Raw<I> t[kU2];
+      auto live = [&](int u) { return r0 - u >= kR + kS && chunk(r0 - u) < nck; };
+#pragma unroll
+      for (int u = 0; u < kU2; ++u) {
+        if (live(u)) t[u] = kHint ? load_raw_hint<I>(a.x, chunk(r0 - u) * 8, drop) : load_raw<I>(a.x, chunk(r0 - u) * 8);
+      }
+#pragma unroll
+      for (int u = 0; u < kU2; ++u) {
+        if (live(u)) emit(chunk(r0 - u), t[u]);
+      }
+    }
+    OC_MARK(6);  // the spill rounds' codes
+#pragma unroll 1
+    for (int j = 0; j < kS; ++j) {
+      const int64_t k = chunk(kR + j);
+      if (k < nck) emit(k, held[j * kOcThreads + threadIdx.x]);
+    }
+    OC_MARK(7);  // the shared-memory rounds' codes
+#pragma unroll
+    for (int j = 0; j < kR; ++j) {
+      const int64_t k = chunk(j);
+      if (k < nck) emit(k, reg[j]);
+    }
+    OC_TRACE_END();
+    return;
+  }
   auto store = [&](int64_t k, uint2 c) {
     if constexpr (kHint) {
       store_u2_hint(a.data + k * 8, c, drop);
@@ -1715,23 +1778,10 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   } else {
     codes(emit);
   }
-#ifdef MXPREC_ONCHIP_TRACE
-  __syncthreads();
-  oc_g[2] = oc_globaltimer();
-  const long long end = clock64();
-  const unsigned b = blockIdx.x;
-  if (threadIdx.x == 0 && (b == 0 || b == gridDim.x / 2 || b == gridDim.x - 1)) {
-    printf("oc_trace n=%lld cta=%u g_entry=%llu g_bar=%llu g_end=%llu issue=%lld spillkeys=%lld landed=%lld "
-           "amax=%lld barrier=%lld spillcodes=%lld smemcodes=%lld end=%lld\n",
-           static_cast<long long>(a.n), b, static_cast<unsigned long long>(oc_g[0]),
-           static_cast<unsigned long long>(oc_g[1]), static_cast<unsigned long long>(oc_g[2]),
-           oc_marks[1] - oc_marks[0], oc_marks[2] - oc_marks[0], oc_marks[3] - oc_marks[0],
-           oc_marks[4] - oc_marks[0], oc_marks[5] - oc_marks[0], oc_marks[6] - oc_marks[0],
-           oc_marks[7] - oc_marks[0], end - oc_marks[0]);
-  }
-#endif
+  OC_TRACE_END();
 }
 #undef OC_MARK
+#undef OC_TRACE_END
 
 // ------------------------------------------------------------------------------------ NVFP4 in one read of x
 
