@@ -1683,22 +1683,24 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
   // multiply by RN(1 / s) per code instead of Markstein's five operations.
   const bool mul = MXPREC_ONCHIP_MUL && I == InType::kBF16 && band && bf16_mul_exact(amax_bits, f);
   const bool e5m2 = f == ElemFormat::kE5M2;
+  auto store = [&](int64_t k, uint2 c) {
+    if constexpr (kHint) {
+      store_u2_hint(a.data + k * 8, c, drop);
+    } else {
+      *reinterpret_cast<uint2*>(a.data + k * 8) = c;
+    }
+  };
+  auto emit = [&](int64_t k, const Raw<I>& raw) {
+    float v[8];
+    to_f32<I>(raw, v);
+    store(k, band ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
+                  : tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f));
+  };
   // Phase 2 of the instances with no multiply (f16 / f32 inputs, non-FP8 formats), written out as before the multiply
   // existed, and a return: so compiled, their SASS is the same as before it to the instruction (cuobjdump; written
   // through the `codes` lambda below, nvcc scheduled them differently), and the bf16 FP8 instances' SASS is the one
   // measured in h100_quantize_mul_certificate.md.
   if constexpr (I != InType::kBF16 || !kFp8) {
-    auto emit = [&](int64_t k, const Raw<I>& raw) {
-      float v[8];
-      to_f32<I>(raw, v);
-      const uint2 c = band ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
-                           : tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f);
-      if constexpr (kHint) {
-        store_u2_hint(a.data + k * 8, c, drop);
-      } else {
-        *reinterpret_cast<uint2*>(a.data + k * 8) = c;
-      }
-    };
     for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU2) {
       Raw<I> t[kU2];
       auto live = [&](int u) { return r0 - u >= kR + kS && chunk(r0 - u) < nck; };
@@ -1726,19 +1728,6 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
     OC_TRACE_END();
     return;
   }
-  auto store = [&](int64_t k, uint2 c) {
-    if constexpr (kHint) {
-      store_u2_hint(a.data + k * 8, c, drop);
-    } else {
-      *reinterpret_cast<uint2*>(a.data + k * 8) = c;
-    }
-  };
-  auto emit = [&](int64_t k, const Raw<I>& raw) {
-    float v[8];
-    to_f32<I>(raw, v);
-    store(k, band ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
-                  : tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f));
-  };
   auto emit_mul = [&](int64_t k, const Raw<I>& raw) {
     float v[8];
     to_f32<I>(raw, v);
