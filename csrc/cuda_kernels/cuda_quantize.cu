@@ -1419,9 +1419,11 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // after the barrier, not DRAM, bounds the kernel (h100_quantize_onchip.md). A trace build (MXPREC_ONCHIP_TRACE,
 // benchmarks/onchip_trace.py) puts 7.7 + 1.1 us of 31 at 4096 x 4096 in the held rounds' codes after the barrier.
 // MXPREC_ONCHIP_MUL (sixty-second session, h100_quantize_mul_certificate.md): bf16 tensors whose amax significand
-// is certified take one multiply per code there; H100, % of copy 64.7-64.9 -> 65.3-65.7 at 16384 x 4096, 69.2-69.9
-// -> 75.0-75.8 at 4096 x 4096; the uncertified amaxes' division got slower with the split (104.0 -> 105.5-105.75 us
-// at 16384 x 4096, 25.5 -> 26.5 at 4096 x 4096).
+// is certified take one multiply per code there. With the branch inside phase 2's loops (sixty-third,
+// h100_quantize_mul_in_loop.md), H100: 65.1-65.2 -> 66.0-66.2 % of copy at the large shapes and 75.8 -> 77.4 at
+// 4096 x 4096 against the loops per path; 102.0-102.25 against 105.0 us at 16384 x 4096 for main 937a84c (no
+// multiply), whose time the tensors that still divide keep (105.0 against 104.75-105.0; 25.75-26.0 against 25.5 at
+// 4096 x 4096).
 #ifndef MXPREC_ONCHIP_THREADS
 #define MXPREC_ONCHIP_THREADS 1024
 #endif
@@ -1544,7 +1546,7 @@ __device__ __forceinline__ uint64_t oc_globaltimer() {
     __syncthreads();                               \
     if (threadIdx.x == 0) oc_marks[i] = clock64(); \
   } while (0)
-// The trace line of thread 0 of CTAs 0, G / 2 and G - 1, at the kernel's end (either of its two exits).
+// The trace line of thread 0 of CTAs 0, G / 2 and G - 1, at the kernel's end.
 #define OC_TRACE_END()                                                                                              \
   do {                                                                                                              \
     __syncthreads();                                                                                                \
@@ -1690,82 +1692,45 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
       *reinterpret_cast<uint2*>(a.data + k * 8) = c;
     }
   };
+  // One element path per chunk: the certified multiply (bf16 FP8 only; `mul` is uniform across the grid) or the
+  // division. The branch sits inside the loops below rather than around two copies of them: with the loops written
+  // once per path (sixty-second session) the bf16 instance kept a held round in local memory through both phases
+  // (stack 24 -> 48 bytes, an STL right after its load) and the division path lost 1-1.5 us; the other instances'
+  // `mul` is false at compile time and their SASS is main 937a84c's to the instruction (cuobjdump).
   auto emit = [&](int64_t k, const Raw<I>& raw) {
     float v[8];
     to_f32<I>(raw, v);
-    store(k, band ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
-                  : tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f));
+    if (I == InType::kBF16 && kFp8 && mul) {
+      store(k, mul_fp8_codes8(v, rc, e5m2));
+    } else {
+      store(k, band ? in_band_fp8_codes8(v, [&es](int) { return es.p; }, [rc](int) { return rc; }, e5m2)
+                    : tensor_codes8<kFp8>(v, kFp8 ? chunk_key(v) : 0u, es, rc, f));
+    }
   };
-  // Phase 2 of the instances with no multiply (f16 / f32 inputs, non-FP8 formats), written out as before the multiply
-  // existed, and a return: so compiled, their SASS is the same as before it to the instruction (cuobjdump; written
-  // through the `codes` lambda below, nvcc scheduled them differently), and the bf16 FP8 instances' SASS is the one
-  // measured in h100_quantize_mul_certificate.md.
-  if constexpr (I != InType::kBF16 || !kFp8) {
-    for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU2) {
-      Raw<I> t[kU2];
-      auto live = [&](int u) { return r0 - u >= kR + kS && chunk(r0 - u) < nck; };
+  // Phase 2: the spill rounds again (newest first), then shared memory, then registers.
+  for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU2) {
+    Raw<I> t[kU2];
+    auto live = [&](int u) { return r0 - u >= kR + kS && chunk(r0 - u) < nck; };
 #pragma unroll
-      for (int u = 0; u < kU2; ++u) {
-        if (live(u)) t[u] = kHint ? load_raw_hint<I>(a.x, chunk(r0 - u) * 8, drop) : load_raw<I>(a.x, chunk(r0 - u) * 8);
-      }
+    for (int u = 0; u < kU2; ++u) {
+      if (live(u)) t[u] = kHint ? load_raw_hint<I>(a.x, chunk(r0 - u) * 8, drop) : load_raw<I>(a.x, chunk(r0 - u) * 8);
+    }
 #pragma unroll
-      for (int u = 0; u < kU2; ++u) {
-        if (live(u)) emit(chunk(r0 - u), t[u]);
-      }
+    for (int u = 0; u < kU2; ++u) {
+      if (live(u)) emit(chunk(r0 - u), t[u]);
     }
-    OC_MARK(6);  // the spill rounds' codes
-#pragma unroll 1
-    for (int j = 0; j < kS; ++j) {
-      const int64_t k = chunk(kR + j);
-      if (k < nck) emit(k, held[j * kOcThreads + threadIdx.x]);
-    }
-    OC_MARK(7);  // the shared-memory rounds' codes
-#pragma unroll
-    for (int j = 0; j < kR; ++j) {
-      const int64_t k = chunk(j);
-      if (k < nck) emit(k, reg[j]);
-    }
-    OC_TRACE_END();
-    return;
   }
-  auto emit_mul = [&](int64_t k, const Raw<I>& raw) {
-    float v[8];
-    to_f32<I>(raw, v);
-    store(k, mul_fp8_codes8(v, rc, e5m2));
-  };
-
-  // Phase 2: the spill rounds again (newest first), then shared memory, then registers; each written once per
-  // element path (the certified multiply's loops apart, so that they carry none of the division's registers).
-  auto codes = [&](auto code) {
-    for (int64_t r0 = rounds - 1; r0 >= kR + kS; r0 -= kU2) {
-      Raw<I> t[kU2];
-      auto live = [&](int u) { return r0 - u >= kR + kS && chunk(r0 - u) < nck; };
-#pragma unroll
-      for (int u = 0; u < kU2; ++u) {
-        if (live(u)) t[u] = kHint ? load_raw_hint<I>(a.x, chunk(r0 - u) * 8, drop) : load_raw<I>(a.x, chunk(r0 - u) * 8);
-      }
-#pragma unroll
-      for (int u = 0; u < kU2; ++u) {
-        if (live(u)) code(chunk(r0 - u), t[u]);
-      }
-    }
-    OC_MARK(6);  // the spill rounds' codes
+  OC_MARK(6);  // the spill rounds' codes
 #pragma unroll 1  // (unrolled, the kS chunk addresses stay live across the loop: spills; by 2: 2 points slower)
-    for (int j = 0; j < kS; ++j) {
-      const int64_t k = chunk(kR + j);
-      if (k < nck) code(k, held[j * kOcThreads + threadIdx.x]);
-    }
-    OC_MARK(7);  // the shared-memory rounds' codes
+  for (int j = 0; j < kS; ++j) {
+    const int64_t k = chunk(kR + j);
+    if (k < nck) emit(k, held[j * kOcThreads + threadIdx.x]);
+  }
+  OC_MARK(7);  // the shared-memory rounds' codes
 #pragma unroll
-    for (int j = 0; j < kR; ++j) {
-      const int64_t k = chunk(j);
-      if (k < nck) code(k, reg[j]);
-    }
-  };
-  if (mul) {
-    codes(emit_mul);
-  } else {
-    codes(emit);
+  for (int j = 0; j < kR; ++j) {
+    const int64_t k = chunk(j);
+    if (k < nck) emit(k, reg[j]);
   }
   OC_TRACE_END();
 }
