@@ -1546,29 +1546,9 @@ __device__ __forceinline__ uint64_t oc_globaltimer() {
     __syncthreads();                               \
     if (threadIdx.x == 0) oc_marks[i] = clock64(); \
   } while (0)
-// The trace line of thread 0 of CTAs 0, G / 2 and G - 1, at the kernel's end.
-#define OC_TRACE_END()                                                                                              \
-  do {                                                                                                              \
-    __syncthreads();                                                                                                \
-    oc_g[2] = oc_globaltimer();                                                                                     \
-    const long long end = clock64();                                                                                \
-    const unsigned b = blockIdx.x;                                                                                  \
-    if (threadIdx.x == 0 && (b == 0 || b == gridDim.x / 2 || b == gridDim.x - 1)) {                                 \
-      printf("oc_trace n=%lld cta=%u g_entry=%llu g_bar=%llu g_end=%llu issue=%lld spillkeys=%lld landed=%lld "    \
-             "amax=%lld barrier=%lld spillcodes=%lld smemcodes=%lld end=%lld\n",                                   \
-             static_cast<long long>(a.n), b, static_cast<unsigned long long>(oc_g[0]),                              \
-             static_cast<unsigned long long>(oc_g[1]), static_cast<unsigned long long>(oc_g[2]),                    \
-             oc_marks[1] - oc_marks[0], oc_marks[2] - oc_marks[0], oc_marks[3] - oc_marks[0],                       \
-             oc_marks[4] - oc_marks[0], oc_marks[5] - oc_marks[0], oc_marks[6] - oc_marks[0],                       \
-             oc_marks[7] - oc_marks[0], end - oc_marks[0]);                                                         \
-    }                                                                                                               \
-  } while (0)
 #else
 #define OC_MARK(i) \
   do {             \
-  } while (0)
-#define OC_TRACE_END() \
-  do {                 \
   } while (0)
 #endif
 
@@ -1732,10 +1712,23 @@ __global__ void __launch_bounds__(kOcThreads, 1) onchip_kernel(Args a, uint32_t*
     const int64_t k = chunk(j);
     if (k < nck) emit(k, reg[j]);
   }
-  OC_TRACE_END();
+#ifdef MXPREC_ONCHIP_TRACE
+  __syncthreads();
+  oc_g[2] = oc_globaltimer();
+  const long long end = clock64();
+  const unsigned b = blockIdx.x;
+  if (threadIdx.x == 0 && (b == 0 || b == gridDim.x / 2 || b == gridDim.x - 1)) {
+    printf("oc_trace n=%lld cta=%u g_entry=%llu g_bar=%llu g_end=%llu issue=%lld spillkeys=%lld landed=%lld "
+           "amax=%lld barrier=%lld spillcodes=%lld smemcodes=%lld end=%lld\n",
+           static_cast<long long>(a.n), b, static_cast<unsigned long long>(oc_g[0]),
+           static_cast<unsigned long long>(oc_g[1]), static_cast<unsigned long long>(oc_g[2]),
+           oc_marks[1] - oc_marks[0], oc_marks[2] - oc_marks[0], oc_marks[3] - oc_marks[0],
+           oc_marks[4] - oc_marks[0], oc_marks[5] - oc_marks[0], oc_marks[6] - oc_marks[0],
+           oc_marks[7] - oc_marks[0], end - oc_marks[0]);
+  }
+#endif
 }
 #undef OC_MARK
-#undef OC_TRACE_END
 
 // ------------------------------------------------------------------------------------ NVFP4 in one read of x
 
