@@ -487,9 +487,10 @@ def test_sm90_persistent_sb_early_knob_reads_column_scales_under_the_wgmmas(tmp_
     assert _column_scale_reads(_sass(built)) == want
 
 
-def _promotion_tool():
-    """benchmarks/sass_promotion_yield.py, the decoder of the promotion instructions' control bits."""
-    spec = importlib.util.spec_from_file_location("sass_promotion_yield", ROOT / "benchmarks" / "sass_promotion_yield.py")
+def _benchmark_tool(name):
+    """benchmarks/NAME.py as a module (sass_promotion_yield: the promotion instructions' control bits decoded;
+    sass_local_audit: local-memory accesses per kernel)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -504,7 +505,7 @@ def test_sm90_persistent_promotion_keeps_ptxas_yield_alternation():
     changes it changes the kernels' speed."""
     obj = _first_existing(BUILD / "obj" / "sm90_fp8_gemm_persistent.o")
     sass = _sass(obj)
-    tool = _promotion_tool()
+    tool = _benchmark_tool("sass_promotion_yield")
     decoded = {}
     for name, _, kind, hi in tool.promotion_instructions(obj.read_bytes()):
         d = decoded.setdefault(name, {"ffma": [], "fadd": []})
@@ -658,13 +659,13 @@ def test_quantize_onchip_kernel_keeps_x_in_registers():
     session) ptxas kept one register-held round of x in local memory through both phases (an STL.64 right after its
     load), and the tensors that divide got 1-1.5 us slower (h100_quantize_mul_in_loop.md). (The f16 and non-FP8
     instances have spilled in their bodies since before the multiply: not checked.)"""
+    tool = _benchmark_tool("sass_local_audit")
     obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
-    bodies = [f for f in re.split(r"\n\s*Function : ", _sass(obj))
-              if "13onchip_kernelILNS_6InTypeE1ELb1ELb1EE" in f.split("\n", 1)[0]]
-    assert len(bodies) == 1, "onchip_kernel<bf16, FP8, hints> not found"
-    body = bodies[0]
-    local = re.findall(r"\b(?:STL|LDL)\S*", body[: body.rindex("EXIT")])
-    assert not local, f"{len(local)} local accesses in the kernel body: {local}"
+    kernels = {name: ins for name, ins in tool.functions(_sass(obj)).items()
+               if "13onchip_kernelILNS_6InTypeE1ELb1ELb1EE" in name}
+    assert len(kernels) == 1, "onchip_kernel<bf16, FP8, hints> not found"
+    found = tool.audit(next(iter(kernels.values())))
+    assert found["body"] == 0, f"{found['body']} local accesses in the kernel body, the first: {found['first_store']}"
 
 
 def test_quantize_tall_ring_kernel_instances():
