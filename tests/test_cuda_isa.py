@@ -668,6 +668,21 @@ def test_quantize_onchip_kernel_keeps_x_in_registers():
     assert found["body"] == 0, f"{found['body']} local accesses in the kernel body, the first: {found['first_store']}"
 
 
+def test_quantize_nvfp4_onchip_kernel_keeps_x_in_registers():
+    """nvfp4_onchip_kernel (NVFP4 along rows in one read of x), its bf16 instance with L2 hints (the one the default
+    rule launches for bf16): no local-memory load or store before the last EXIT. With every chunk of the kNoRegItems
+    register items in registers it (REG 125, STACK 16) kept one chunk in local memory through both phases, stored
+    right after its load; the last register item's last two chunks now wait in shared memory (kNoTail). (The f16 and
+    unhinted instances still spill: not checked.)"""
+    tool = _benchmark_tool("sass_local_audit")
+    obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
+    kernels = {name: ins for name, ins in tool.functions(_sass(obj)).items()
+               if "19nvfp4_onchip_kernelILNS_6InTypeE1ELb1EE" in name}
+    assert len(kernels) == 1, "nvfp4_onchip_kernel<bf16, hints> not found"
+    found = tool.audit(next(iter(kernels.values())))
+    assert found["body"] == 0, f"{found['body']} local accesses in the kernel body, the first: {found['first_store']}"
+
+
 def test_quantize_tall_ring_kernel_instances():
     """tall_ring_kernel (MXPREC_QUANTIZE_TALL=3), per input dtype and ring depth (2 / 3 tile buffers): its tiles come by
     one-row bulk copies (UBLKCP) completing on mbarriers (SYNCS), the consumers meet on named barrier 1 of 256 threads

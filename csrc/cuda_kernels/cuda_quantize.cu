@@ -1747,13 +1747,25 @@ constexpr int kNoThreads = 512;
 constexpr int kNoRegItems = 2;
 constexpr int kNoSmemItems = 6;  // 192 KiB of bf16 per CTA (7 would leave no room for the table and the keys)
 constexpr int kNoSpillUnroll = 2;
-constexpr int nvfp4_onchip_smem_bytes() { return kNoSmemItems * kUnroll * kNoThreads * 16; }
+// The last register item's last kNoTail chunks wait in shared memory instead (a 16-byte slot per thread and chunk,
+// filled by cp.async): with all kNoRegItems * kUnroll chunks in registers, ptxas kept one of them in local memory
+// for the whole kernel (REG 125, STACK 16, an STL.64 right after its load). With two chunks moved the bf16 instance
+// with L2 hints (the one the default rule launches for bf16) has none (REG 128, STACK 0); the f16 and unhinted
+// instances still spill (REG 125, STACK 16), and so they did with one chunk or three, or with zero-filling cp.async
+// for the chunks past the end (REG 128, STACK 8; the bf16 hinted one then spilled).
+#ifndef MXPREC_NVFP4_ONCHIP_TAIL
+#define MXPREC_NVFP4_ONCHIP_TAIL 2
+#endif
+constexpr int kNoTail = MXPREC_NVFP4_ONCHIP_TAIL;
+static_assert(kNoTail >= 0 && kNoTail <= kUnroll, "nvfp4_onchip_kernel: the tail is part of one item");
+constexpr int nvfp4_onchip_smem_bytes() { return (kNoSmemItems * kUnroll + kNoTail) * kNoThreads * 16; }
 
 template <InType I, bool kHint>
 __global__ void __launch_bounds__(kNoThreads, 1) nvfp4_onchip_kernel(Args a, uint32_t* sync) {
   static_assert(I != InType::kF32 && sizeof(Raw<I>) == 16, "nvfp4_onchip_kernel: 16-bit inputs");
   extern __shared__ __align__(16) unsigned char no_smem[];
   Raw<I>* held = reinterpret_cast<Raw<I>*>(no_smem);  // [kNoSmemItems][kUnroll][kNoThreads]
+  Raw<I>* tail = held + kNoSmemItems * kUnroll * kNoThreads;  // [kNoTail][kNoThreads]
   const int64_t nck = a.n / 8;                        // even: groups are whole
   const int64_t nitems = (nck + kUnroll - 1) / kUnroll;
   const int64_t per_round = static_cast<int64_t>(gridDim.x) * kNoThreads;
@@ -1776,10 +1788,37 @@ __global__ void __launch_bounds__(kNoThreads, 1) nvfp4_onchip_kernel(Args a, uin
     return k;
   };
 
-  // Phase 1: the held rounds (registers, then shared memory, keyed on the way), then the spill rounds' keys.
+  // Phase 1: the held rounds (registers and the tail, then shared memory, keyed on the way), then the spill rounds'
+  // keys. reg[kNoRegItems - 1]'s last kNoTail chunks are never set: reg_item reads them from the tail.
+  auto in_tail = [](int j, int c) { return j == kNoRegItems - 1 && c >= kUnroll - kNoTail; };
+  auto tail_slot = [&](int c) { return tail + (c - (kUnroll - kNoTail)) * kNoThreads + threadIdx.x; };
+  if constexpr (kNoTail > 0) {
+#pragma unroll
+    for (int c = kUnroll - kNoTail; c < kUnroll; ++c) {
+      const int64_t k = first_chunk(kNoRegItems - 1) + c;
+      if (k < nck) {
+        cp_async16(tail_slot(c), static_cast<const Raw<I>*>(a.x) + k);
+      } else {
+        *tail_slot(c) = Raw<I>{};
+      }
+    }
+    cp_async_commit();
+  }
   Raw<I> reg[kNoRegItems][kUnroll];
 #pragma unroll
-  for (int j = 0; j < kNoRegItems; ++j) load_item(first_chunk(j), reg[j], false, 0);
+  for (int j = 0; j < kNoRegItems; ++j) {
+#pragma unroll
+    for (int c = 0; c < kUnroll; ++c) {
+      const int64_t k = first_chunk(j) + c;
+      if (!in_tail(j, c)) reg[j][c] = k < nck ? load_raw<I>(a.x, k * 8) : Raw<I>{};
+    }
+  }
+  auto reg_item = [&](int j, Raw<I> (&out)[kUnroll]) {
+#pragma unroll
+    for (int c = 0; c < kUnroll; ++c) {
+      out[c] = in_tail(j, c) ? *tail_slot(c) : reg[j][c];
+    }
+  };
   uint32_t acc = 0;
   static_assert(kNoSmemItems % 2 == 0, "nvfp4_onchip_kernel: shared-memory items loaded two at a time");
 #pragma unroll 1
@@ -1801,8 +1840,13 @@ __global__ void __launch_bounds__(kNoThreads, 1) nvfp4_onchip_kernel(Args a, uin
 #pragma unroll
     for (int u = 0; u < kNoSpillUnroll; ++u) acc = max(acc, item_key(t[u]));
   }
+  if constexpr (kNoTail > 0) cp_async_wait_all();  // the tail (each thread reads back only its own slots)
 #pragma unroll
-  for (int j = 0; j < kNoRegItems; ++j) acc = max(acc, item_key(reg[j]));
+  for (int j = 0; j < kNoRegItems; ++j) {
+    Raw<I> t[kUnroll];
+    reg_item(j, t);
+    acc = max(acc, item_key(t));
+  }
   block_amax<kNoThreads>(sync, acc);
 
   // The tensor amax, once every CTA has maxed its part into sync[0]; then the tensor scale and the limit table.
@@ -1843,7 +1887,11 @@ __global__ void __launch_bounds__(kNoThreads, 1) nvfp4_onchip_kernel(Args a, uin
     emit(first_chunk(kNoRegItems + j), t);
   }
 #pragma unroll
-  for (int j = 0; j < kNoRegItems; ++j) emit(first_chunk(j), reg[j]);
+  for (int j = 0; j < kNoRegItems; ++j) {
+    Raw<I> t[kUnroll];
+    reg_item(j, t);
+    emit(first_chunk(j), t);
+  }
 }
 
 // Axis-2 groups of one row segment (gh == 1, gw % 8 == 0, gw / 8 <= kBlock * kChunks: row scaling of
