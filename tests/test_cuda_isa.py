@@ -652,6 +652,17 @@ def test_quantize_tall_col_kernel_instances():
         assert (count(r"\bSTG\.E\.64") >= 1) == gathered and (count(r"\bSTG\.E\.128") >= 1) == (not gathered)
 
 
+def _assert_no_local_access_in_body(mangled: str, what: str) -> None:
+    """The one kernel of cuda_quantize.o whose name contains `mangled` has no local-memory load or store before its
+    last EXIT (benchmarks/sass_local_audit.py)."""
+    tool = _benchmark_tool("sass_local_audit")
+    obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
+    kernels = {name: ins for name, ins in tool.functions(_sass(obj)).items() if mangled in name}
+    assert len(kernels) == 1, f"{what} not found"
+    found = tool.audit(next(iter(kernels.values())))
+    assert found["body"] == 0, f"{what}: {found['body']} local accesses in the body, the first: {found['first_store']}"
+
+
 def test_quantize_onchip_kernel_keeps_x_in_registers():
     """onchip_kernel (per-tensor current scaling in one read of x), its bf16 FP8 instance with L2 hints (the default
     for bf16 training): no local-memory load or store before the kernel's last EXIT, i.e. none outside the cold
@@ -659,13 +670,7 @@ def test_quantize_onchip_kernel_keeps_x_in_registers():
     session) ptxas kept one register-held round of x in local memory through both phases (an STL.64 right after its
     load), and the tensors that divide got 1-1.5 us slower (h100_quantize_mul_in_loop.md). (The f16 and non-FP8
     instances have spilled in their bodies since before the multiply: not checked.)"""
-    tool = _benchmark_tool("sass_local_audit")
-    obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
-    kernels = {name: ins for name, ins in tool.functions(_sass(obj)).items()
-               if "13onchip_kernelILNS_6InTypeE1ELb1ELb1EE" in name}
-    assert len(kernels) == 1, "onchip_kernel<bf16, FP8, hints> not found"
-    found = tool.audit(next(iter(kernels.values())))
-    assert found["body"] == 0, f"{found['body']} local accesses in the kernel body, the first: {found['first_store']}"
+    _assert_no_local_access_in_body("13onchip_kernelILNS_6InTypeE1ELb1ELb1EE", "onchip_kernel<bf16, FP8, hints>")
 
 
 def test_quantize_nvfp4_onchip_kernel_keeps_x_in_registers():
@@ -674,13 +679,7 @@ def test_quantize_nvfp4_onchip_kernel_keeps_x_in_registers():
     register items in registers it (REG 125, STACK 16) kept one chunk in local memory through both phases, stored
     right after its load; the last register item's last two chunks now wait in shared memory (kNoTail). (The f16 and
     unhinted instances still spill: not checked.)"""
-    tool = _benchmark_tool("sass_local_audit")
-    obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
-    kernels = {name: ins for name, ins in tool.functions(_sass(obj)).items()
-               if "19nvfp4_onchip_kernelILNS_6InTypeE1ELb1EE" in name}
-    assert len(kernels) == 1, "nvfp4_onchip_kernel<bf16, hints> not found"
-    found = tool.audit(next(iter(kernels.values())))
-    assert found["body"] == 0, f"{found['body']} local accesses in the kernel body, the first: {found['first_store']}"
+    _assert_no_local_access_in_body("19nvfp4_onchip_kernelILNS_6InTypeE1ELb1EE", "nvfp4_onchip_kernel<bf16, hints>")
 
 
 def test_quantize_tall_ring_kernel_instances():
