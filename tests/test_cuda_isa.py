@@ -677,8 +677,8 @@ def test_quantize_nvfp4_onchip_kernel_keeps_x_in_registers():
     """nvfp4_onchip_kernel (NVFP4 along rows in one read of x), its bf16 instance with L2 hints (the one the default
     rule launches for bf16): no local-memory load or store before the last EXIT. With every chunk of the kNoRegItems
     register items in registers it (REG 125, STACK 16) kept one chunk in local memory through both phases, stored
-    right after its load; the last register item's last two chunks now wait in shared memory (kNoTail). (The f16 and
-    unhinted instances still spill: not checked.)"""
+    after the register loads and before the shared-memory items' loads; the last register item's last two chunks now
+    wait in shared memory (kNoTail). (The f16 and unhinted instances still spill: not checked.)"""
     _assert_no_local_access_in_body("19nvfp4_onchip_kernelILNS_6InTypeE1ELb1EE", "nvfp4_onchip_kernel<bf16, hints>")
 
 

@@ -1749,7 +1749,7 @@ constexpr int kNoSmemItems = 6;  // 192 KiB of bf16 per CTA (7 would leave no ro
 constexpr int kNoSpillUnroll = 2;
 // The last register item's last kNoTail chunks wait in shared memory instead (a 16-byte slot per thread and chunk,
 // filled by cp.async): with all kNoRegItems * kUnroll chunks in registers, ptxas kept one of them in local memory
-// for the whole kernel (REG 125, STACK 16, an STL.64 right after its load). With two chunks moved the bf16 instance
+// for the whole kernel (REG 125, STACK 16, stored after the register loads). With two chunks moved the bf16 instance
 // with L2 hints (the one the default rule launches for bf16) has none (REG 128, STACK 0); the f16 and unhinted
 // instances still spill (REG 125, STACK 16), and so they did with one chunk or three, or with zero-filling cp.async
 // for the chunks past the end (REG 128, STACK 8; the bf16 hinted one then spilled).
