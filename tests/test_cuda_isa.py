@@ -682,6 +682,21 @@ def test_quantize_nvfp4_onchip_kernel_keeps_x_in_registers():
     _assert_no_local_access_in_body("19nvfp4_onchip_kernelILNS_6InTypeE1ELb1EE", "nvfp4_onchip_kernel<bf16, hints>")
 
 
+def test_quantize_row_kernel_bf16_codes_stay_in_registers():
+    """row_kernel (FP8 row / 1 x G scaling along rows, groups of 257 .. 16384 elements), its bf16 instances: at most
+    three local-memory accesses before the last EXIT (one value stored before the loop, reloaded once per group, and
+    once at the end). The FP8 format is a template argument: as a runtime flag, ptxas converted each chunk under both
+    formats' predicates into two registers and kept them in local memory across the loop in the 4-chunk instances
+    (STACK 40, 19 accesses: two loads and a store per chunk and group)."""
+    tool = _benchmark_tool("sass_local_audit")
+    obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
+    kernels = {n: ins for n, ins in tool.functions(_sass(obj)).items() if "10row_kernelILNS_6InTypeE1E" in n}
+    assert len(kernels) == 6, sorted(kernels)  # 128 x 4, 128 x 8, 512 x 4; E4M3 and E5M2
+    for name, instructions in kernels.items():
+        found = tool.audit(instructions)
+        assert found["body"] <= 3, f"{name}: {found['body']} local accesses in the body, the first: {found['first_store']}"
+
+
 def test_quantize_tall_ring_kernel_instances():
     """tall_ring_kernel (MXPREC_QUANTIZE_TALL=3), per input dtype and ring depth (2 / 3 tile buffers): its tiles come by
     one-row bulk copies (UBLKCP) completing on mbarriers (SYNCS), the consumers meet on named barrier 1 of 256 threads

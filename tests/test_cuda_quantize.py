@@ -723,6 +723,9 @@ SHAPES = [
     ((5, 3, 2048), 2, TileScaling(E5M2, (1, 1024)), "bfloat16"),  # row_kernel: two groups per row
     ((2, 16384), -1, RowScaling(E4M3), "float32"),  # row_kernel with 512 threads
     ((300, 12288), -1, RowScaling(E4M3), "float16"),  # row_kernel with 512 threads, partial slots, the loop
+    ((260, 12288), -1, RowScaling(E5M2), "bfloat16"),  # row_kernel with 512 threads, E5M2 (a template argument)
+    ((9, 4800), -1, RowScaling(E5M2), "float16"),  # row_kernel, 128 threads x 8, E5M2
+    ((33, 4096), -1, RowScaling(E5M2), "float16"),  # row_kernel, 128 threads x 4, E5M2 from f16
     ((3, 7), -1, TensorScaling(E5M2), "float32"),  # n % 8 != 0: scalar tail
     ((7, 40), -1, DelayedScaling(E4M3, history_len=2), "bfloat16"),  # tensor kernel: a partial chunk run
     ((129, 136), -1, TensorScaling(E5M2), "float32"),  # tensor kernel: a partial last CTA

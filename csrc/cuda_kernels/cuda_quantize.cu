@@ -1916,14 +1916,15 @@ constexpr int row_buffer_bytes() {
   return kBlock * kChunks * 8 * static_cast<int>(in_bytes<I>());
 }
 
-template <InType I, int kBlock, int kChunks>
+template <InType I, int kBlock, int kChunks, ElemFormat kF>
 __global__ void __launch_bounds__(kBlock, MXPREC_CTA_THREADS_PER_SM / kBlock) row_kernel(Args a) {
+  static_assert(kF == ElemFormat::kE4M3 || kF == ElemFormat::kE5M2, "row_kernel: FP8 codes");
   constexpr bool kHold = kChunks <= 4;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ uint32_t red[2][kBlock / 32];
   constexpr int kChunkBytes = 8 * static_cast<int>(in_bytes<I>());
   constexpr int kBuf = row_buffer_bytes<I, kBlock, kChunks>();
-  const ElemFormat f = static_cast<ElemFormat>(a.fmt);
+  constexpr ElemFormat f = kF;
   // The thread's chunks of a group are threadIdx.x + i * kBlock, i < kChunks, those below nck: the
   // first `mine` of them. Addresses are one base per group plus constant offsets, and a group's first
   // element needs no 64-bit division for row scaling (one group per row): per group and warp, the
@@ -3111,15 +3112,26 @@ cudaError_t resident_on_device(int block, int smem, int* ctas) {
 }
 
 // row_kernel on a persistent grid: as many CTAs as fit on the GPU at once (at most one per group).
-template <InType I, int kBlock, int kChunks>
-ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
+template <InType I, int kBlock, int kChunks, ElemFormat kF>
+ffi::Error launch_row_kernel_for(cudaStream_t stream, const Args& a) {
+  constexpr auto kKernel = row_kernel<I, kBlock, kChunks, kF>;
   constexpr int smem = kRowStages * row_buffer_bytes<I, kBlock, kChunks>();
   int ctas = 1;
-  const cudaError_t e = resident_on_device<row_kernel<I, kBlock, kChunks>>(kBlock, smem, &ctas);
+  const cudaError_t e = resident_on_device<kKernel>(kBlock, smem, &ctas);
   if (e != cudaSuccess) return cuda_error("row_kernel launch setup", e);
   const int64_t grid = std::min<int64_t>(a.ngroups, static_cast<int64_t>(ctas));
-  row_kernel<I, kBlock, kChunks><<<static_cast<unsigned>(grid), kBlock, smem, stream>>>(a);
+  kKernel<<<static_cast<unsigned>(grid), kBlock, smem, stream>>>(a);
   return ffi::Error::Success();
+}
+// The FP8 format is row_kernel's template argument: with it a runtime flag, ptxas converted every chunk under both
+// formats' predicates into two registers, and the 4-chunk instances kept those in local memory across the loop
+// (REG 64, STACK 40 for bf16: two loads and a store per chunk and group).
+template <InType I, int kBlock, int kChunks>
+ffi::Error launch_row_kernel(cudaStream_t stream, const Args& a) {
+  if (a.fmt == static_cast<int32_t>(ElemFormat::kE5M2)) {
+    return launch_row_kernel_for<I, kBlock, kChunks, ElemFormat::kE5M2>(stream, a);
+  }
+  return launch_row_kernel_for<I, kBlock, kChunks, ElemFormat::kE4M3>(stream, a);
 }
 
 // A kernel switch read from `var` at every launch (so that a test or an A/B can switch it within one process):
