@@ -652,15 +652,17 @@ def test_quantize_tall_col_kernel_instances():
         assert (count(r"\bSTG\.E\.64") >= 1) == gathered and (count(r"\bSTG\.E\.128") >= 1) == (not gathered)
 
 
-def _assert_no_local_access_in_body(mangled: str, what: str) -> None:
-    """The one kernel of cuda_quantize.o whose name contains `mangled` has no local-memory load or store before its
-    last EXIT (benchmarks/sass_local_audit.py)."""
+def _assert_local_accesses_in_body(mangled: str, what: str, instances: int = 1, at_most: int = 0) -> None:
+    """The `instances` kernels of cuda_quantize.o whose names contain `mangled` have at most `at_most` local-memory
+    loads and stores before their last EXIT (benchmarks/sass_local_audit.py)."""
     tool = _benchmark_tool("sass_local_audit")
     obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
     kernels = {name: ins for name, ins in tool.functions(_sass(obj)).items() if mangled in name}
-    assert len(kernels) == 1, f"{what} not found"
-    found = tool.audit(next(iter(kernels.values())))
-    assert found["body"] == 0, f"{what}: {found['body']} local accesses in the body, the first: {found['first_store']}"
+    assert len(kernels) == instances, f"{what}: {sorted(kernels)}"
+    for name, instructions in kernels.items():
+        found = tool.audit(instructions)
+        assert found["body"] <= at_most, (
+            f"{what} ({name}): {found['body']} local accesses in the body, the first: {found['first_store']}")
 
 
 def test_quantize_onchip_kernel_keeps_x_in_registers():
@@ -670,7 +672,7 @@ def test_quantize_onchip_kernel_keeps_x_in_registers():
     session) ptxas kept one register-held round of x in local memory through both phases (an STL.64 right after its
     load), and the tensors that divide got 1-1.5 us slower (h100_quantize_mul_in_loop.md). (The f16 and non-FP8
     instances have spilled in their bodies since before the multiply: not checked.)"""
-    _assert_no_local_access_in_body("13onchip_kernelILNS_6InTypeE1ELb1ELb1EE", "onchip_kernel<bf16, FP8, hints>")
+    _assert_local_accesses_in_body("13onchip_kernelILNS_6InTypeE1ELb1ELb1EE", "onchip_kernel<bf16, FP8, hints>")
 
 
 def test_quantize_nvfp4_onchip_kernel_keeps_x_in_registers():
@@ -679,7 +681,7 @@ def test_quantize_nvfp4_onchip_kernel_keeps_x_in_registers():
     register items in registers it (REG 125, STACK 16) kept one chunk in local memory through both phases, stored
     after the register loads and before the shared-memory items' loads; the last register item's last two chunks now
     wait in shared memory (kNoTail). (The f16 and unhinted instances still spill: not checked.)"""
-    _assert_no_local_access_in_body("19nvfp4_onchip_kernelILNS_6InTypeE1ELb1EE", "nvfp4_onchip_kernel<bf16, hints>")
+    _assert_local_accesses_in_body("19nvfp4_onchip_kernelILNS_6InTypeE1ELb1EE", "nvfp4_onchip_kernel<bf16, hints>")
 
 
 def test_quantize_row_kernel_bf16_codes_stay_in_registers():
@@ -688,13 +690,8 @@ def test_quantize_row_kernel_bf16_codes_stay_in_registers():
     once at the end). The FP8 format is a template argument: as a runtime flag, ptxas converted each chunk under both
     formats' predicates into two registers and kept them in local memory across the loop in the 4-chunk instances
     (STACK 40, 19 accesses: two loads and a store per chunk and group)."""
-    tool = _benchmark_tool("sass_local_audit")
-    obj = _first_existing(BUILD / "obj" / "cuda_quantize.o")
-    kernels = {n: ins for n, ins in tool.functions(_sass(obj)).items() if "10row_kernelILNS_6InTypeE1E" in n}
-    assert len(kernels) == 6, sorted(kernels)  # 128 x 4, 128 x 8, 512 x 4; E4M3 and E5M2
-    for name, instructions in kernels.items():
-        found = tool.audit(instructions)
-        assert found["body"] <= 3, f"{name}: {found['body']} local accesses in the body, the first: {found['first_store']}"
+    # 128 x 4, 128 x 8, 512 x 4; E4M3 and E5M2
+    _assert_local_accesses_in_body("10row_kernelILNS_6InTypeE1E", "row_kernel<bf16>", instances=6, at_most=3)
 
 
 def test_quantize_tall_ring_kernel_instances():
