@@ -2371,6 +2371,9 @@ __device__ __forceinline__ uint32_t col_tile_codes(const Args& a, const unsigned
       col0[kColTile / 16 + ((2 * seg) ^ sw)] = make_uint4(t1[0], t1[1], t1[2], t1[3]);
       col0[kColTile / 16 + ((2 * seg + 1) ^ sw)] = make_uint4(t1[4], t1[5], t1[6], t1[7]);
     } else if constexpr (kBits == 8) {
+      // Tried for tall_col_kernel's 48-register in-place instances (sixty-sixth session, h100_tall_inplace_unroll.md):
+      // unrolled by 1 they keep 29 instead of 46 local accesses in the body (bf16), and ran level with this; and the
+      // FP8 format as their template argument (as row_kernel's) halved the predicated converts but not the spills.
       const auto fp8_rows = [&](auto band) {
 #pragma unroll 2
         for (int r = 0; r < kColSeg; r += 4) {
