@@ -7,10 +7,10 @@ A kernel change is measured on the device against the kernels it was meant to ch
 Per kernel of either object: identical (the same instructions in the same order; addresses, encodings and the
 anonymous-namespace hash of each build's mangled names left out), changed, or only in one of them. For changed
 ones: instruction count, F2FP converts, local accesses in the body (sass_local_audit.py's count: before the last
-EXIT) and, read from `cuobjdump --dump-resource-usage` where objects are given, REG / STACK. The sixty-fifth session
-used it to show that `row_kernel`'s format template changed 6 kernels and left the other 110 of cuda_quantize.o
-alone, and the sixty-sixth that the same template for `tall_col_kernel` did not remove its in-place spills. Needs
-cuobjdump on PATH for object files (csrc/cuda_kernels/fetch_ci_tools.sh).
+EXIT) and, read from `cuobjdump --dump-resource-usage` where objects are given, REG / STACK. The check the sixty-fifth
+session ran by hand (`row_kernel`'s format template: 6 kernels changed, the other 110 of cuda_quantize.o identical) and
+the sixty-sixth with this tool (the same template for `tall_col_kernel` left its in-place spills). Needs cuobjdump on
+PATH for object files (csrc/cuda_kernels/fetch_ci_tools.sh).
 """
 
 from __future__ import annotations
