@@ -12,7 +12,8 @@
 #                shards: test_cuda.py's test ids in four round-robin parts, test_cuda_quantize.py,
 #                test_cuda_quantize_transposed.py + test_dot_general.py + test_quantize_api.py + test_llama.py,
 #                test_fused_mlp.py),
-#                each bounded by STEP_TIMEOUT; logs $R/suite_*.log
+#                each bounded by STEP_TIMEOUT (an H100 took 255 s in the 62nd session and over 340 s in the 66th:
+#                STEP_TIMEOUT=420); logs $R/suite_*.log
 #   cuda-new     only what has not run on a GPU yet: tests/test_cuda.py -k block1d (1x128 x 1x128 kernel),
 #                the XLA-path GPU checks and fp8_block's backend="ffi" oracle cases
 #   qforms       the XLA-path GPU numerics checks, then benchmarks/xla_quantize_forms.py (HLO forms of the FP8
